@@ -1,0 +1,116 @@
+package message
+
+import "github.com/deltapub/deltapub/matching"
+
+// Type numbers are grouped: 1–63 link and handshake (internal/wire),
+// 64–127 broker protocol, 128–191 client protocol. ONLY APPEND within a group;
+// never renumber or reuse a number.
+const (
+	TypeClientHello Type = 128 + iota
+	TypePublish
+	TypePubAck
+	TypeSubscribe
+	TypeSubAck
+	TypeUnsubscribe
+	TypeUnsubAck
+	TypeDeliver
+	TypeGap
+	// append new client protocol types here
+)
+
+// ClientHello opens a client session. Publisher and Epoch name the
+// publishing stream of this client, so that a retry after a reconnect carries
+// the same PubID and is recognised as a duplicate.
+type ClientHello struct {
+	Publisher string `msgpack:"p"`
+	Epoch     uint64 `msgpack:"e"`
+}
+
+// Publish asks the edge broker to publish. Seq is the client's sequence
+// number (consecutive from 1 per publisher epoch); Time is the publisher's
+// clock in Unix nanoseconds (virtual time in the simulator), carried end to
+// end so subscribers can measure delay.
+type Publish struct {
+	Seq     uint64          `msgpack:"q"`
+	Attrs   []matching.Attr `msgpack:"a"`
+	Payload []byte          `msgpack:"b,omitempty"`
+	Time    int64           `msgpack:"t"`
+}
+
+// PubAck acknowledges every publication of the session up to Seq. Err is
+// empty on success; "backpressure" means the broker's queue is at its bound
+// and the client should retry the same Seq later; anything else is final.
+type PubAck struct {
+	Seq uint64 `msgpack:"q"`
+	Err string `msgpack:"e,omitempty"`
+}
+
+// Subscribe asks for deliveries matching Filter. Req is chosen by the
+// client to pair the answer.
+type Subscribe struct {
+	Req    uint64          `msgpack:"r"`
+	Filter matching.Filter `msgpack:"f"`
+}
+
+// SubAck answers a Subscribe. Confirmed=false with an empty Err means the
+// subscription is accepted and propagating (deliveries may already flow);
+// Confirmed=true means every broker has it: from now on the guarantees apply.
+type SubAck struct {
+	Req       uint64 `msgpack:"r"`
+	Sub       SubID  `msgpack:"s"`
+	Confirmed bool   `msgpack:"c,omitempty"`
+	Err       string `msgpack:"e,omitempty"`
+}
+
+// Unsubscribe withdraws a subscription of this session.
+type Unsubscribe struct {
+	Sub SubID `msgpack:"s"`
+}
+
+// UnsubAck confirms an Unsubscribe once it has propagated.
+type UnsubAck struct {
+	Sub SubID  `msgpack:"s"`
+	Err string `msgpack:"e,omitempty"`
+}
+
+// Deliver carries one matching publication to one subscription.
+type Deliver struct {
+	Sub     SubID           `msgpack:"s"`
+	Pub     PubID           `msgpack:"i"`
+	Attrs   []matching.Attr `msgpack:"a"`
+	Payload []byte          `msgpack:"b,omitempty"`
+	Time    int64           `msgpack:"t"`
+}
+
+// Gap tells a subscription that publications of Source with sequence
+// numbers in [From, To] may have been lost (more than δ brokers failed in a
+// row). To = 0 means "from From on, until further notice".
+type Gap struct {
+	Sub    SubID  `msgpack:"s"`
+	Source Source `msgpack:"o"`
+	From   uint64 `msgpack:"f"`
+	To     uint64 `msgpack:"t"`
+	Reason string `msgpack:"r,omitempty"`
+}
+
+func (*ClientHello) Type() Type { return TypeClientHello }
+func (*Publish) Type() Type     { return TypePublish }
+func (*PubAck) Type() Type      { return TypePubAck }
+func (*Subscribe) Type() Type   { return TypeSubscribe }
+func (*SubAck) Type() Type      { return TypeSubAck }
+func (*Unsubscribe) Type() Type { return TypeUnsubscribe }
+func (*UnsubAck) Type() Type    { return TypeUnsubAck }
+func (*Deliver) Type() Type     { return TypeDeliver }
+func (*Gap) Type() Type         { return TypeGap }
+
+func init() {
+	Register(TypeClientHello, "ClientHello", func() Message { return new(ClientHello) })
+	Register(TypePublish, "Publish", func() Message { return new(Publish) })
+	Register(TypePubAck, "PubAck", func() Message { return new(PubAck) })
+	Register(TypeSubscribe, "Subscribe", func() Message { return new(Subscribe) })
+	Register(TypeSubAck, "SubAck", func() Message { return new(SubAck) })
+	Register(TypeUnsubscribe, "Unsubscribe", func() Message { return new(Unsubscribe) })
+	Register(TypeUnsubAck, "UnsubAck", func() Message { return new(UnsubAck) })
+	Register(TypeDeliver, "Deliver", func() Message { return new(Deliver) })
+	Register(TypeGap, "Gap", func() Message { return new(Gap) })
+}
