@@ -322,7 +322,7 @@ func (c *BrokerConfig) Validate() error {
 	}
 	l := &c.Limits
 	for _, f := range []struct {
-		field    string
+		field     string
 		v, lo, hi int
 	}{
 		{"limits.max_queue", l.MaxQueue, 1, 1 << 26},
