@@ -1,0 +1,221 @@
+package message
+
+import "github.com/deltapub/deltapub/matching"
+
+// Broker protocol messages (types 64–127): what brokers say to each other
+// on overlay links (tree links and bypass links). They are produced and
+// consumed only by the protocol core (package overlay); see
+// docs/protocol.md for what each one means and when it is sent.
+//
+// ONLY APPEND to this list; never renumber or reuse a number. A peer that
+// receives a type it does not know ignores it.
+const (
+	TypeHeartbeat Type = 64 + iota
+	TypeJoinRequest
+	TypeJoinReply
+	TypeTopoChange
+	TypeTopoAck
+	TypeJoinConfirm
+	TypeSubFlood
+	TypeSubConfirm
+	TypePub
+	TypeDAck
+	TypeStateRequest
+	TypeStateReply
+	TypeRoutable
+	TypeLeaveRequest
+	TypeGapFlood
+	// append new broker protocol types here (up to 127)
+)
+
+// MapNode is one broker of a topology map: its id, address, incarnation,
+// and its parent in the overlay tree (empty for the root). The tree edges
+// of a map are exactly the (ID, Parent) pairs.
+type MapNode struct {
+	ID     BrokerID `msgpack:"i"`
+	Addr   string   `msgpack:"a"`
+	Epoch  uint64   `msgpack:"e"`
+	Parent BrokerID `msgpack:"p,omitempty"`
+}
+
+// SubState is one subscription routing entry as transferred between
+// brokers (join state transfer, recovery). From is already recomputed for
+// the receiver (PROTOCOL §3).
+type SubState struct {
+	Sub    SubID           `msgpack:"s"`
+	Filter matching.Filter `msgpack:"f"`
+	From   BrokerID        `msgpack:"o"`
+}
+
+// Stamp is one entry of a publication's stamp vector: broker B, in its
+// incarnation E, queued the publication under its local sequence number S.
+type Stamp struct {
+	B BrokerID `msgpack:"b"`
+	E uint64   `msgpack:"e"`
+	S uint64   `msgpack:"s"`
+}
+
+// DAckEntry is one report of a DACK: broker Reporter (incarnation RE) has
+// received every publication routed to it that About (incarnation AE)
+// stamped up to Arrived, and has made safe (discarded) every one of them
+// stamped up to Discarded.
+type DAckEntry struct {
+	Reporter  BrokerID `msgpack:"r"`
+	RE        uint64   `msgpack:"re"`
+	About     BrokerID `msgpack:"a"`
+	AE        uint64   `msgpack:"ae"`
+	Arrived   uint64   `msgpack:"v"`
+	Discarded uint64   `msgpack:"d"`
+}
+
+// Heartbeat proves liveness on a link that carried nothing else for a
+// heartbeat interval. Epoch is the sender's incarnation.
+type Heartbeat struct {
+	Epoch uint64 `msgpack:"e"`
+}
+
+// JoinRequest asks a joinpoint to admit Node (or, with Rejoin, to readmit a
+// restarted member at its old place under a new epoch).
+type JoinRequest struct {
+	Node   MapNode `msgpack:"n"`
+	Rejoin bool    `msgpack:"r,omitempty"`
+}
+
+// JoinReply is the joinpoint's state transfer: its topology map (Node's
+// place included) and the subscriptions, with From recomputed for the
+// joiner. Err non-empty refuses the join (the joiner tries the next
+// joinpoint).
+type JoinReply struct {
+	Err    string     `msgpack:"x,omitempty"`
+	Parent BrokerID   `msgpack:"p"`
+	Map    []MapNode  `msgpack:"m"`
+	Subs   []SubState `msgpack:"s"`
+}
+
+// TopoChange is a topology update flooded along the tree to the brokers
+// within Hops of its origin: nodes added or updated (Add) and nodes
+// removed (Remove). Every receiver answers a TopoAck once the brokers it
+// forwarded to have answered (flood with echo).
+type TopoChange struct {
+	Origin BrokerID   `msgpack:"o"`
+	Seq    uint64     `msgpack:"q"`
+	Hops   int        `msgpack:"h"`
+	Add    []MapNode  `msgpack:"a,omitempty"`
+	Remove []BrokerID `msgpack:"r,omitempty"`
+}
+
+// TopoAck confirms a TopoChange back toward its origin.
+type TopoAck struct {
+	Origin BrokerID `msgpack:"o"`
+	Seq    uint64   `msgpack:"q"`
+}
+
+// JoinConfirm tells a joiner that its join reached every broker within δ+1
+// hops: it is a full member.
+type JoinConfirm struct {
+	Origin BrokerID `msgpack:"o"`
+}
+
+// SubFlood propagates a subscription (or, with Unsub, its withdrawal) over
+// the tree. From is the from-pointer for the receiver (PROTOCOL §3).
+type SubFlood struct {
+	Sub    SubID           `msgpack:"s"`
+	Filter matching.Filter `msgpack:"f"`
+	From   BrokerID        `msgpack:"o"`
+	Unsub  bool            `msgpack:"u,omitempty"`
+}
+
+// SubConfirm travels back toward the subscriber's edge once every broker
+// behind the sender has the subscription (or its withdrawal).
+type SubConfirm struct {
+	Sub   SubID `msgpack:"s"`
+	Unsub bool  `msgpack:"u,omitempty"`
+}
+
+// Pub is a publication in flight between brokers. Stamps holds the stamps
+// of the last δ+1 brokers that queued it, the most recent first.
+type Pub struct {
+	ID      PubID           `msgpack:"i"`
+	Attrs   []matching.Attr `msgpack:"a"`
+	Payload []byte          `msgpack:"b,omitempty"`
+	Time    int64           `msgpack:"t"`
+	Stamps  []Stamp         `msgpack:"v"`
+}
+
+// DAck is the periodic aggregated depth acknowledgement sent on each link:
+// the sender's own reports and relayed reports of brokers behind it, about
+// brokers on the receiver's side.
+type DAck struct {
+	Entries []DAckEntry `msgpack:"d"`
+}
+
+// StateRequest asks a neighbour (or the closest live broker behind a failed
+// one) for its map and routing state: sent by a restarted broker that
+// rejoins under a new epoch.
+type StateRequest struct {
+	Node MapNode `msgpack:"n"`
+}
+
+// StateReply answers a StateRequest: the sender's map and the
+// subscriptions that lie on its side, From recomputed for the requester.
+type StateReply struct {
+	Map  []MapNode  `msgpack:"m"`
+	Subs []SubState `msgpack:"s"`
+}
+
+// Routable tells the peers of a restarted broker that its recovery is
+// complete: they may stop bypassing it.
+type Routable struct {
+	Epoch uint64 `msgpack:"e"`
+}
+
+// LeaveRequest announces a graceful leave to a neighbour.
+type LeaveRequest struct {
+	Node MapNode `msgpack:"n"`
+}
+
+// GapFlood carries a loss notice beyond δ (PROTOCOL §8) toward the
+// subscriptions in Subs: publications of Source with sequence numbers in
+// [From, To] may have been lost on their way (To = 0: open-ended). An
+// empty Source.Publisher means any source.
+type GapFlood struct {
+	Subs   []SubID `msgpack:"s"`
+	Source Source  `msgpack:"o"`
+	From   uint64  `msgpack:"f"`
+	To     uint64  `msgpack:"t"`
+	Reason string  `msgpack:"r,omitempty"`
+}
+
+func (*Heartbeat) Type() Type    { return TypeHeartbeat }
+func (*JoinRequest) Type() Type  { return TypeJoinRequest }
+func (*JoinReply) Type() Type    { return TypeJoinReply }
+func (*TopoChange) Type() Type   { return TypeTopoChange }
+func (*TopoAck) Type() Type      { return TypeTopoAck }
+func (*JoinConfirm) Type() Type  { return TypeJoinConfirm }
+func (*SubFlood) Type() Type     { return TypeSubFlood }
+func (*SubConfirm) Type() Type   { return TypeSubConfirm }
+func (*Pub) Type() Type          { return TypePub }
+func (*DAck) Type() Type         { return TypeDAck }
+func (*StateRequest) Type() Type { return TypeStateRequest }
+func (*StateReply) Type() Type   { return TypeStateReply }
+func (*Routable) Type() Type     { return TypeRoutable }
+func (*LeaveRequest) Type() Type { return TypeLeaveRequest }
+func (*GapFlood) Type() Type     { return TypeGapFlood }
+
+func init() {
+	Register(TypeHeartbeat, "Heartbeat", func() Message { return new(Heartbeat) })
+	Register(TypeJoinRequest, "JoinRequest", func() Message { return new(JoinRequest) })
+	Register(TypeJoinReply, "JoinReply", func() Message { return new(JoinReply) })
+	Register(TypeTopoChange, "TopoChange", func() Message { return new(TopoChange) })
+	Register(TypeTopoAck, "TopoAck", func() Message { return new(TopoAck) })
+	Register(TypeJoinConfirm, "JoinConfirm", func() Message { return new(JoinConfirm) })
+	Register(TypeSubFlood, "SubFlood", func() Message { return new(SubFlood) })
+	Register(TypeSubConfirm, "SubConfirm", func() Message { return new(SubConfirm) })
+	Register(TypePub, "Pub", func() Message { return new(Pub) })
+	Register(TypeDAck, "DAck", func() Message { return new(DAck) })
+	Register(TypeStateRequest, "StateRequest", func() Message { return new(StateRequest) })
+	Register(TypeStateReply, "StateReply", func() Message { return new(StateReply) })
+	Register(TypeRoutable, "Routable", func() Message { return new(Routable) })
+	Register(TypeLeaveRequest, "LeaveRequest", func() Message { return new(LeaveRequest) })
+	Register(TypeGapFlood, "GapFlood", func() Message { return new(GapFlood) })
+}

@@ -1,0 +1,218 @@
+package overlay
+
+import (
+	"fmt"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// Config is the configuration of the pure protocol core of one broker. All
+// durations are counted in ticks: the core never reads a clock.
+type Config struct {
+	// ID names this broker in the overlay. Required.
+	ID message.BrokerID
+	// Addr is this broker's address, carried in topology maps so that
+	// others can dial it (opaque to the core).
+	Addr string
+	// Epoch is the incarnation; a restarted broker uses a larger epoch than
+	// before, so that its old stamps and subscriptions are never confused
+	// with new ones. Must be ≥ 1.
+	Epoch uint64
+	// Delta is δ ≥ 1: how many adjacent brokers may be down at once.
+	Delta int
+	// HeartbeatTicks: a heartbeat is sent on every link that carried
+	// nothing else for this many ticks.
+	HeartbeatTicks int
+	// FailureTicks: a peer silent for this many ticks is suspected.
+	FailureTicks int
+	// DACKTicks: one aggregated DACK per link every this many ticks.
+	DACKTicks int
+	// GoneAfterTicks: a broker suspected this long is declared gone
+	// (PROTOCOL §6): its subscriptions are withdrawn on its behalf.
+	GoneAfterTicks int
+	// MaxQueue bounds the message queue; at the bound Publish is refused
+	// with PubAck{Err:"backpressure"} (publications routed through this
+	// broker from peers are still accepted: dropping them would be a loss;
+	// the bound is enforced at the edges).
+	MaxQueue int
+	// MaxSources bounds the per-source duplicate-suppression state. At the
+	// bound the oldest-seen source is forgotten; a late retransmission of
+	// that source could then be delivered twice, so keep it well above the
+	// number of live publishers.
+	MaxSources int
+	// JoinRetryTicks: a join (or recovery) step not answered within this
+	// many ticks is retried with the next joinpoint / peer.
+	JoinRetryTicks int
+	// Seed is the only source of randomness (the core currently needs
+	// none; kept for the contract).
+	Seed int64
+}
+
+// DefaultConfig returns the core's defaults for a 10 ms tick: the
+// testbed-like timings of PROTOCOL §6 (50 ms heartbeat, 200 ms timeout).
+func DefaultConfig() Config {
+	return Config{
+		Epoch:          1,
+		Delta:          2,   // two adjacent crashes tolerated
+		HeartbeatTicks: 5,   // 50 ms at 10 ms ticks
+		FailureTicks:   20,  // 200 ms: four heartbeats lost in a row
+		DACKTicks:      5,   // 50 ms: queues purge within ~(δ+2) periods
+		GoneAfterTicks: 400, // 20 × the failure timeout (PROTOCOL §6)
+		MaxQueue:       100_000,
+		MaxSources:     1 << 20, // publishers remembered for duplicate suppression
+		JoinRetryTicks: 40,      // 2 × the failure timeout
+	}
+}
+
+// validate fills zero values from DefaultConfig and rejects nonsense with
+// an error naming the field.
+func (c *Config) validate() error {
+	d := DefaultConfig()
+	if c.ID == "" {
+		return fmt.Errorf("overlay: config: ID is required")
+	}
+	if c.Epoch == 0 {
+		return fmt.Errorf("overlay: config: Epoch must be ≥ 1")
+	}
+	if c.Delta == 0 {
+		c.Delta = d.Delta
+	}
+	if c.Delta < 1 || c.Delta > 16 {
+		return fmt.Errorf("overlay: config: Delta %d out of range [1, 16]", c.Delta)
+	}
+	fill := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fill(&c.HeartbeatTicks, d.HeartbeatTicks)
+	fill(&c.FailureTicks, d.FailureTicks)
+	fill(&c.DACKTicks, d.DACKTicks)
+	fill(&c.GoneAfterTicks, d.GoneAfterTicks)
+	fill(&c.MaxQueue, d.MaxQueue)
+	fill(&c.MaxSources, d.MaxSources)
+	fill(&c.JoinRetryTicks, d.JoinRetryTicks)
+	switch {
+	case c.HeartbeatTicks < 1:
+		return fmt.Errorf("overlay: config: HeartbeatTicks %d must be ≥ 1", c.HeartbeatTicks)
+	case c.FailureTicks < 2*c.HeartbeatTicks:
+		return fmt.Errorf("overlay: config: FailureTicks %d must be at least two heartbeats (2 × %d)", c.FailureTicks, c.HeartbeatTicks)
+	case c.DACKTicks < 1:
+		return fmt.Errorf("overlay: config: DACKTicks %d must be ≥ 1", c.DACKTicks)
+	case c.GoneAfterTicks <= c.FailureTicks:
+		return fmt.Errorf("overlay: config: GoneAfterTicks %d must exceed FailureTicks %d", c.GoneAfterTicks, c.FailureTicks)
+	case c.MaxQueue < 1:
+		return fmt.Errorf("overlay: config: MaxQueue %d must be ≥ 1", c.MaxQueue)
+	case c.MaxSources < 1:
+		return fmt.Errorf("overlay: config: MaxSources %d must be ≥ 1", c.MaxSources)
+	case c.JoinRetryTicks < 1:
+		return fmt.Errorf("overlay: config: JoinRetryTicks %d must be ≥ 1", c.JoinRetryTicks)
+	}
+	return nil
+}
+
+// Peer names a broker and its address.
+type Peer struct {
+	ID   message.BrokerID
+	Addr string
+}
+
+// Envelope is a message to send on the up link to To.
+type Envelope struct {
+	To  message.BrokerID
+	Msg message.Message
+}
+
+// ClientEnvelope is a message to a local client session: PubAck, SubAck,
+// UnsubAck, Deliver or Gap.
+type ClientEnvelope struct {
+	To  message.ClientID
+	Msg message.Message
+}
+
+// NoticeKind names an event reported for logs, metrics and checkers.
+type NoticeKind string
+
+const (
+	NoticeSuspected   NoticeKind = "suspected"    // Peer has been silent for FailureTicks
+	NoticeUnsuspected NoticeKind = "unsuspected"  // Peer spoke again after a suspicion
+	NoticeBypassUp    NoticeKind = "bypass-up"    // a bypass link to Peer is now used
+	NoticeBypassDown  NoticeKind = "bypass-down"  // the bypass link to Peer is no longer used
+	NoticeJoined      NoticeKind = "joined"       // this broker is a full member (join or recovery confirmed)
+	NoticeLeft        NoticeKind = "left"         // this broker's graceful leave is complete
+	NoticeGone        NoticeKind = "gone"         // Peer was suspected for GoneAfterTicks: its subscriptions are withdrawn
+	NoticeJoinFailed  NoticeKind = "join-failed"  // every joinpoint refused or failed; Detail says why
+	NoticeLinkRefused NoticeKind = "link-refused" // a link from Peer was not expected (unknown broker); closed
+	NoticeGap         NoticeKind = "gap"          // a loss beyond δ was detected; Detail describes it
+	NoticeMemberLeft  NoticeKind = "member-left"  // Peer left the overlay gracefully
+	NoticeRecovered   NoticeKind = "recovered"    // Peer (restarted under a new epoch) is routable again
+)
+
+// Notice is an event the core reports.
+type Notice struct {
+	Kind   NoticeKind
+	Peer   message.BrokerID
+	Detail string
+}
+
+// Ready is everything the core asks its environment to do, in order.
+type Ready struct {
+	Dials     []Peer             // establish a link to these peers (answer LinkUp or DialFailed)
+	Closes    []message.BrokerID // close the link to these peers
+	Messages  []Envelope         // send, in this order, each on the up link to To (FIFO per link)
+	ToClients []ClientEnvelope
+	Notices   []Notice
+}
+
+// Ready returns everything produced since the last call, and clears it.
+func (n *Node) Ready() Ready {
+	r := n.out
+	n.out = Ready{}
+	return r
+}
+
+// LinkStatus describes one link of the node.
+type LinkStatus struct {
+	Peer      message.BrokerID
+	Up        bool // a link is established
+	Tree      bool // Peer is a tree neighbour (false: a bypass peer)
+	Suspected bool // Peer is currently suspected
+	Silent    int  // ticks since anything arrived from Peer
+}
+
+// Status is a read-only snapshot for /state, metrics and checkers.
+type Status struct {
+	ID        message.BrokerID
+	Epoch     uint64
+	Joined    bool
+	Leaving   bool
+	Left      bool
+	Parent    message.BrokerID
+	Map       []message.MapNode  // the (δ+1)-neighbourhood map, sorted by ID
+	Links     []LinkStatus       // sorted by peer
+	Suspected []message.BrokerID // sorted
+	Gone      []message.BrokerID // sorted
+	Bypasses  []message.BrokerID // non-neighbour peers currently used as next hops, sorted
+	Subs      int                // routing table size (entries)
+	LocalSubs int                // subscriptions of local clients
+	QueueLen  int                // publications in the message queue
+	// Arrived and Discarded are this broker's own DACK watermarks, per
+	// upstream broker (keyed "id/epoch").
+	Arrived   map[string]uint64
+	Discarded map[string]uint64
+	Counters  Counters
+}
+
+// Counters count what the node did since it started.
+type Counters struct {
+	PubsIn        uint64            // publications received from peers (duplicates included)
+	Duplicates    uint64            // publications dropped as duplicates
+	PubsOut       uint64            // publications sent to peers (retransmissions included)
+	Retransmitted uint64            // publications sent again over a new link
+	Published     uint64            // publications accepted from local clients
+	Delivered     uint64            // Deliver messages to local clients
+	Purged        uint64            // publications purged from the queue
+	Backpressure  uint64            // Publish refused at the queue bound
+	Gaps          uint64            // Gap notices sent to local clients
+	Control       map[string]uint64 // control messages sent, by message type name
+}
