@@ -1,0 +1,201 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// readChunk is how much the Reader asks its io.Reader for at once: large
+// reads amortise the cost of a QUIC stream Read (a lock and a copy) over
+// many small frames.
+const readChunk = 64 << 10
+
+// Reader reads frames from an io.Reader. It keeps one buffer (readChunk,
+// grown up to the maximum frame plus header for a large frame) and one
+// msgpack decoder for its whole life. Not safe for concurrent use.
+type Reader struct {
+	r        io.Reader
+	maxFrame int
+	buf      []byte
+	start    int // unread data is buf[start:end]
+	end      int
+	err      error // sticky read error of r
+	br       bytes.Reader
+	dec      *msgpack.Decoder
+}
+
+// NewReader returns a Reader of frames of at most maxFrame bytes (type and
+// body); maxFrame <= 0 means DefaultMaxFrame.
+func NewReader(r io.Reader, maxFrame int) *Reader {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	rd := &Reader{r: r, maxFrame: maxFrame, buf: make([]byte, min(readChunk, maxFrame+maxHeader))}
+	rd.dec = msgpack.NewDecoder(&rd.br)
+	return rd
+}
+
+// Buffered returns how many bytes have been read from the io.Reader but not
+// yet returned as frames.
+func (r *Reader) Buffered() int { return r.end - r.start }
+
+// Read returns the next message. Errors: ErrUnknownType (as an
+// *UnknownTypeError; the frame was consumed, call Read again),
+// ErrFrameTooLarge, ErrMalformed (wrapping the cause), and the io.Reader's
+// own errors (io.EOF at a frame boundary; io.ErrUnexpectedEOF inside a
+// frame). After any error but ErrUnknownType the stream is out of sync and
+// the Reader must be abandoned.
+func (r *Reader) Read() (message.Message, error) {
+	t, body, err := r.ReadFrame()
+	if err != nil {
+		return nil, err
+	}
+	return r.decode(t, body)
+}
+
+// ReadFrame returns the type and the body (msgpack bytes) of the next
+// frame without decoding it. body is valid only until the next call.
+func (r *Reader) ReadFrame() (message.Type, []byte, error) {
+	for {
+		total, t, ok, err := FrameLen(r.buf[r.start:r.end], r.maxFrame)
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok && r.end-r.start >= total {
+			hdr := total - frameBody(total, r.buf[r.start:r.end])
+			body := r.buf[r.start+hdr : r.start+total]
+			r.start += total
+			return t, body, nil
+		}
+		need := r.end - r.start + 1 // the header is incomplete: one more byte
+		if ok {
+			need = total
+		}
+		if err := r.fill(need); err != nil {
+			return 0, nil, err
+		}
+	}
+}
+
+// frameBody returns the length of the body of the frame of the given total
+// length whose header starts b.
+func frameBody(total int, b []byte) int {
+	_, k := binary.Uvarint(b)
+	return total - k - 2
+}
+
+// fill reads until at least need bytes are buffered (or the reader fails).
+func (r *Reader) fill(need int) error {
+	if r.err != nil {
+		return r.tailErr()
+	}
+	if len(r.buf)-r.start < need {
+		// Compact; grow if a large frame does not fit (need is at most
+		// maxFrame+maxHeader, checked by FrameLen), and shrink back to
+		// readChunk once a large frame is consumed, so one big frame does
+		// not pin maxFrame bytes per link for the link's life.
+		size := len(r.buf)
+		if need > size {
+			size = need
+		} else if size > readChunk && need <= readChunk && r.end-r.start <= readChunk {
+			size = readChunk
+		}
+		if size != len(r.buf) {
+			nb := make([]byte, size)
+			r.end = copy(nb, r.buf[r.start:r.end])
+			r.buf = nb
+		} else {
+			r.end = copy(r.buf, r.buf[r.start:r.end])
+		}
+		r.start = 0
+	}
+	for zero := 0; r.end-r.start < need; {
+		n, err := r.r.Read(r.buf[r.end:])
+		r.end += n
+		if err != nil {
+			r.err = err
+			if r.end-r.start >= need {
+				return nil // report err on the next fill
+			}
+			return r.tailErr()
+		}
+		if n == 0 {
+			if zero++; zero > 100 {
+				r.err = io.ErrNoProgress
+				return r.err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Reader) tailErr() error {
+	if r.err == io.EOF && r.end > r.start {
+		return fmt.Errorf("wire: stream ended inside a frame (%d bytes buffered): %w", r.end-r.start, io.ErrUnexpectedEOF)
+	}
+	return r.err
+}
+
+// decode decodes body as the message registered for t.
+func (r *Reader) decode(t message.Type, body []byte) (message.Message, error) {
+	m, ok := message.New(t)
+	if !ok {
+		return nil, &UnknownTypeError{Type: t}
+	}
+	if err := r.DecodeInto(m, body); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// DecodeInto decodes a frame body (as returned by ReadFrame) into m, which
+// must be the registered struct of the frame's type.
+func (r *Reader) DecodeInto(m message.Message, body []byte) error {
+	t := m.Type()
+	if err := validate(body); err != nil {
+		return malformed(t, "%v", err)
+	}
+	r.br.Reset(body)
+	r.dec.ResetReader(&r.br)
+	if err := r.dec.Decode(m); err != nil {
+		return malformed(t, "%v", err)
+	}
+	if r.br.Len() != 0 {
+		return malformed(t, "%d bytes left after the message", r.br.Len())
+	}
+	return nil
+}
+
+// Decode decodes one frame held entirely in b (as produced by AppendFrame)
+// and returns the message and the number of bytes consumed. It is the
+// allocation-light path for tests and tools; links use a Reader.
+func Decode(b []byte, maxFrame int) (message.Message, int, error) {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	total, t, ok, err := FrameLen(b, maxFrame)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !ok || len(b) < total {
+		return nil, 0, fmt.Errorf("%w: truncated frame (%d of %d bytes)", ErrMalformed, len(b), max(total, 3))
+	}
+	hdr := total - frameBody(total, b)
+	var r Reader
+	r.dec = msgpack.NewDecoder(&r.br)
+	m, err := r.decode(t, b[hdr:total])
+	if err != nil {
+		return nil, total, err
+	}
+	return m, total, nil
+}
+
+// IsFatal reports whether a Read error ends the stream (everything except
+// ErrUnknownType, which only skips one frame).
+func IsFatal(err error) bool { return err != nil && !errors.Is(err, ErrUnknownType) }
