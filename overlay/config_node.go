@@ -1,0 +1,36 @@
+package overlay
+
+import (
+	"time"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// NodeConfig is the pure core's configuration for this broker: durations
+// converted to ticks (rounded up), and the given epoch (see Epoch for how
+// it is chosen).
+func (c *BrokerConfig) NodeConfig(epoch uint64) Config {
+	nc := DefaultConfig()
+	nc.ID = message.BrokerID(c.ID)
+	nc.Addr = c.AdvertisedAddr()
+	nc.Epoch = epoch
+	nc.Delta = c.Delta
+	nc.HeartbeatTicks = c.HeartbeatTicks()
+	nc.FailureTicks = c.FailureTicks()
+	nc.DACKTicks = c.DACKTicks()
+	nc.GoneAfterTicks = c.GoneAfterTicks()
+	nc.MaxQueue = c.Limits.MaxQueue
+	// A join step unanswered for two failure timeouts is retried.
+	nc.JoinRetryTicks = 2 * nc.FailureTicks
+	return nc
+}
+
+// EpochAt is the epoch this broker uses if it starts at now: the
+// configured one, or else milliseconds since 1970, which grows across
+// restarts of the same broker (a restart takes longer than a millisecond).
+func (c *BrokerConfig) EpochAt(now time.Time) uint64 {
+	if c.Epoch != 0 {
+		return c.Epoch
+	}
+	return uint64(now.UnixMilli())
+}

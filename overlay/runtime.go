@@ -1,0 +1,754 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Transport is what the runtime needs from a broker transport: dialling.
+// Links and sessions, dialled or accepted, are reported to the runtime
+// through its handler methods (PeerUp, PeerMessage, ... below). The QUIC
+// transport (internal/quic) is adapted to it in runtime_quic.go; tests use
+// an in-memory twin.
+type Transport interface {
+	// Dial establishes an authenticated link to the broker peer at addr
+	// (peer may be empty when only the address is known: a joinpoint). A
+	// successful dial is also reported through PeerUp; reporting it twice
+	// is harmless.
+	Dial(ctx context.Context, peer message.BrokerID, addr string) (PeerLink, error)
+}
+
+// PeerLink is one up link to a broker.
+type PeerLink interface {
+	Peer() message.BrokerID
+	// TrySend enqueues m without blocking; false when the link's send
+	// queue is full (or the link is closed).
+	TrySend(m message.Message) bool
+	Close(reason string)
+}
+
+// ClientSession is one client connection, whatever carries it (QUIC today,
+// WebSocket next): the runtime maps it to a message.ClientID of its own.
+type ClientSession interface {
+	TrySend(m message.Message) bool
+	Close(reason string)
+}
+
+// Runtime drives one Node: a single goroutine (Run) owns it, feeds it the
+// transport's inputs and a tick every BrokerConfig.Tick, and carries out
+// what it asks after every batch of inputs.
+//
+// Bounds and what happens at them:
+//   - inputs wait in a channel of Limits.InputQueue; when it is full the
+//     transport's reader goroutines block, which pushes back on the senders
+//     through QUIC flow control;
+//   - a broker link whose send queue is full gets up to Limits.LinkBlock of
+//     waiting (the whole runtime waits: everything slows down, publishers
+//     included, and while a link is congested new Publish requests are
+//     answered PubAck{Err:"backpressure"}); after that the link is closed
+//     as failed and the core is told LinkDown;
+//   - a client whose send queue is full is disconnected ("slow consumer"),
+//     logged and counted, and the core is told ClientClose;
+//   - sessions beyond Limits.MaxClients and subscriptions beyond
+//     Limits.MaxSubsPerClient are refused.
+//
+// Nothing the core outputs is dropped silently: an output with no link or
+// session to carry it (the link just went down; the core learns it from the
+// next input) is logged at debug level and counted in
+// deltapub_unroutable_messages_total.
+type Runtime struct {
+	cfg  BrokerConfig
+	node *Node
+	log  zerolog.Logger
+	m    *runtimeMetrics
+	now  func() time.Time
+
+	in   chan event
+	done chan struct{} // closed when Run returns
+	tr   Transport
+
+	// State below is owned by the Run goroutine.
+	started    bool                            // Bootstrap or Join called
+	links      map[message.BrokerID]*linkState // current link per peer
+	dialing    map[message.BrokerID]bool       // dials in flight
+	sessions   map[message.ClientID]*sessionState
+	sessionIDs map[ClientSession]message.ClientID
+	nextClient message.ClientID
+	congested  time.Time // until then, Publish is answered "backpressure"
+	leaving    bool
+	left       bool
+	joinFailed string
+
+	joined      atomic.Bool // for /healthz, read by other goroutines
+	dialCtx     context.Context
+	stopDialing context.CancelFunc
+}
+
+type linkState struct {
+	l         PeerLink
+	announced bool // the core has been told LinkUp for this link
+}
+
+type sessionState struct {
+	s    ClientSession
+	subs map[message.SubID]bool // accepted subscriptions (with reqs, bounded by MaxSubsPerClient)
+	reqs map[uint64]bool        // Subscribe requests not yet answered, by Req
+	// Publisher backpressure: once the runtime refuses sequence number
+	// refusedFrom, it refuses every later one until refusedFrom is sent
+	// again, so that the core never sees a hole in a session's sequence.
+	refusing    bool
+	refusedFrom uint64
+}
+
+type evKind uint8
+
+const (
+	evPeerUp evKind = iota
+	evPeerMsg
+	evPeerDown
+	evClientUp
+	evClientMsg
+	evClientDown
+	evDialFailed
+	evDialed
+	evJoinpoint
+	evJoinpointFailed
+	evCall
+)
+
+type event struct {
+	kind evKind
+	link PeerLink
+	sess ClientSession
+	peer message.BrokerID
+	msg  message.Message
+	err  error
+	addr string
+	call func()
+}
+
+// NewRuntime builds the core for cfg (which must be valid) with the given
+// epoch. reg receives the metrics (nil: a fresh registry, see Registry).
+func NewRuntime(cfg BrokerConfig, epoch uint64, log zerolog.Logger, reg *prometheus.Registry) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	node, err := NewNode(cfg.NodeConfig(epoch))
+	if err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	r := &Runtime{
+		cfg:        cfg,
+		node:       node,
+		log:        log,
+		now:        time.Now,
+		in:         make(chan event, cfg.Limits.InputQueue),
+		done:       make(chan struct{}),
+		links:      map[message.BrokerID]*linkState{},
+		dialing:    map[message.BrokerID]bool{},
+		sessions:   map[message.ClientID]*sessionState{},
+		sessionIDs: map[ClientSession]message.ClientID{},
+	}
+	r.m = newRuntimeMetrics(reg, func() float64 { return float64(len(r.in)) })
+	return r, nil
+}
+
+// Registry is where the runtime's metrics are registered.
+func (r *Runtime) Registry() *prometheus.Registry { return r.m.reg }
+
+// Joined reports whether the broker is a full member of the overlay (and
+// has not left): what /healthz answers.
+func (r *Runtime) Joined() bool { return r.joined.Load() }
+
+// Health is nil when the broker is a full member, else why not.
+func (r *Runtime) Health(ctx context.Context) error {
+	if r.joined.Load() {
+		return nil
+	}
+	var why error
+	err := r.Do(ctx, func(n *Node) {
+		st := n.Status()
+		switch {
+		case st.Left:
+			why = errors.New("left the overlay")
+		case st.Leaving:
+			why = errors.New("leaving the overlay")
+		case st.Joined:
+			why = nil
+		case r.joinFailed != "":
+			why = errors.New("join failed: " + r.joinFailed)
+		default:
+			why = errors.New("not joined yet")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return why
+}
+
+// Status returns the core's snapshot, taken on the runtime goroutine.
+func (r *Runtime) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := r.Do(ctx, func(n *Node) { st = n.Status() })
+	return st, err
+}
+
+// Do runs f on the runtime goroutine with the core, and waits for it. f
+// must not block. It fails when ctx ends first or the runtime has stopped.
+func (r *Runtime) Do(ctx context.Context, f func(n *Node)) error {
+	finished := make(chan struct{})
+	ev := event{kind: evCall, call: func() { f(r.node); close(finished) }}
+	select {
+	case r.in <- ev:
+	case <-r.done:
+		return errors.New("overlay: runtime stopped")
+	case <-ctx.Done():
+		return fmt.Errorf("overlay: runtime busy: %w", ctx.Err())
+	}
+	select {
+	case <-finished:
+		return nil
+	case <-r.done:
+		return errors.New("overlay: runtime stopped")
+	case <-ctx.Done():
+		return fmt.Errorf("overlay: runtime busy: %w", ctx.Err())
+	}
+}
+
+// put hands an event to the runtime goroutine, waiting while the input
+// queue is full (backpressure on the caller, a transport reader). After Run
+// returned, events are discarded: the broker is gone.
+func (r *Runtime) put(ev event) {
+	select {
+	case r.in <- ev:
+	case <-r.done:
+	}
+}
+
+// Transport callbacks. They may be called from any goroutine; messages of
+// one link (or session) must be reported from one goroutine, in order.
+
+// PeerUp reports an authenticated broker link, dialled or accepted.
+func (r *Runtime) PeerUp(l PeerLink) { r.put(event{kind: evPeerUp, link: l}) }
+
+// PeerMessage reports a message received on l.
+func (r *Runtime) PeerMessage(l PeerLink, m message.Message) {
+	r.put(event{kind: evPeerMsg, link: l, msg: m})
+}
+
+// PeerDown reports that l is gone.
+func (r *Runtime) PeerDown(l PeerLink, err error) { r.put(event{kind: evPeerDown, link: l, err: err}) }
+
+// ClientUp reports a new client session.
+func (r *Runtime) ClientUp(s ClientSession) { r.put(event{kind: evClientUp, sess: s}) }
+
+// ClientMessage reports a request of a client session.
+func (r *Runtime) ClientMessage(s ClientSession, m message.Message) {
+	r.put(event{kind: evClientMsg, sess: s, msg: m})
+}
+
+// ClientDown reports the end of a client session.
+func (r *Runtime) ClientDown(s ClientSession, err error) {
+	r.put(event{kind: evClientDown, sess: s, err: err})
+}
+
+// Run drives the core until ctx ends, then leaves the overlay gracefully
+// (bounded by leaveTimeout) and returns. tr dials links. Run bootstraps a
+// new overlay when no joinpoint is configured, and otherwise joins through
+// the first joinpoint that answers.
+func (r *Runtime) Run(ctx context.Context, tr Transport) error {
+	defer close(r.done)
+	r.tr = tr
+	r.dialCtx, r.stopDialing = context.WithCancel(context.Background())
+	defer r.stopDialing()
+
+	if len(r.cfg.Join) == 0 {
+		r.start(nil)
+	} else {
+		go r.resolveJoinpoints(r.dialCtx)
+	}
+
+	ticker := time.NewTicker(r.cfg.Tick)
+	defer ticker.Stop()
+	statusEvery := max(1, int(100*time.Millisecond/r.cfg.Tick))
+	ticks := 0
+	var leaveDeadline <-chan time.Time
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case ev := <-r.in:
+			t0 := r.now()
+			r.handle(ev)
+			// Take what else is waiting, up to a batch, before carrying
+			// out the outputs: one drain per batch instead of per message.
+		batch:
+			for i := 0; i < 256; i++ {
+				select {
+				case ev := <-r.in:
+					r.handle(ev)
+				default:
+					break batch
+				}
+			}
+			r.drain()
+			r.m.stepSeconds.Observe(r.now().Sub(t0).Seconds())
+		case <-ticker.C:
+			// A stalled runtime (GC pause, SIGSTOP) loses ticks instead of
+			// catching up: the core's time stretches with the stall, so a
+			// broker that was itself frozen does not suspect every peer the
+			// moment it resumes, before it has read what they sent.
+			r.node.Tick()
+			r.drain()
+			ticks++
+			if ticks%statusEvery == 0 {
+				r.refreshStatus()
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			if !r.started || r.left {
+				r.shutdown()
+				return nil
+			}
+			r.log.Info().Msg("leaving the overlay")
+			r.leaving = true
+			r.node.Leave()
+			r.drain()
+			leaveDeadline = time.After(r.leaveTimeout())
+		case <-leaveDeadline:
+			r.log.Warn().Dur("after", r.leaveTimeout()).Msg("leave not confirmed in time; exiting anyway (the overlay will treat this broker as crashed)")
+			r.shutdown()
+			return nil
+		}
+		if r.leaving && r.left {
+			r.log.Info().Msg("left the overlay")
+			r.shutdown()
+			return nil
+		}
+	}
+}
+
+// leaveTimeout bounds a graceful leave: long enough for the neighbourhood
+// to confirm, short enough for a supervisor waiting on SIGTERM.
+func (r *Runtime) leaveTimeout() time.Duration {
+	return min(max(4*r.cfg.FailureTimeout, time.Second), 10*time.Second)
+}
+
+func (r *Runtime) shutdown() {
+	r.stopDialing()
+	for peer, ls := range r.links {
+		ls.l.Close("broker shutting down")
+		delete(r.links, peer)
+	}
+	for c, ss := range r.sessions {
+		ss.s.Close("broker shutting down")
+		delete(r.sessions, c)
+	}
+	r.joined.Store(false)
+	r.refreshStatus()
+}
+
+func (r *Runtime) refreshStatus() {
+	st := r.node.Status()
+	r.joined.Store(st.Joined && !st.Left && !st.Leaving)
+	r.m.setSnapshot(st)
+}
+
+// dialTimeout bounds one dial: a frozen peer never answers its handshake.
+func (r *Runtime) dialTimeout() time.Duration {
+	return min(max(r.cfg.FailureTimeout, 500*time.Millisecond), 5*time.Second)
+}
+
+// resolveJoinpoints dials the configured joinpoint addresses in order
+// until one answers (its handshake names its broker id), at most
+// joinRounds times over the list with a pause between rounds.
+func (r *Runtime) resolveJoinpoints(ctx context.Context) {
+	const joinRounds = 10
+	pause := min(max(r.cfg.FailureTimeout, 200*time.Millisecond), 2*time.Second)
+	var lastErr error
+	for round := 0; round < joinRounds; round++ {
+		for _, addr := range r.cfg.Join {
+			dctx, cancel := context.WithTimeout(ctx, r.dialTimeout())
+			l, err := r.tr.Dial(dctx, "", addr)
+			cancel()
+			if err == nil {
+				r.put(event{kind: evJoinpoint, link: l, addr: addr})
+				return
+			}
+			lastErr = err
+			r.log.Warn().Err(err).Str("joinpoint", addr).Int("round", round+1).Msg("joinpoint did not answer")
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+	}
+	r.put(event{kind: evJoinpointFailed, err: fmt.Errorf("overlay: no joinpoint answered after %d rounds: %w", joinRounds, lastErr)})
+}
+
+// start calls Bootstrap (jp == nil) or Join, then announces the links that
+// came up before the core existed as a member.
+func (r *Runtime) start(jp *Peer) {
+	r.started = true
+	if jp == nil {
+		r.log.Info().Msg("bootstrapping a new overlay")
+		r.node.Bootstrap()
+	} else {
+		r.log.Info().Str("joinpoint", string(jp.ID)).Str("addr", jp.Addr).Msg("joining")
+		r.node.Join([]Peer{*jp})
+	}
+	r.drain() // the joinpoint's Dial is answered from the link already up
+	for peer, ls := range r.links {
+		if !ls.announced {
+			ls.announced = true
+			r.node.LinkUp(peer)
+		}
+	}
+	r.refreshStatus()
+}
+
+func (r *Runtime) handle(ev event) {
+	switch ev.kind {
+	case evPeerUp, evDialed:
+		r.linkUp(ev.link)
+	case evPeerMsg:
+		peer := ev.link.Peer()
+		ls := r.links[peer]
+		if ls == nil || ls.l != ev.link {
+			if ls != nil {
+				// A message of a link that was replaced: that link is
+				// closed, and what was in flight on it may be lost.
+				r.log.Debug().Str("peer", string(peer)).Str("type", ev.msg.Type().String()).Msg("message on a replaced link ignored")
+				return
+			}
+			r.linkUp(ev.link) // PeerUp raced with the first message
+			ls = r.links[peer]
+			if ls == nil {
+				return
+			}
+		}
+		if !ls.announced {
+			// Not a member yet: nothing to do with a peer's message. The
+			// peer retries what matters (joins, heartbeats).
+			return
+		}
+		r.m.peerMsgsIn.WithLabelValues(ev.msg.Type().String()).Inc()
+		r.node.Step(peer, ev.msg)
+	case evPeerDown:
+		peer := ev.link.Peer()
+		ls := r.links[peer]
+		if ls == nil || ls.l != ev.link {
+			return // a link already replaced or closed on the core's request
+		}
+		delete(r.links, peer)
+		reason := "down"
+		if ev.err != nil {
+			reason = ev.err.Error()
+		}
+		r.log.Info().Str("peer", string(peer)).Str("reason", reason).Msg("link down")
+		r.m.linkCloses.WithLabelValues("down").Inc()
+		if ls.announced {
+			r.node.LinkDown(peer)
+		}
+	case evDialFailed:
+		delete(r.dialing, ev.peer)
+		if ls := r.links[ev.peer]; ls != nil {
+			// The other side's dial won the race: one link, already up.
+			if !ls.announced && r.started {
+				ls.announced = true
+				r.node.LinkUp(ev.peer)
+			}
+			return
+		}
+		r.log.Debug().Str("peer", string(ev.peer)).Err(ev.err).Msg("dial failed")
+		if r.started {
+			r.node.DialFailed(ev.peer)
+		}
+	case evJoinpoint:
+		r.linkUp(ev.link)
+		if !r.started {
+			r.start(&Peer{ID: ev.link.Peer(), Addr: ev.addr})
+		}
+	case evJoinpointFailed:
+		r.joinFailed = ev.err.Error()
+		r.log.Error().Err(ev.err).Msg("cannot join")
+	case evClientUp:
+		r.clientUp(ev.sess)
+	case evClientMsg:
+		c, ok := r.sessionIDs[ev.sess]
+		if !ok {
+			c, ok = r.clientUp(ev.sess)
+			if !ok {
+				return
+			}
+		}
+		r.clientMessage(c, r.sessions[c], ev.msg)
+	case evClientDown:
+		c, ok := r.sessionIDs[ev.sess]
+		if !ok {
+			return
+		}
+		r.dropSession(c)
+		r.node.ClientClose(c)
+	case evCall:
+		ev.call()
+	}
+}
+
+// linkUp records a link (replacing an older one to the same peer) and
+// tells the core, once the core is a member or joining.
+func (r *Runtime) linkUp(l PeerLink) {
+	peer := l.Peer()
+	delete(r.dialing, peer)
+	if old := r.links[peer]; old != nil {
+		if old.l == l {
+			return
+		}
+		// The transport keeps one link per pair; a second one means the
+		// first is dead and was not reported yet.
+		old.l.Close("replaced by a new link")
+		r.m.linkCloses.WithLabelValues("replaced").Inc()
+		if old.announced {
+			r.node.LinkDown(peer)
+		}
+	}
+	ls := &linkState{l: l}
+	r.links[peer] = ls
+	r.log.Debug().Str("peer", string(peer)).Msg("link up")
+	if r.started {
+		ls.announced = true
+		r.node.LinkUp(peer)
+	}
+}
+
+func (r *Runtime) clientUp(s ClientSession) (message.ClientID, bool) {
+	if len(r.sessions) >= r.cfg.Limits.MaxClients {
+		r.log.Warn().Int("limit", r.cfg.Limits.MaxClients).Msg("client refused: too many clients")
+		r.m.clientDisconnects.WithLabelValues("too many clients").Inc()
+		s.Close(fmt.Sprintf("too many clients (limit %d)", r.cfg.Limits.MaxClients))
+		return 0, false
+	}
+	r.nextClient++
+	c := r.nextClient
+	r.sessions[c] = &sessionState{s: s, subs: map[message.SubID]bool{}, reqs: map[uint64]bool{}}
+	r.sessionIDs[s] = c
+	r.m.clientSessions.Set(float64(len(r.sessions)))
+	r.node.ClientOpen(c)
+	return c, true
+}
+
+func (r *Runtime) dropSession(c message.ClientID) {
+	ss := r.sessions[c]
+	if ss == nil {
+		return
+	}
+	delete(r.sessions, c)
+	delete(r.sessionIDs, ss.s)
+	r.m.clientSessions.Set(float64(len(r.sessions)))
+}
+
+func (r *Runtime) clientMessage(c message.ClientID, ss *sessionState, m message.Message) {
+	r.m.clientReqs.WithLabelValues(m.Type().String()).Inc()
+	switch m := m.(type) {
+	case *message.Publish:
+		if ss.refusing && m.Seq != ss.refusedFrom {
+			r.sendClient(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
+			return
+		}
+		if r.now().Before(r.congested) {
+			if !ss.refusing {
+				ss.refusing, ss.refusedFrom = true, m.Seq
+			}
+			r.sendClient(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
+			return
+		}
+		ss.refusing = false
+	case *message.Subscribe:
+		if len(ss.subs)+len(ss.reqs) >= r.cfg.Limits.MaxSubsPerClient {
+			r.sendClient(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("too many subscriptions for this session (limit %d)", r.cfg.Limits.MaxSubsPerClient)})
+			return
+		}
+		ss.reqs[m.Req] = true
+	case *message.Unsubscribe:
+		delete(ss.subs, m.Sub)
+	}
+	r.node.Client(c, m)
+}
+
+// drain carries out everything the core asked for since the last call.
+func (r *Runtime) drain() {
+	for round := 0; round < 8; round++ {
+		rd := r.node.Ready()
+		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices) == 0 {
+			return
+		}
+		for _, n := range rd.Notices {
+			r.notice(n)
+		}
+		for _, peer := range rd.Closes {
+			if ls := r.links[peer]; ls != nil {
+				ls.l.Close("closed by the protocol")
+				delete(r.links, peer)
+				r.m.linkCloses.WithLabelValues("protocol").Inc()
+			}
+		}
+		for _, p := range rd.Dials {
+			r.dial(p)
+		}
+		for i := range rd.Messages {
+			r.sendPeer(rd.Messages[i].To, rd.Messages[i].Msg)
+		}
+		for i := range rd.ToClients {
+			r.sendClient(rd.ToClients[i].To, rd.ToClients[i].Msg)
+		}
+		// Inputs fed to the core while carrying out (LinkUp of a link
+		// already there, LinkDown of a slow link, ClientClose of a slow
+		// client) produced more outputs: another round, bounded because
+		// each round can only be caused by the previous one's failures.
+	}
+}
+
+func (r *Runtime) notice(n Notice) {
+	r.m.notices.WithLabelValues(string(n.Kind)).Inc()
+	ev := r.log.Info()
+	switch n.Kind {
+	case NoticeSuspected, NoticeGone, NoticeJoinFailed, NoticeGap, NoticeLinkRefused:
+		ev = r.log.Warn()
+	}
+	ev = ev.Str("notice", string(n.Kind))
+	if n.Peer != "" {
+		ev = ev.Str("peer", string(n.Peer))
+	}
+	if n.Detail != "" {
+		ev = ev.Str("detail", n.Detail)
+	}
+	ev.Msg("overlay " + string(n.Kind))
+	switch n.Kind {
+	case NoticeJoined:
+		r.joined.Store(true)
+		r.joinFailed = ""
+	case NoticeLeft:
+		r.left = true
+		r.joined.Store(false)
+	case NoticeJoinFailed:
+		r.joinFailed = n.Detail
+	}
+}
+
+func (r *Runtime) dial(p Peer) {
+	if ls := r.links[p.ID]; ls != nil {
+		if !ls.announced {
+			ls.announced = true
+			r.node.LinkUp(p.ID)
+			return
+		}
+		// The core asks for a link it was told is up: it must consider
+		// that one dead. Replace it.
+		ls.l.Close("core asked for a new link")
+		delete(r.links, p.ID)
+		r.m.linkCloses.WithLabelValues("redial").Inc()
+	}
+	if r.dialing[p.ID] {
+		return // the dial in flight will answer
+	}
+	r.dialing[p.ID] = true
+	ctx, tr, timeout := r.dialCtx, r.tr, r.dialTimeout()
+	go func() {
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		l, err := tr.Dial(dctx, p.ID, p.Addr)
+		switch {
+		case err != nil:
+			r.put(event{kind: evDialFailed, peer: p.ID, err: err})
+		case l.Peer() != p.ID:
+			// Another broker answers at that address now.
+			r.put(event{kind: evDialed, link: l})
+			r.put(event{kind: evDialFailed, peer: p.ID, err: fmt.Errorf("overlay: %s answered at %s instead of %s", l.Peer(), p.Addr, p.ID)})
+		default:
+			r.put(event{kind: evDialed, link: l})
+		}
+	}()
+}
+
+// sendPeer sends m on the link to peer; see Runtime for the policy when
+// the link's queue is full.
+func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
+	ls := r.links[peer]
+	if ls == nil || !ls.announced {
+		r.m.unroutable.WithLabelValues("peer").Inc()
+		r.log.Debug().Str("peer", string(peer)).Str("type", m.Type().String()).Msg("no link for a core output (link just went down)")
+		return
+	}
+	if ls.l.TrySend(m) {
+		r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
+		return
+	}
+	r.m.linkBlocked.Inc()
+	start := r.now()
+	deadline := start.Add(r.cfg.Limits.LinkBlock)
+	r.congested = deadline.Add(r.cfg.Limits.LinkBlock)
+	wait := 100 * time.Microsecond
+	for r.now().Before(deadline) {
+		time.Sleep(wait)
+		wait = min(2*wait, 5*time.Millisecond)
+		if ls.l.TrySend(m) {
+			r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
+			return
+		}
+	}
+	r.log.Warn().Str("peer", string(peer)).Dur("waited", r.now().Sub(start)).Msg("closing a slow link: its send queue stayed full")
+	ls.l.Close(fmt.Sprintf("slow peer: send queue full for %v", r.cfg.Limits.LinkBlock))
+	delete(r.links, peer)
+	r.m.linkCloses.WithLabelValues("slow peer").Inc()
+	r.node.LinkDown(peer)
+}
+
+// sendClient sends m to a client session; a client whose queue is full is
+// disconnected (see Runtime).
+func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
+	ss := r.sessions[c]
+	if ss == nil {
+		r.m.unroutable.WithLabelValues("client").Inc()
+		r.log.Debug().Uint64("client", uint64(c)).Str("type", m.Type().String()).Msg("no session for a core output (client just left)")
+		return
+	}
+	switch m := m.(type) {
+	case *message.Deliver:
+		if m.Time > 0 {
+			r.m.deliveryLatency.Observe(r.now().Sub(time.Unix(0, m.Time)).Seconds())
+		}
+	case *message.PubAck:
+		if m.Err != "" {
+			r.m.pubAckErrors.WithLabelValues(m.Err).Inc()
+		}
+	case *message.SubAck:
+		delete(ss.reqs, m.Req)
+		if m.Err == "" {
+			ss.subs[m.Sub] = true
+		}
+	case *message.UnsubAck:
+		delete(ss.subs, m.Sub)
+	}
+	if ss.s.TrySend(m) {
+		return
+	}
+	r.log.Warn().Uint64("client", uint64(c)).Int("queue", r.cfg.Limits.ClientSendQueue).Msg("disconnecting a slow consumer: its send queue is full")
+	ss.s.Close(fmt.Sprintf("slow consumer: %d messages queued and not read", r.cfg.Limits.ClientSendQueue))
+	r.m.clientDisconnects.WithLabelValues("slow consumer").Inc()
+	r.dropSession(c)
+	r.node.ClientClose(c)
+}
