@@ -1,0 +1,263 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// client is a simulated client session attached to one edge broker. A
+// client whose edge crashes is dead: it neither reconnects nor counts for
+// the guarantees.
+type client struct {
+	id      message.ClientID
+	name    string
+	edge    *broker
+	edgeInc int
+	dead    bool
+	pub     *publisher
+	sub     int // index in the log's subscriptions, or -1
+}
+
+// maxPublishRetries bounds the retries of one publication refused with
+// "backpressure"; at the bound the publisher gives up and stops (counted
+// in Stats.PublishErrors).
+const maxPublishRetries = 10000
+
+type publisher struct {
+	name        string
+	epoch       uint64
+	every       time.Duration
+	until       time.Duration
+	gen         func() []matching.Attr
+	next        uint64 // Seq of the next publication to send
+	inflight    bool
+	retries     int
+	current     *PubRecord
+	stopped     bool
+	edgeCrashed bool
+	records     []*PubRecord
+}
+
+func (s *Sim) newClient(name string, edge message.BrokerID) (*client, error) {
+	b, err := s.broker(edge)
+	if err != nil {
+		return nil, err
+	}
+	if b.state == stateCrashed {
+		return nil, fmt.Errorf("sim: client %s: edge %s is crashed", name, edge)
+	}
+	s.nextCID++
+	c := &client{id: s.nextCID, name: name, edge: b, edgeInc: b.inc, sub: -1}
+	s.clients[c.id] = c
+	b.clients = append(b.clients, c)
+	s.tracef("client %s (#%d) opens at %s", name, c.id, edge)
+	s.input(b, s.cfg.ClientDelay, func() { b.node.ClientOpen(c.id) })
+	return c, nil
+}
+
+// clientSend sends m from c to its edge.
+func (s *Sim) clientSend(c *client, m message.Message) {
+	if c.dead {
+		return
+	}
+	b := c.edge
+	if s.cfg.Trace != nil {
+		s.tracef("client %s -> %s %s %+v", c.name, b.id, m.Type(), m)
+	}
+	s.scheduleFor(s.now+s.cfg.ClientDelay, b, func() { b.node.Client(c.id, m) })
+}
+
+// toClient carries a message from broker b to one of its clients.
+func (s *Sim) toClient(b *broker, env ClientEnvelope) {
+	c := s.clients[env.To]
+	if c == nil || c.edge != b || c.edgeInc != b.inc {
+		s.stats.ClientMisses++
+		s.tracef("%s -> client #%d MISSED (unknown or foreign client) %s", b.id, env.To, env.Msg.Type())
+		return
+	}
+	m := env.Msg
+	inc := b.inc
+	s.schedule(s.now+s.cfg.ClientDelay, func() {
+		if c.dead || b.inc != inc {
+			return // the edge crashed: the session is gone
+		}
+		s.clientRecv(c, m)
+	})
+}
+
+func (s *Sim) clientRecv(c *client, m message.Message) {
+	if s.cfg.Trace != nil {
+		s.tracef("client %s <- %s %s %+v", c.name, c.edge.id, m.Type(), m)
+	}
+	switch m := m.(type) {
+	case *message.PubAck:
+		s.onPubAck(c, m)
+	case *message.SubAck:
+		s.onSubAck(c, m)
+	case *message.UnsubAck:
+	case *message.Deliver:
+		if c.sub < 0 {
+			s.stats.ClientMisses++
+			return
+		}
+		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: c.sub, SubID: m.Sub, Pub: m.Pub, Attrs: m.Attrs, At: s.now, PubTime: m.Time})
+	case *message.Gap:
+		if c.sub < 0 {
+			s.stats.ClientMisses++
+			return
+		}
+		s.log.Gaps = append(s.log.Gaps, GapRecord{Sub: c.sub, Gap: *m, At: s.now})
+	}
+}
+
+// AddPublisher attaches a publisher named name at edge. It publishes
+// gen() every period from now until the virtual time until, one
+// publication in flight at a time, retrying the same Seq on backpressure.
+func (s *Sim) AddPublisher(name string, edge message.BrokerID, every, until time.Duration, gen func() []matching.Attr) error {
+	if every <= 0 {
+		return fmt.Errorf("sim: publisher %s: period must be > 0", name)
+	}
+	c, err := s.newClient(name, edge)
+	if err != nil {
+		return err
+	}
+	c.pub = &publisher{name: name, epoch: 1, every: every, until: until, gen: gen, next: 1}
+	s.clientSend(c, &message.ClientHello{Publisher: name, Epoch: 1})
+	var tick func()
+	tick = func() {
+		p := c.pub
+		if c.dead || p.stopped || s.now >= p.until {
+			return
+		}
+		if !p.inflight {
+			if p.current == nil {
+				id := message.PubID{Publisher: name, Epoch: p.epoch, Seq: p.next}
+				p.current = s.log.AddPub(PubRecord{ID: id, Edge: edge, Attrs: gen(), SentAt: s.now, AckedAt: -1})
+				p.records = append(p.records, p.current)
+			}
+			p.inflight = true
+			s.clientSend(c, &message.Publish{Seq: p.current.ID.Seq, Attrs: p.current.Attrs, Time: int64(s.now)})
+		}
+		s.schedule(s.now+p.every, tick)
+	}
+	s.schedule(s.now+s.cfg.ClientDelay, tick)
+	return nil
+}
+
+func (s *Sim) onPubAck(c *client, m *message.PubAck) {
+	p := c.pub
+	if p == nil || p.current == nil || m.Seq < p.current.ID.Seq {
+		return // an ack of something already acknowledged
+	}
+	p.inflight = false
+	switch m.Err {
+	case "":
+		p.current.AckedAt = s.now
+		p.current = nil
+		p.next++
+		p.retries = 0
+	case "backpressure":
+		p.retries++
+		if p.retries > maxPublishRetries {
+			s.stats.PublishErrors++
+			p.stopped = true
+		}
+	default:
+		s.stats.PublishErrors++
+		s.tracef("client %s publish %d refused: %s", c.name, m.Seq, m.Err)
+		p.stopped = true
+	}
+}
+
+// StopPublishers ends every publisher's stream now.
+func (s *Sim) StopPublishers() {
+	for _, c := range s.clientList() {
+		if c.pub != nil {
+			c.pub.stopped = true
+		}
+	}
+}
+
+// AddSubscriber attaches a subscriber named name at edge and subscribes
+// with filter f.
+func (s *Sim) AddSubscriber(name string, edge message.BrokerID, f matching.Filter) error {
+	if s.log.SubIndex(name) >= 0 {
+		return fmt.Errorf("sim: subscriber %s already exists", name)
+	}
+	c, err := s.newClient(name, edge)
+	if err != nil {
+		return err
+	}
+	c.sub = s.log.AddSub(SubRecord{Name: name, Edge: edge, Filter: f, SubscribedAt: s.now, ConfirmedAt: -1, UnsubAt: -1})
+	s.clientSend(c, &message.Subscribe{Req: uint64(c.id), Filter: f})
+	return nil
+}
+
+func (s *Sim) onSubAck(c *client, m *message.SubAck) {
+	if c.sub < 0 {
+		return
+	}
+	r := s.log.Subs[c.sub]
+	if m.Err != "" {
+		r.Err = m.Err
+		return
+	}
+	if !r.HasID {
+		r.ID, r.HasID = m.Sub, true
+	}
+	if m.Confirmed && r.ConfirmedAt < 0 {
+		r.ConfirmedAt = s.now
+	}
+}
+
+// Unsubscribe withdraws the subscription of subscriber name.
+func (s *Sim) Unsubscribe(name string) error {
+	i := s.log.SubIndex(name)
+	if i < 0 {
+		return fmt.Errorf("sim: unknown subscriber %s", name)
+	}
+	r := s.log.Subs[i]
+	if !r.HasID {
+		return fmt.Errorf("sim: unsubscribe %s: not acknowledged yet", name)
+	}
+	if r.UnsubAt >= 0 {
+		return fmt.Errorf("sim: unsubscribe %s: already unsubscribed", name)
+	}
+	for _, c := range s.clientList() {
+		if c.sub == i {
+			r.UnsubAt = s.now
+			s.clientSend(c, &message.Unsubscribe{Sub: r.ID})
+			return nil
+		}
+	}
+	return fmt.Errorf("sim: unknown subscriber %s", name)
+}
+
+// Confirmed reports whether subscriber name's subscription is confirmed.
+func (s *Sim) Confirmed(name string) bool {
+	i := s.log.SubIndex(name)
+	return i >= 0 && s.log.Subs[i].ConfirmedAt >= 0
+}
+
+// AllConfirmed reports whether every live subscription is confirmed.
+func (s *Sim) AllConfirmed() bool {
+	for _, r := range s.log.Subs {
+		if !r.Excluded && r.ConfirmedAt < 0 && r.Err == "" && r.UnsubAt < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Sim) clientList() []*client {
+	out := make([]*client, 0, len(s.clients))
+	for id := message.ClientID(1); id <= s.nextCID; id++ {
+		if c := s.clients[id]; c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}

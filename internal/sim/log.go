@@ -1,0 +1,349 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// Log is the record of a run that the checkers judge: every publication a
+// publisher sent, every subscription, every delivery and gap notice, and
+// the problems found while running (queue over its bound, undrained queue).
+// It can also be built by hand (the checkers' self-tests do).
+type Log struct {
+	Pubs       []*PubRecord
+	Subs       []*SubRecord
+	Deliveries []Delivery
+	Gaps       []GapRecord
+
+	// QueueOverBound and Undrained are filled by the simulator.
+	QueueOverBound []string
+	Undrained      []string
+
+	pubIdx map[message.PubID]int
+	subIdx map[string]int // by subscriber name
+}
+
+// PubRecord is one publication as its publisher saw it.
+type PubRecord struct {
+	ID        message.PubID
+	Edge      message.BrokerID
+	Attrs     []matching.Attr
+	SentAt    time.Duration // first Publish sent
+	AckedAt   time.Duration // PubAck without error received; -1 if never
+	Excluded  bool          // the publisher's edge crashed during the run
+	excludeBy string
+}
+
+// SubRecord is one subscription as its subscriber saw it.
+type SubRecord struct {
+	Name         string
+	Edge         message.BrokerID
+	Filter       matching.Filter
+	ID           message.SubID
+	HasID        bool
+	SubscribedAt time.Duration
+	ConfirmedAt  time.Duration // SubAck{Confirmed} received; -1 if never
+	UnsubAt      time.Duration // Unsubscribe sent; -1 if never
+	Err          string
+	Excluded     bool // the subscriber's edge crashed during the run
+}
+
+// Delivery is one Deliver received by a subscriber.
+type Delivery struct {
+	Sub     int           // index in Log.Subs
+	SubID   message.SubID // as carried by the Deliver
+	Pub     message.PubID
+	Attrs   []matching.Attr
+	At      time.Duration // received by the subscriber
+	PubTime int64         // the publisher's clock when publishing (ns of virtual time)
+}
+
+// GapRecord is one Gap notice received by a subscriber.
+type GapRecord struct {
+	Sub int
+	Gap message.Gap
+	At  time.Duration
+}
+
+func newLog() *Log {
+	return &Log{pubIdx: map[message.PubID]int{}, subIdx: map[string]int{}}
+}
+
+// NewLog returns an empty log (for hand-made logs).
+func NewLog() *Log { return newLog() }
+
+// AddPub records a publication; it returns the existing record for a
+// PubID already known (a retry).
+func (l *Log) AddPub(p PubRecord) *PubRecord {
+	if i, ok := l.pubIdx[p.ID]; ok {
+		return l.Pubs[i]
+	}
+	rec := p
+	l.pubIdx[p.ID] = len(l.Pubs)
+	l.Pubs = append(l.Pubs, &rec)
+	return &rec
+}
+
+// Pub returns the record of id, or nil.
+func (l *Log) Pub(id message.PubID) *PubRecord {
+	if i, ok := l.pubIdx[id]; ok {
+		return l.Pubs[i]
+	}
+	return nil
+}
+
+// AddSub records a subscription and returns its index.
+func (l *Log) AddSub(r SubRecord) int {
+	rec := r
+	l.subIdx[r.Name] = len(l.Subs)
+	l.Subs = append(l.Subs, &rec)
+	return len(l.Subs) - 1
+}
+
+// SubIndex returns the index of the subscription named name, or -1.
+func (l *Log) SubIndex(name string) int {
+	if i, ok := l.subIdx[name]; ok {
+		return i
+	}
+	return -1
+}
+
+func (l *Log) excludeClient(c *client) {
+	if c.pub != nil {
+		c.pub.edgeCrashed = true
+		for _, r := range c.pub.records {
+			r.Excluded = true
+		}
+	}
+	if c.sub >= 0 {
+		l.Subs[c.sub].Excluded = true
+	}
+}
+
+const maxDetails = 20
+
+func (l *Log) problem(list *[]string, format string, args ...any) {
+	if len(*list) < maxDetails {
+		*list = append(*list, fmt.Sprintf(format, args...))
+	} else if len(*list) == maxDetails {
+		*list = append(*list, "...")
+	}
+}
+
+// Report is the checkers' verdict on a log.
+type Report struct {
+	Published      int // publications acknowledged to their publisher
+	Subscriptions  int
+	ExcludedSubs   int // subscriptions whose edge crashed: no guarantee
+	ExcludedPubs   int // publications whose publisher's edge crashed: no guarantee
+	Guaranteed     int // (subscription, publication) pairs PROTOCOL §1 guarantees
+	Delivered      int // deliveries received (all, guaranteed or not)
+	Lost           int // guaranteed and never delivered
+	GapCovered     int // lost but covered by a Gap notice to that subscription
+	SilentLost     int // lost and not covered by a Gap notice
+	Duplicates     int // a (subscription, publication) delivered more than once
+	Reordered      int // a delivery whose Seq is not above the last of its source
+	Spurious       int // delivered but not matching, unknown, altered or misaddressed
+	GapNotices     int
+	QueueOverBound int
+	Undrained      int
+	Unconfirmed    int // subscriptions never confirmed (not a failure by itself)
+	PerSub         []SubReport
+	Details        []string
+}
+
+// SubReport is the verdict for one subscription.
+type SubReport struct {
+	Name       string
+	Edge       message.BrokerID
+	Filter     string
+	Excluded   bool
+	Confirmed  bool
+	Guaranteed int
+	Delivered  int
+	Lost       int
+	Gaps       int
+}
+
+// Failed reports whether the run broke a guarantee: within δ every loss
+// counts; beyond δ only duplicates, reordering, spurious deliveries and
+// silent loss do.
+func (r Report) Failed(beyond bool) bool {
+	bad := r.Duplicates + r.Reordered + r.Spurious
+	if beyond {
+		return bad+r.SilentLost > 0
+	}
+	return bad+r.Lost+r.Undrained+r.QueueOverBound > 0
+}
+
+// Match decides whether a publication matches a filter for the oracle. It
+// defaults to a small exact matcher of the predicates the simulator's
+// workloads use (see match.go).
+var Match = simpleMatch
+
+// Check judges the log: exactly once, per-source FIFO, no spurious
+// delivery, no loss of a guaranteed delivery, and which losses are covered
+// by gap notices.
+func (l *Log) Check() Report {
+	var r Report
+	for _, p := range l.Pubs {
+		if p.AckedAt >= 0 {
+			r.Published++
+			if p.Excluded {
+				r.ExcludedPubs++
+			}
+		}
+	}
+	r.Subscriptions = len(l.Subs)
+	r.Delivered = len(l.Deliveries)
+	r.GapNotices = len(l.Gaps)
+	r.QueueOverBound = len(l.QueueOverBound)
+	r.Undrained = len(l.Undrained)
+	r.Details = append(r.Details, l.QueueOverBound...)
+	r.Details = append(r.Details, l.Undrained...)
+	detail := func(format string, args ...any) { l.problemTo(&r.Details, format, args...) }
+
+	type seen struct {
+		got  map[message.PubID]bool
+		last map[message.Source]uint64
+	}
+	per := make([]seen, len(l.Subs))
+	for i := range per {
+		per[i] = seen{got: map[message.PubID]bool{}, last: map[message.Source]uint64{}}
+	}
+	r.PerSub = make([]SubReport, len(l.Subs))
+	for i, sr := range l.Subs {
+		r.PerSub[i] = SubReport{Name: sr.Name, Edge: sr.Edge, Filter: fmtFilter(sr.Filter), Excluded: sr.Excluded, Confirmed: sr.ConfirmedAt >= 0}
+	}
+	for _, d := range l.Deliveries {
+		if d.Sub < 0 || d.Sub >= len(l.Subs) {
+			r.Spurious++
+			detail("delivery of %s to an unknown subscription index %d", d.Pub, d.Sub)
+			continue
+		}
+		sr := l.Subs[d.Sub]
+		ps := &per[d.Sub]
+		r.PerSub[d.Sub].Delivered++
+		if ps.got[d.Pub] {
+			r.Duplicates++
+			detail("duplicate: %s delivered again to %s (%s) at %s", d.Pub, sr.Name, d.SubID, fmtTime(d.At))
+			continue
+		}
+		ps.got[d.Pub] = true
+		src := d.Pub.Source()
+		if last, ok := ps.last[src]; ok && d.Pub.Seq <= last {
+			r.Reordered++
+			detail("reorder: %s delivered to %s after seq %d of the same source at %s", d.Pub, sr.Name, last, fmtTime(d.At))
+		} else {
+			ps.last[src] = d.Pub.Seq
+		}
+		p := l.Pub(d.Pub)
+		switch {
+		case sr.HasID && d.SubID != sr.ID:
+			r.Spurious++
+			detail("misaddressed: %s for %s delivered to %s (%s)", d.Pub, d.SubID, sr.Name, sr.ID)
+		case p == nil:
+			r.Spurious++
+			detail("unknown publication %s delivered to %s", d.Pub, sr.Name)
+		case !Match(sr.Filter, p.Attrs):
+			r.Spurious++
+			detail("non-matching: %s %s delivered to %s %s", d.Pub, fmtAttrs(p.Attrs), sr.Name, fmtFilter(sr.Filter))
+		case d.Attrs != nil && !sameAttrs(d.Attrs, p.Attrs):
+			r.Spurious++
+			detail("altered: %s delivered to %s as %s, published as %s", d.Pub, sr.Name, fmtAttrs(d.Attrs), fmtAttrs(p.Attrs))
+		}
+	}
+
+	gaps := make(map[int][]message.Gap)
+	for _, g := range l.Gaps {
+		gaps[g.Sub] = append(gaps[g.Sub], g.Gap)
+		if g.Sub >= 0 && g.Sub < len(l.Subs) {
+			r.PerSub[g.Sub].Gaps++
+		}
+	}
+	// The oracle: which (subscription, publication) pairs PROTOCOL §1
+	// guarantees. Publications in publication order for stable details.
+	for si, sr := range l.Subs {
+		if sr.Excluded {
+			r.ExcludedSubs++
+			continue
+		}
+		if sr.ConfirmedAt < 0 {
+			r.Unconfirmed++
+			continue
+		}
+		for _, p := range l.Pubs {
+			if p.Excluded || p.AckedAt < 0 || p.AckedAt <= sr.ConfirmedAt {
+				continue
+			}
+			if sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
+				continue
+			}
+			if !Match(sr.Filter, p.Attrs) {
+				continue
+			}
+			r.Guaranteed++
+			r.PerSub[si].Guaranteed++
+			if per[si].got[p.ID] {
+				continue
+			}
+			r.Lost++
+			r.PerSub[si].Lost++
+			if covered(gaps[si], sr.ID, p.ID) {
+				r.GapCovered++
+				detail("lost (gap notified): %s for %s", p.ID, sr.Name)
+			} else {
+				r.SilentLost++
+				detail("lost: %s (acked %s) never delivered to %s at %s %s (confirmed %s)", p.ID, fmtTime(p.AckedAt), sr.Name, sr.Edge, fmtFilter(sr.Filter), fmtTime(sr.ConfirmedAt))
+			}
+		}
+	}
+	return r
+}
+
+func (l *Log) problemTo(list *[]string, format string, args ...any) { l.problem(list, format, args...) }
+
+func covered(gs []message.Gap, sub message.SubID, id message.PubID) bool {
+	for _, g := range gs {
+		if g.Sub != sub || g.Source != id.Source() {
+			continue
+		}
+		if id.Seq >= g.From && (g.To == 0 || id.Seq <= g.To) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameAttrs(a, b []matching.Attr) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Delays returns every delivery's delay (receipt minus publication time),
+// by the publication time, sorted by publication time.
+func (l *Log) Delays() []DelaySample {
+	out := make([]DelaySample, 0, len(l.Deliveries))
+	for _, d := range l.Deliveries {
+		out = append(out, DelaySample{Published: time.Duration(d.PubTime), Delay: d.At - time.Duration(d.PubTime)})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Published < out[j].Published })
+	return out
+}
+
+// DelaySample is one delivery's publication time and delay.
+type DelaySample struct {
+	Published time.Duration
+	Delay     time.Duration
+}

@@ -1,0 +1,527 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// A scenario file is a short script, one command per line (# starts a
+// comment), then a line "----", then the expected outcome, which
+// `go test ./internal/sim -rewrite` regenerates. Commands:
+//
+//	config key=value ...        before anything else: delta, seed, tick, heartbeat, failure,
+//	                            dack, gone (ticks), delay, jitter, dialtimeout, linkdown
+//	                            (a duration or "never"), maxqueue
+//	tree chain=N | tree random=N [degree=D] | tree B1-B2 B2-B3 ...
+//	                            create the brokers and join them one after another
+//	join B9 via B3 [B2 ...]     a new broker joins now (does not wait)
+//	wait joined B9 | wait confirmed [S1 ...]   [max=DURATION]
+//	subscribe S1 B6 class=a x<5 | subscribe S1 B6 random
+//	subscribers N               N random subscriptions S1..SN at random brokers
+//	publish P1 B1 every=20ms for=2s [class=a x=3 ...]   (random attributes if none)
+//	unsubscribe S1
+//	crash B3 [B4 ...] | restart B3 [via B2 ...] | freeze B5 ... | resume B5 ...
+//	cut B2 B3 | heal B2 B3
+//	run DURATION                advance virtual time
+//	settle [for=DURATION]       stop publishing, run, then check that every queue drained
+//	beyond                      the scenario exceeds δ: judge it by the beyond-δ rules
+type Scenario struct {
+	Name     string
+	Script   string // the text before "----", kept verbatim for -rewrite
+	Expected string
+	lines    []scriptLine
+}
+
+type scriptLine struct {
+	n     int
+	words []string
+}
+
+// ParseScenario reads a scenario file.
+func ParseScenario(name, text string) (*Scenario, error) {
+	sc := &Scenario{Name: name}
+	all := strings.SplitAfter(text, "\n")
+	sep := -1
+	for i, l := range all {
+		if strings.TrimSpace(l) == "----" {
+			sep = i
+			break
+		}
+	}
+	scriptLines := all
+	if sep >= 0 {
+		scriptLines = all[:sep]
+		sc.Expected = strings.Join(all[sep+1:], "")
+	}
+	sc.Script = strings.Join(scriptLines, "")
+	for i, l := range scriptLines {
+		if j := strings.IndexByte(l, '#'); j >= 0 {
+			l = l[:j]
+		}
+		w := strings.Fields(l)
+		if len(w) == 0 {
+			continue
+		}
+		sc.lines = append(sc.lines, scriptLine{n: i + 1, words: w})
+	}
+	if len(sc.lines) == 0 {
+		return nil, fmt.Errorf("sim: %s: empty script", name)
+	}
+	return sc, nil
+}
+
+// Format returns the file text with outcome as the expected outcome.
+func (sc *Scenario) Format(outcome string) string {
+	return sc.Script + "----\n" + outcome
+}
+
+// ScenarioResult is what running a scenario produced.
+type ScenarioResult struct {
+	Outcome string
+	Report  Report
+	Beyond  bool
+	Stats   Stats
+}
+
+type runner struct {
+	sc      *Scenario
+	cfg     Config
+	s       *Sim
+	tree    Tree
+	beyond  bool
+	events  []string
+	w       Workload
+	pubGens int
+}
+
+// RunScenario runs sc with nodes from factory; trace, when not nil,
+// receives the trace.
+func RunScenario(sc *Scenario, factory NodeFactory, trace io.Writer) (*ScenarioResult, error) {
+	r := &runner{sc: sc, cfg: DefaultConfig(), w: DefaultWorkload()}
+	r.cfg.NewNode = factory
+	r.cfg.Trace = trace
+	for _, l := range sc.lines {
+		if err := r.exec(l); err != nil {
+			return nil, fmt.Errorf("sim: %s:%d: %s: %w", sc.Name, l.n, l.words[0], err)
+		}
+	}
+	if r.s == nil {
+		return nil, fmt.Errorf("sim: %s: no tree was built", sc.Name)
+	}
+	rep := r.s.Log().Check()
+	res := &ScenarioResult{Report: rep, Beyond: r.beyond, Stats: r.s.Stats()}
+	res.Outcome = r.outcome(rep)
+	return res, nil
+}
+
+func (r *runner) sim() (*Sim, error) {
+	if r.s == nil {
+		return nil, fmt.Errorf("build the tree first")
+	}
+	return r.s, nil
+}
+
+// kv splits key=value words from the others.
+func kv(words []string) (map[string]string, []string) {
+	m := map[string]string{}
+	var rest []string
+	for _, w := range words {
+		if i := strings.IndexByte(w, '='); i > 0 && !strings.ContainsAny(w[:i], "<>!") && isKey(w[:i]) {
+			m[w[:i]] = w[i+1:]
+			continue
+		}
+		rest = append(rest, w)
+	}
+	return m, rest
+}
+
+func isKey(k string) bool {
+	switch k {
+	case "every", "for", "max", "chain", "random", "degree":
+		return true
+	}
+	return false
+}
+
+func parseDur(key, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s: %q is not a duration (e.g. 500ms, 2s)", key, v)
+	}
+	return d, nil
+}
+
+func ids(words []string) []message.BrokerID {
+	out := make([]message.BrokerID, len(words))
+	for i, w := range words {
+		out[i] = message.BrokerID(w)
+	}
+	return out
+}
+
+func (r *runner) note(format string, args ...any) {
+	r.events = append(r.events, fmt.Sprintf("%s ", fmtTime(r.s.Now()))+fmt.Sprintf(format, args...))
+}
+
+func (r *runner) exec(l scriptLine) error {
+	cmd, args := l.words[0], l.words[1:]
+	if cmd == "config" {
+		if r.s != nil {
+			return fmt.Errorf("config must come before the tree")
+		}
+		return r.config(args)
+	}
+	if cmd == "tree" {
+		return r.buildTree(args)
+	}
+	s, err := r.sim()
+	if err != nil {
+		return err
+	}
+	opts, rest := kv(args)
+	switch cmd {
+	case "join":
+		if len(rest) < 3 || rest[1] != "via" {
+			return fmt.Errorf("want: join NEW via JOINPOINT [...]")
+		}
+		id := message.BrokerID(rest[0])
+		if err := r.tree.Add(message.BrokerID(rest[2]), id); err != nil {
+			return err
+		}
+		if err := s.AddBroker(id); err != nil {
+			return err
+		}
+		return s.Join(id, ids(rest[2:])...)
+	case "wait":
+		max := 2 * time.Second
+		if v, ok := opts["max"]; ok {
+			if max, err = parseDur("max", v); err != nil {
+				return err
+			}
+		}
+		if len(rest) == 0 {
+			return fmt.Errorf("want: wait joined B | wait confirmed [S ...]")
+		}
+		var cond func() bool
+		switch rest[0] {
+		case "joined":
+			if len(rest) != 2 {
+				return fmt.Errorf("want: wait joined BROKER")
+			}
+			cond = func() bool { return s.Joined(message.BrokerID(rest[1])) }
+		case "confirmed":
+			names := rest[1:]
+			for _, n := range names {
+				if s.Log().SubIndex(n) < 0 {
+					return fmt.Errorf("unknown subscriber %s", n)
+				}
+			}
+			cond = func() bool {
+				if len(names) == 0 {
+					return s.AllConfirmed()
+				}
+				for _, n := range names {
+					if !s.Confirmed(n) {
+						return false
+					}
+				}
+				return true
+			}
+		default:
+			return fmt.Errorf("wait %s: want joined or confirmed", rest[0])
+		}
+		ok, err := s.RunUntilCond(max, cond)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			r.note("wait %s: not reached within %v", strings.Join(rest, " "), max)
+		}
+		return nil
+	case "subscribe":
+		if len(rest) < 3 {
+			return fmt.Errorf("want: subscribe NAME BROKER class=... | random")
+		}
+		var f matching.Filter
+		if rest[2] == "random" {
+			f = r.w.Filter(s.Rand())
+		} else if f, err = parseFilter(rest[2:]); err != nil {
+			return err
+		}
+		return s.AddSubscriber(rest[0], message.BrokerID(rest[1]), f)
+	case "subscribers":
+		if len(rest) != 1 {
+			return fmt.Errorf("want: subscribers N")
+		}
+		n, err := strconv.Atoi(rest[0])
+		if err != nil || n < 1 || n > 100000 {
+			return fmt.Errorf("N must be 1..100000")
+		}
+		brokers := s.Brokers()
+		for i := 1; i <= n; i++ {
+			if err := s.AddSubscriber(fmt.Sprintf("S%d", i), brokers[s.Rand().IntN(len(brokers))], r.w.Filter(s.Rand())); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "publish":
+		if len(rest) < 2 {
+			return fmt.Errorf("want: publish NAME BROKER every=D for=D [attrs]")
+		}
+		every, dur := 20*time.Millisecond, time.Second
+		if v, ok := opts["every"]; ok {
+			if every, err = parseDur("every", v); err != nil {
+				return err
+			}
+		}
+		if v, ok := opts["for"]; ok {
+			if dur, err = parseDur("for", v); err != nil {
+				return err
+			}
+		}
+		var gen func() []matching.Attr
+		if len(rest) > 2 {
+			as, err := parseAttrs(rest[2:])
+			if err != nil {
+				return err
+			}
+			gen = func() []matching.Attr { return as }
+		} else {
+			gen = func() []matching.Attr { return r.w.Publication(s.Rand()) }
+		}
+		return s.AddPublisher(rest[0], message.BrokerID(rest[1]), every, s.Now()+dur, gen)
+	case "unsubscribe":
+		for _, n := range rest {
+			if err := s.Unsubscribe(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "crash", "freeze", "resume":
+		if len(rest) == 0 {
+			return fmt.Errorf("name at least one broker")
+		}
+		for _, id := range ids(rest) {
+			var err error
+			switch cmd {
+			case "crash":
+				err = s.Crash(id)
+			case "freeze":
+				err = s.Freeze(id)
+			default:
+				err = s.Resume(id)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	case "restart":
+		if len(rest) == 0 {
+			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
+		}
+		id := message.BrokerID(rest[0])
+		jps := r.tree.Neighbours(id)
+		if len(rest) > 2 && rest[1] == "via" {
+			jps = ids(rest[2:])
+		} else if len(rest) != 1 {
+			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
+		}
+		return s.Restart(id, jps...)
+	case "cut", "heal":
+		if len(rest) != 2 {
+			return fmt.Errorf("want: %s BROKER BROKER", cmd)
+		}
+		if cmd == "cut" {
+			return s.Cut(message.BrokerID(rest[0]), message.BrokerID(rest[1]))
+		}
+		return s.Heal(message.BrokerID(rest[0]), message.BrokerID(rest[1]))
+	case "run":
+		if len(rest) != 1 {
+			return fmt.Errorf("want: run DURATION")
+		}
+		d, err := parseDur("run", rest[0])
+		if err != nil {
+			return err
+		}
+		return s.RunFor(d)
+	case "settle":
+		d := 2 * time.Second
+		if v, ok := opts["for"]; ok {
+			if d, err = parseDur("for", v); err != nil {
+				return err
+			}
+		}
+		s.StopPublishers()
+		if err := s.RunFor(d); err != nil {
+			return err
+		}
+		s.CheckDrained()
+		return nil
+	case "beyond":
+		r.beyond = true
+		return nil
+	}
+	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, freeze, resume, cut, heal, run, settle, beyond)")
+}
+
+func (r *runner) config(args []string) error {
+	for _, a := range args {
+		i := strings.IndexByte(a, '=')
+		if i <= 0 {
+			return fmt.Errorf("%q: want key=value", a)
+		}
+		k, v := a[:i], a[i+1:]
+		atoi := func() (int, error) {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return 0, fmt.Errorf("%s: %q is not a non-negative integer", k, v)
+			}
+			return n, nil
+		}
+		var err error
+		switch k {
+		case "delta":
+			r.cfg.Delta, err = atoi()
+		case "seed":
+			var n int
+			n, err = atoi()
+			r.cfg.Seed = int64(n)
+		case "heartbeat":
+			r.cfg.HeartbeatTicks, err = atoi()
+		case "failure":
+			r.cfg.FailureTicks, err = atoi()
+		case "dack":
+			r.cfg.DACKTicks, err = atoi()
+		case "gone":
+			r.cfg.GoneAfterTicks, err = atoi()
+		case "maxqueue":
+			r.cfg.MaxQueue, err = atoi()
+		case "tick":
+			r.cfg.Tick, err = parseDur(k, v)
+		case "delay":
+			r.cfg.LinkDelay, err = parseDur(k, v)
+		case "jitter":
+			r.cfg.LinkJitter, err = parseDur(k, v)
+		case "dialtimeout":
+			r.cfg.DialTimeout, err = parseDur(k, v)
+		case "linkdown":
+			if v == "never" {
+				r.cfg.LinkDownAfter = -1
+			} else {
+				r.cfg.LinkDownAfter, err = parseDur(k, v)
+			}
+		default:
+			return fmt.Errorf("unknown key %q (want delta, seed, tick, heartbeat, failure, dack, gone, delay, jitter, dialtimeout, linkdown, maxqueue)", k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runner) buildTree(args []string) error {
+	if r.s != nil {
+		return fmt.Errorf("only one tree per scenario (use join to add brokers)")
+	}
+	opts, rest := kv(args)
+	s, err := New(r.cfg)
+	if err != nil {
+		return err
+	}
+	r.s = s
+	switch {
+	case opts["chain"] != "":
+		n, err := strconv.Atoi(opts["chain"])
+		if err != nil || n < 1 || n > 10000 {
+			return fmt.Errorf("chain=N: N must be 1..10000")
+		}
+		r.tree = NewTree("B1")
+		for i := 2; i <= n; i++ {
+			_ = r.tree.Add(message.BrokerID(fmt.Sprintf("B%d", i-1)), message.BrokerID(fmt.Sprintf("B%d", i)))
+		}
+	case opts["random"] != "":
+		n, err := strconv.Atoi(opts["random"])
+		if err != nil || n < 1 || n > 10000 {
+			return fmt.Errorf("random=N: N must be 1..10000")
+		}
+		deg := 4
+		if v := opts["degree"]; v != "" {
+			if deg, err = strconv.Atoi(v); err != nil || deg < 1 {
+				return fmt.Errorf("degree=D: D must be ≥ 1")
+			}
+		}
+		r.tree = RandomTree(s.Rand(), n, deg)
+	default:
+		if len(rest) == 0 {
+			return fmt.Errorf("want: tree chain=N | tree random=N | tree A-B B-C ...")
+		}
+		for i, e := range rest {
+			p := strings.Split(e, "-")
+			if len(p) != 2 || p[0] == "" || p[1] == "" {
+				return fmt.Errorf("edge %q: want PARENT-CHILD", e)
+			}
+			if i == 0 {
+				r.tree = NewTree(message.BrokerID(p[0]))
+			}
+			if err := r.tree.Add(message.BrokerID(p[0]), message.BrokerID(p[1])); err != nil {
+				return err
+			}
+		}
+	}
+	return s.BuildTree(r.tree, 2*time.Second)
+}
+
+func (r *runner) outcome(rep Report) string {
+	var b strings.Builder
+	st := r.s.Stats()
+	fmt.Fprintf(&b, "brokers=%d delta=%d virtual=%s\n", len(r.s.Brokers()), r.cfg.Delta, fmtTime(r.s.Now()))
+	for _, e := range r.events {
+		fmt.Fprintf(&b, "event: %s\n", e)
+	}
+	fmt.Fprintf(&b, "published=%d subscriptions=%d excluded_subs=%d excluded_pubs=%d unconfirmed=%d\n",
+		rep.Published, rep.Subscriptions, rep.ExcludedSubs, rep.ExcludedPubs, rep.Unconfirmed)
+	fmt.Fprintf(&b, "guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d gap_notices=%d undrained=%d over_bound=%d\n",
+		rep.Guaranteed, rep.Delivered, rep.Lost, rep.GapCovered, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.GapNotices, rep.Undrained, rep.QueueOverBound)
+	for _, ps := range rep.PerSub {
+		state := ""
+		if ps.Excluded {
+			state = " (edge crashed: excluded)"
+		} else if !ps.Confirmed {
+			state = " (never confirmed)"
+		}
+		fmt.Fprintf(&b, "sub %s at %s [%s]%s: guaranteed=%d delivered=%d lost=%d gaps=%d\n",
+			ps.Name, ps.Edge, ps.Filter, state, ps.Guaranteed, ps.Delivered, ps.Lost, ps.Gaps)
+	}
+	kinds := make([]string, 0, len(st.Notices))
+	for k := range st.Notices {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s=%d", k, st.Notices[k])
+	}
+	fmt.Fprintf(&b, "notices: %s\n", strings.Join(parts, " "))
+	rule := "within δ"
+	if r.beyond {
+		rule = "beyond δ"
+	}
+	if rep.Failed(r.beyond) {
+		fmt.Fprintf(&b, "verdict: FAIL (%s)\n", rule)
+		for _, d := range rep.Details {
+			fmt.Fprintf(&b, "  %s\n", d)
+		}
+	} else {
+		fmt.Fprintf(&b, "verdict: PASS (%s)\n", rule)
+	}
+	return b.String()
+}

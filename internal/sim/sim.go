@@ -1,0 +1,807 @@
+// Package sim is the deterministic simulator of deltapub: many protocol
+// nodes over a seeded in-memory network in virtual time, with faults
+// (crash, crash and restart, freeze and resume, cut and heal a link),
+// publishers and subscribers, a trace, and checkers for the guarantees of
+// PROTOCOL.md section 1 (exactly once, per-source FIFO, no loss within δ,
+// no silent loss beyond δ, queues bounded and drained).
+//
+// Everything runs in one goroutine from one seed: no wall clock, no
+// goroutines, no global randomness. A run is replayed exactly from its seed.
+// See docs/simulator.md.
+package sim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// Config is the simulated environment and the protocol parameters given to
+// every node. Durations are virtual time.
+type Config struct {
+	Seed  int64
+	Delta int
+	// Tick is the virtual time between two Tick() calls of one node.
+	Tick time.Duration
+	// TickPhases offsets each broker's ticks by a random fraction of Tick,
+	// so that brokers do not act in lock step (as real ones do not).
+	TickPhases bool
+
+	HeartbeatTicks int
+	FailureTicks   int
+	DACKTicks      int
+	GoneAfterTicks int
+	MaxQueue       int
+
+	// LinkDelay is the one-way delay of every link; each message adds a
+	// uniform jitter in [0, LinkJitter). FIFO per link is kept regardless.
+	LinkDelay  time.Duration
+	LinkJitter time.Duration
+	// A dial takes one round trip (2 × LinkDelay) to succeed; a dial to a
+	// crashed, frozen or cut-off peer fails after DialTimeout.
+	DialTimeout time.Duration
+	// LinkDownAfter is how long after a crash or cut the surviving end is
+	// told LinkDown (an idle timeout). Negative: never; the core must
+	// detect the failure by its heartbeats.
+	LinkDownAfter time.Duration
+	// ClientDelay is the one-way delay between a client and its edge.
+	ClientDelay time.Duration
+	// SampleEvery is how often queue lengths are sampled for the bound
+	// check and the statistics (0: never).
+	SampleEvery time.Duration
+	// MaxEvents bounds a run: past it the run stops with ErrEventBound.
+	MaxEvents int64
+
+	NewNode NodeFactory
+	// Trace, when set, receives one readable line per message, fault,
+	// delivery and notice.
+	Trace io.Writer
+}
+
+// DefaultConfig is a LAN-like setup with testbed-speed failure detection:
+// 10 ms ticks, heartbeats every 20 ms, suspicion after 100 ms of silence.
+func DefaultConfig() Config {
+	return Config{
+		Seed:           1,
+		Delta:          2,
+		Tick:           10 * time.Millisecond,
+		TickPhases:     true,
+		HeartbeatTicks: 2,   // 20 ms: several heartbeats per failure timeout
+		FailureTicks:   10,  // 100 ms: 5 missed heartbeats before suspicion
+		DACKTicks:      5,   // 50 ms: purging lags publishing by a few DACK periods
+		GoneAfterTicks: 300, // 3 s: 30 × the failure timeout (PROTOCOL §6 "gone_after")
+		MaxQueue:       100000,
+		LinkDelay:      2 * time.Millisecond,
+		LinkJitter:     time.Millisecond,
+		DialTimeout:    50 * time.Millisecond,
+		LinkDownAfter:  -1,
+		ClientDelay:    100 * time.Microsecond,
+		SampleEvery:    50 * time.Millisecond,
+		MaxEvents:      50_000_000,
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Delta < 1:
+		return fmt.Errorf("sim: Delta must be ≥ 1, got %d", c.Delta)
+	case c.Tick <= 0:
+		return fmt.Errorf("sim: Tick must be > 0, got %v", c.Tick)
+	case c.LinkDelay < 0 || c.LinkJitter < 0 || c.ClientDelay < 0:
+		return errors.New("sim: LinkDelay, LinkJitter and ClientDelay must be ≥ 0")
+	case c.DialTimeout < 2*c.LinkDelay:
+		return fmt.Errorf("sim: DialTimeout %v shorter than a round trip %v", c.DialTimeout, 2*c.LinkDelay)
+	case c.NewNode == nil:
+		return errors.New("sim: NewNode is nil")
+	case c.MaxEvents <= 0:
+		return errors.New("sim: MaxEvents must be > 0")
+	}
+	return nil
+}
+
+// ErrEventBound is returned when a run exceeds Config.MaxEvents.
+var ErrEventBound = errors.New("sim: event bound reached (livelock or run too long)")
+
+type brokerState uint8
+
+const (
+	stateUp brokerState = iota
+	stateFrozen
+	stateCrashed
+)
+
+func (s brokerState) String() string {
+	return [...]string{"up", "frozen", "crashed"}[s]
+}
+
+type broker struct {
+	id    message.BrokerID
+	addr  string
+	node  Node
+	inc   int // incarnation counter: bumped on crash, invalidates events
+	epoch uint64
+	state brokerState
+	// pending holds the inputs that reached the broker while frozen, in
+	// arrival order; they are processed when it resumes.
+	pending     []*event
+	everCrashed bool
+	joined      bool
+	clients     []*client
+	maxQueue    int
+}
+
+type linkKey struct{ a, b message.BrokerID }
+
+func keyOf(x, y message.BrokerID) linkKey {
+	if x > y {
+		x, y = y, x
+	}
+	return linkKey{x, y}
+}
+
+// link is one established connection between two broker incarnations.
+type link struct {
+	id     uint64
+	k      linkKey
+	incA   int
+	incB   int
+	since  time.Duration
+	up     bool // not closed or reported down
+	broken bool // cut or closed: nothing more arrives
+	last   [2]time.Duration
+}
+
+// Stats counts what happened in a run.
+type Stats struct {
+	Events        int64
+	Messages      map[string]int64 // broker-to-broker messages sent, by type name
+	NoLinkDrops   int64            // messages a node sent to a peer without an up link
+	InFlightLost  int64            // messages lost with a crashed broker or a cut link
+	Notices       map[string]int64
+	ClientMisses  int64 // client messages for an unknown or foreign client
+	MaxQueueSeen  int
+	QueueSamples  int64
+	Dials         int64
+	DialsFailed   int64
+	VirtualTime   time.Duration
+	PublishErrors int64
+}
+
+// Sim is one simulated overlay. It is not safe for concurrent use; run
+// many Sims in parallel instead.
+type Sim struct {
+	cfg      Config
+	rng      *rand.Rand
+	now      time.Duration
+	seq      uint64
+	q        eventHeap
+	brokers  map[message.BrokerID]*broker
+	order    []*broker // creation order, for deterministic iteration
+	links    map[linkKey]*link
+	cuts     map[linkKey]bool
+	nextLink uint64
+	clients  map[message.ClientID]*client
+	nextCID  message.ClientID
+	log      *Log
+	stats    Stats
+	err      error
+	// onNotice, when set, sees every notice (scenario and fuzz drivers).
+	onNotice func(b message.BrokerID, n Notice)
+}
+
+// New creates an empty simulator.
+func New(cfg Config) (*Sim, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Sim{
+		cfg:     cfg,
+		rng:     rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)),
+		brokers: map[message.BrokerID]*broker{},
+		links:   map[linkKey]*link{},
+		cuts:    map[linkKey]bool{},
+		clients: map[message.ClientID]*client{},
+		log:     newLog(),
+	}
+	s.stats.Messages = map[string]int64{}
+	s.stats.Notices = map[string]int64{}
+	if cfg.SampleEvery > 0 {
+		s.schedule(cfg.SampleEvery, s.sample)
+	}
+	return s, nil
+}
+
+// Now is the current virtual time.
+func (s *Sim) Now() time.Duration { return s.now }
+
+// Err is the first fatal error of the run (node creation failed, event
+// bound reached), or nil.
+func (s *Sim) Err() error { return s.err }
+
+// Stats returns the counters of the run so far.
+func (s *Sim) Stats() Stats { st := s.stats; st.VirtualTime = s.now; return st }
+
+// Log is the record of publications, subscriptions and deliveries.
+func (s *Sim) Log() *Log { return s.log }
+
+// Rand is the run's random source (for drivers that must stay
+// deterministic from the same seed).
+func (s *Sim) Rand() *rand.Rand { return s.rng }
+
+// Config returns the configuration of the run.
+func (s *Sim) Config() Config { return s.cfg }
+
+func (s *Sim) tracef(format string, args ...any) {
+	if s.cfg.Trace == nil {
+		return
+	}
+	fmt.Fprintf(s.cfg.Trace, "%12s ", fmtTime(s.now))
+	fmt.Fprintf(s.cfg.Trace, format, args...)
+	io.WriteString(s.cfg.Trace, "\n")
+}
+
+func fmtTime(d time.Duration) string {
+	return fmt.Sprintf("%d.%06ds", d/time.Second, (d%time.Second)/time.Microsecond)
+}
+
+// At runs fn at virtual time t (a driver's action: a fault, a client
+// request, a check).
+func (s *Sim) At(t time.Duration, fn func()) { s.schedule(t, fn) }
+
+// RunUntil processes events up to and including virtual time t, then sets
+// the clock to t. It stops early on a fatal error.
+func (s *Sim) RunUntil(t time.Duration) error {
+	for s.err == nil && len(s.q) > 0 && s.q[0].at <= t {
+		s.stepOne()
+	}
+	if s.err == nil && s.now < t {
+		s.now = t
+	}
+	return s.err
+}
+
+// RunFor advances virtual time by d.
+func (s *Sim) RunFor(d time.Duration) error { return s.RunUntil(s.now + d) }
+
+// RunUntilCond runs until cond holds (checked every tick of virtual time)
+// or max elapses; it reports whether cond held.
+func (s *Sim) RunUntilCond(max time.Duration, cond func() bool) (bool, error) {
+	end := s.now + max
+	for s.now < end {
+		if cond() {
+			return true, nil
+		}
+		next := s.now + s.cfg.Tick
+		if next > end {
+			next = end
+		}
+		if err := s.RunUntil(next); err != nil {
+			return false, err
+		}
+	}
+	return cond(), s.err
+}
+
+func (s *Sim) stepOne() {
+	e := heap.Pop(&s.q).(*event)
+	s.now = e.at
+	s.stats.Events++
+	if s.stats.Events > s.cfg.MaxEvents {
+		s.err = ErrEventBound
+		return
+	}
+	s.run(e)
+}
+
+// run executes one event: a global action, or an input to a broker's node
+// followed by the processing of the node's outputs.
+func (s *Sim) run(e *event) {
+	b := e.target
+	if b == nil {
+		e.fn()
+		return
+	}
+	if b.inc != e.inc || b.state == stateCrashed {
+		return // the incarnation this input was meant for is gone
+	}
+	if b.state == stateFrozen {
+		b.pending = append(b.pending, e)
+		return
+	}
+	e.fn()
+	s.flush(b)
+}
+
+// flush takes the outputs of b's node and acts on them.
+func (s *Sim) flush(b *broker) {
+	if b.node == nil {
+		return
+	}
+	rd := b.node.Ready()
+	for _, n := range rd.Notices {
+		s.stats.Notices[n.Kind]++
+		if n.Kind == "joined" {
+			b.joined = true
+		}
+		s.tracef("%s notice %s %s %s", b.id, n.Kind, n.Peer, n.Detail)
+		if s.onNotice != nil {
+			s.onNotice(b.id, n)
+		}
+	}
+	for _, p := range rd.Dials {
+		s.dial(b, p.ID)
+	}
+	for _, p := range rd.Closes {
+		s.closeLink(b, p)
+	}
+	for _, m := range rd.Messages {
+		s.send(b, m)
+	}
+	for _, c := range rd.ToClients {
+		s.toClient(b, c)
+	}
+}
+
+// input schedules fn as an input of b's current incarnation after delay.
+func (s *Sim) input(b *broker, delay time.Duration, fn func()) {
+	s.scheduleFor(s.now+delay, b, fn)
+}
+
+// --- brokers and faults ---
+
+// AddBroker creates broker id with a fresh node (epoch 1); it does nothing
+// until Bootstrap or Join.
+func (s *Sim) AddBroker(id message.BrokerID) error {
+	if id == "" {
+		return errors.New("sim: empty broker id")
+	}
+	if _, dup := s.brokers[id]; dup {
+		return fmt.Errorf("sim: broker %s already exists", id)
+	}
+	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0}
+	s.brokers[id] = b
+	s.order = append(s.order, b)
+	return s.start(b)
+}
+
+// start creates a new node for b (a new incarnation, a larger epoch) and
+// starts its ticks.
+func (s *Sim) start(b *broker) error {
+	b.epoch++
+	n, err := s.cfg.NewNode(NodeConfig{
+		ID: b.id, Addr: b.addr, Epoch: b.epoch, Delta: s.cfg.Delta,
+		HeartbeatTicks: s.cfg.HeartbeatTicks, FailureTicks: s.cfg.FailureTicks,
+		DACKTicks: s.cfg.DACKTicks, GoneAfterTicks: s.cfg.GoneAfterTicks,
+		MaxQueue: s.cfg.MaxQueue, Seed: s.rng.Int64(),
+	})
+	if err != nil {
+		s.err = fmt.Errorf("sim: creating node %s: %w", b.id, err)
+		return s.err
+	}
+	b.node = n
+	b.state = stateUp
+	b.joined = false
+	b.pending = nil
+	var phase time.Duration
+	if s.cfg.TickPhases {
+		phase = time.Duration(s.rng.Int64N(int64(s.cfg.Tick)))
+	}
+	inc := b.inc
+	var tick func()
+	tick = func() {
+		if b.inc != inc {
+			return // crashed: this incarnation's clock stops
+		}
+		if b.state == stateUp {
+			b.node.Tick()
+			s.flush(b)
+		}
+		s.schedule(s.now+s.cfg.Tick, tick)
+	}
+	s.schedule(s.now+phase+s.cfg.Tick, tick)
+	return nil
+}
+
+func (s *Sim) broker(id message.BrokerID) (*broker, error) {
+	b, ok := s.brokers[id]
+	if !ok {
+		return nil, fmt.Errorf("sim: unknown broker %s", id)
+	}
+	return b, nil
+}
+
+// Bootstrap makes id the first broker of the overlay.
+func (s *Sim) Bootstrap(id message.BrokerID) error {
+	b, err := s.broker(id)
+	if err != nil {
+		return err
+	}
+	s.tracef("%s bootstrap", id)
+	s.input(b, 0, func() { b.node.Bootstrap() })
+	return nil
+}
+
+// Join makes id join through the given joinpoints (the first that answers).
+func (s *Sim) Join(id message.BrokerID, joinpoints ...message.BrokerID) error {
+	b, err := s.broker(id)
+	if err != nil {
+		return err
+	}
+	peers := make([]Peer, 0, len(joinpoints))
+	for _, j := range joinpoints {
+		jb, err := s.broker(j)
+		if err != nil {
+			return err
+		}
+		peers = append(peers, Peer{ID: jb.id, Addr: jb.addr})
+	}
+	s.tracef("%s join via %v", id, joinpoints)
+	s.input(b, 0, func() { b.node.Join(peers) })
+	return nil
+}
+
+// Joined reports whether id's current incarnation has announced "joined"
+// or reports Joined in its status.
+func (s *Sim) Joined(id message.BrokerID) bool {
+	b, ok := s.brokers[id]
+	if !ok || b.state == stateCrashed {
+		return false
+	}
+	if !b.joined && b.node.Status().Joined {
+		b.joined = true
+	}
+	return b.joined
+}
+
+// State is "up", "frozen" or "crashed".
+func (s *Sim) State(id message.BrokerID) string {
+	if b, ok := s.brokers[id]; ok {
+		return b.state.String()
+	}
+	return "unknown"
+}
+
+// Brokers lists the brokers in creation order.
+func (s *Sim) Brokers() []message.BrokerID {
+	out := make([]message.BrokerID, len(s.order))
+	for i, b := range s.order {
+		out[i] = b.id
+	}
+	return out
+}
+
+// Crash kills a broker: its state and in-flight messages are lost, its
+// clients are disconnected (and excluded from the guarantees), and its
+// peers are told LinkDown only after Config.LinkDownAfter, if ever.
+func (s *Sim) Crash(id message.BrokerID) error {
+	b, err := s.broker(id)
+	if err != nil {
+		return err
+	}
+	if b.state == stateCrashed {
+		return fmt.Errorf("sim: crash %s: already crashed", id)
+	}
+	s.tracef("%s CRASH", id)
+	b.state = stateCrashed
+	b.inc++
+	b.node = nil
+	b.pending = nil
+	b.everCrashed = true
+	for _, c := range b.clients {
+		c.dead = true
+		s.log.excludeClient(c)
+	}
+	b.clients = nil
+	for _, l := range s.linksOf(b.id) {
+		if l.broken {
+			continue
+		}
+		l.broken = true
+		s.reportDown(l, b.id)
+	}
+	return nil
+}
+
+// Restart starts a crashed broker again with its state lost and a larger
+// epoch, rejoining through joinpoints (typically its former neighbours).
+func (s *Sim) Restart(id message.BrokerID, joinpoints ...message.BrokerID) error {
+	b, err := s.broker(id)
+	if err != nil {
+		return err
+	}
+	if b.state != stateCrashed {
+		return fmt.Errorf("sim: restart %s: it is %s, not crashed", id, b.state)
+	}
+	s.tracef("%s RESTART epoch %d", id, b.epoch+1)
+	if err := s.start(b); err != nil {
+		return err
+	}
+	return s.Join(id, joinpoints...)
+}
+
+// Freeze stops a broker without losing anything: inputs wait and are
+// processed in order when it resumes; its peers see silence.
+func (s *Sim) Freeze(id message.BrokerID) error {
+	b, err := s.broker(id)
+	if err != nil {
+		return err
+	}
+	if b.state != stateUp {
+		return fmt.Errorf("sim: freeze %s: it is %s", id, b.state)
+	}
+	s.tracef("%s FREEZE", id)
+	b.state = stateFrozen
+	return nil
+}
+
+// Resume unfreezes a broker and processes, in order, what reached it while
+// it was frozen.
+func (s *Sim) Resume(id message.BrokerID) error {
+	b, err := s.broker(id)
+	if err != nil {
+		return err
+	}
+	if b.state != stateFrozen {
+		return fmt.Errorf("sim: resume %s: it is %s, not frozen", id, b.state)
+	}
+	s.tracef("%s RESUME (%d inputs waiting)", id, len(b.pending))
+	b.state = stateUp
+	pending := b.pending
+	b.pending = nil
+	// Processed synchronously: an event already queued for this instant
+	// must not overtake inputs that arrived earlier on the same link.
+	for _, e := range pending {
+		s.run(e)
+	}
+	return nil
+}
+
+// Cut breaks the link between a and b (both stay up): in-flight messages
+// are lost, dials between them fail until Heal.
+func (s *Sim) Cut(a, b message.BrokerID) error {
+	if _, err := s.broker(a); err != nil {
+		return err
+	}
+	if _, err := s.broker(b); err != nil {
+		return err
+	}
+	k := keyOf(a, b)
+	if s.cuts[k] {
+		return fmt.Errorf("sim: cut %s-%s: already cut", a, b)
+	}
+	s.tracef("CUT %s-%s", a, b)
+	s.cuts[k] = true
+	if l := s.links[k]; l != nil && !l.broken {
+		l.broken = true
+		s.reportDown(l, "")
+	}
+	return nil
+}
+
+// Heal ends a cut; the nodes must dial again to use the link.
+func (s *Sim) Heal(a, b message.BrokerID) error {
+	k := keyOf(a, b)
+	if !s.cuts[k] {
+		return fmt.Errorf("sim: heal %s-%s: not cut", a, b)
+	}
+	s.tracef("HEAL %s-%s", a, b)
+	delete(s.cuts, k)
+	return nil
+}
+
+// linksOf lists b's links in a deterministic order.
+func (s *Sim) linksOf(id message.BrokerID) []*link {
+	var out []*link
+	for k, l := range s.links {
+		if k.a == id || k.b == id {
+			out = append(out, l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// reportDown tells the surviving end(s) of a broken link LinkDown after the
+// idle timeout, unless the link has been replaced meanwhile. dead names the
+// crashed end ("" for a cut).
+func (s *Sim) reportDown(l *link, dead message.BrokerID) {
+	if s.cfg.LinkDownAfter < 0 {
+		return
+	}
+	for _, end := range []message.BrokerID{l.k.a, l.k.b} {
+		if end == dead {
+			continue
+		}
+		b := s.brokers[end]
+		peer := l.k.a
+		if peer == end {
+			peer = l.k.b
+		}
+		s.input(b, s.cfg.LinkDownAfter, func() {
+			if s.links[l.k] != l || !l.up {
+				return
+			}
+			s.tracef("%s linkdown %s (idle timeout)", end, peer)
+			b.node.LinkDown(peer)
+		})
+	}
+}
+
+// --- network ---
+
+func (l *link) incOf(id message.BrokerID) int {
+	if id == l.k.a {
+		return l.incA
+	}
+	return l.incB
+}
+
+func (s *Sim) alive(l *link) bool {
+	if l == nil || !l.up || l.broken || s.cuts[l.k] {
+		return false
+	}
+	a, b := s.brokers[l.k.a], s.brokers[l.k.b]
+	return a.inc == l.incA && b.inc == l.incB && a.state != stateCrashed && b.state != stateCrashed
+}
+
+func (s *Sim) delay() time.Duration {
+	d := s.cfg.LinkDelay
+	if s.cfg.LinkJitter > 0 {
+		d += time.Duration(s.rng.Int64N(int64(s.cfg.LinkJitter)))
+	}
+	return d
+}
+
+func (s *Sim) dial(b *broker, to message.BrokerID) {
+	s.stats.Dials++
+	inc := b.inc
+	reqAt := s.now
+	t, ok := s.brokers[to]
+	if !ok || to == b.id {
+		s.stats.DialsFailed++
+		s.tracef("%s dial %s: no such broker", b.id, to)
+		s.input(b, 0, func() { b.node.DialFailed(to) })
+		return
+	}
+	k := keyOf(b.id, to)
+	rtt := 2 * s.cfg.LinkDelay
+	s.schedule(s.now+rtt, func() {
+		if b.inc != inc {
+			return
+		}
+		if t.state != stateUp || s.cuts[k] {
+			s.stats.DialsFailed++
+			s.tracef("%s dial %s: failed (%s, cut=%v)", b.id, to, t.state, s.cuts[k])
+			s.scheduleFor(reqAt+s.cfg.DialTimeout, b, func() { b.node.DialFailed(to) })
+			return
+		}
+		if l := s.links[k]; s.alive(l) {
+			if l.since >= reqAt {
+				// Both dialled at once: the transport keeps one link and
+				// each side sees exactly one LinkUp for it.
+				s.tracef("%s dial %s: merged with simultaneous dial", b.id, to)
+				return
+			}
+			s.tracef("%s dial %s: already up", b.id, to)
+			s.scheduleFor(s.now, b, func() { b.node.LinkUp(to) })
+			return
+		}
+		s.nextLink++
+		l := &link{id: s.nextLink, k: k, since: s.now, up: true}
+		if k.a == b.id {
+			l.incA, l.incB = b.inc, t.inc
+		} else {
+			l.incA, l.incB = t.inc, b.inc
+		}
+		s.links[k] = l
+		s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
+		s.scheduleFor(s.now, b, func() { b.node.LinkUp(to) })
+		s.scheduleFor(s.now, t, func() { t.node.LinkUp(b.id) })
+	})
+}
+
+func (s *Sim) closeLink(b *broker, to message.BrokerID) {
+	k := keyOf(b.id, to)
+	l := s.links[k]
+	if l == nil || !l.up || l.incOf(b.id) != b.inc {
+		return
+	}
+	s.tracef("%s close %s", b.id, to)
+	wasAlive := s.alive(l)
+	l.broken = true
+	l.up = false
+	if t := s.brokers[to]; wasAlive {
+		// The peer learns of a graceful close after one link delay.
+		s.input(t, s.cfg.LinkDelay, func() {
+			if s.links[k] == l {
+				t.node.LinkDown(b.id)
+			}
+		})
+	}
+}
+
+func (s *Sim) send(b *broker, env Envelope) {
+	name := env.Msg.Type().String()
+	k := keyOf(b.id, env.To)
+	l := s.links[k]
+	if l == nil || !l.up || l.incOf(b.id) != b.inc {
+		s.stats.NoLinkDrops++
+		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
+		return
+	}
+	s.stats.Messages[name]++
+	dir := 0
+	if b.id != k.a {
+		dir = 1
+	}
+	at := s.now + s.delay()
+	if at < l.last[dir] {
+		at = l.last[dir] // FIFO per link direction
+	}
+	l.last[dir] = at
+	t := s.brokers[env.To]
+	if s.cfg.Trace != nil {
+		s.tracef("%s -> %s %s %+v", b.id, env.To, name, env.Msg)
+	}
+	msg := env.Msg
+	from := b.id
+	s.scheduleFor(at, t, func() {
+		if s.links[k] != l || !s.alive(l) {
+			s.stats.InFlightLost++
+			s.tracef("%s -> %s LOST in flight %s", from, t.id, name)
+			return
+		}
+		t.node.Step(from, msg)
+	})
+}
+
+// sample records queue lengths for the bound check and the statistics.
+func (s *Sim) sample() {
+	for _, b := range s.order {
+		if b.state == stateCrashed || b.node == nil {
+			continue
+		}
+		q := b.node.Status().QueueLen
+		s.stats.QueueSamples++
+		if q > b.maxQueue {
+			b.maxQueue = q
+		}
+		if q > s.stats.MaxQueueSeen {
+			s.stats.MaxQueueSeen = q
+		}
+		if s.cfg.MaxQueue > 0 && q > s.cfg.MaxQueue {
+			s.log.problem(&s.log.QueueOverBound, "queue of %s is %d > bound %d at %s", b.id, q, s.cfg.MaxQueue, fmtTime(s.now))
+		}
+	}
+	s.schedule(s.now+s.cfg.SampleEvery, s.sample)
+}
+
+// QueueLens returns the current queue length of every live broker.
+func (s *Sim) QueueLens() map[message.BrokerID]int {
+	out := map[message.BrokerID]int{}
+	for _, b := range s.order {
+		if b.state != stateCrashed && b.node != nil {
+			out[b.id] = b.node.Status().QueueLen
+		}
+	}
+	return out
+}
+
+// CheckDrained records an undrained-queue problem for every live broker
+// whose queue is not empty (call after quiescence).
+func (s *Sim) CheckDrained() {
+	for _, b := range s.order {
+		if b.state == stateCrashed || b.node == nil {
+			continue
+		}
+		if q := b.node.Status().QueueLen; q != 0 {
+			s.log.problem(&s.log.Undrained, "queue of %s not drained: %d messages after quiescence", b.id, q)
+		}
+	}
+}
