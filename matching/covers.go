@@ -1,0 +1,233 @@
+package matching
+
+import (
+	"math"
+	"strings"
+)
+
+// Covers reports whether every publication that matches b also matches a
+// (a "covers" b: the routing layer can drop b where a is already routed).
+// It is exact for valid filters (Validate: one predicate per attribute):
+//
+//   - if b matches nothing (some predicate of b is unsatisfiable, such as
+//     [x,str-lt,”] or [x,<,-1.7976931348623157e308]), a covers b;
+//   - otherwise every predicate of a must constrain an attribute that b
+//     constrains too (else a publication without that attribute matches b
+//     but not a), and the set of values satisfying b's predicate must lie
+//     inside the set satisfying a's predicate.
+//
+// The set inclusion is decided by looking for a witness value that
+// satisfies b's predicate and not a's among a finite candidate set built
+// from the two operands; docs/filters.md argues why the candidate set
+// always contains a witness when one exists. Numbers range over the
+// values the language can write (every int64 and every finite float64,
+// compared exactly); strings over all byte strings, so at the edges (a
+// witness that needs a control character) Covers may answer false where
+// no writable publication tells the two apart — false is always safe.
+func Covers(a, b Filter) bool {
+	for i := range b.Preds {
+		if !satisfiable(&b.Preds[i]) {
+			return true
+		}
+	}
+	for i := range a.Preds {
+		pa := &a.Preds[i]
+		var pb *Predicate
+		for j := range b.Preds {
+			if b.Preds[j].Attr == pa.Attr {
+				pb = &b.Preds[j]
+				break
+			}
+		}
+		if pb == nil || !implies(pb, pa) {
+			return false
+		}
+	}
+	return true
+}
+
+// Satisfiable reports whether some publication matches f.
+func (f Filter) Satisfiable() bool {
+	for i := range f.Preds {
+		if !satisfiable(&f.Preds[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func satisfiable(p *Predicate) bool {
+	for _, w := range candidates(p.Value, p.Value) {
+		if holds(p.Op, p.Value, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// implies reports whether every value satisfying pb satisfies pa.
+func implies(pb, pa *Predicate) bool {
+	for _, w := range candidates(pb.Value, pa.Value) {
+		if holds(pb.Op, pb.Value, w) && !holds(pa.Op, pa.Value, w) {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	minD = Float(-math.MaxFloat64)
+	maxD = Float(math.MaxFloat64)
+)
+
+// candidates returns values among which a witness of "pb holds and pa does
+// not" (or of "p holds") is found whenever one exists.
+//
+// Numbers: every numeric predicate's value set is a union of at most two
+// intervals of D (the int64 and finite float64 values, ordered exactly)
+// whose end points lie in {minD, maxD, c, pred(c), succ(c)} for its
+// operand c. The set "pb and not pa" is then a union of intervals whose
+// lower ends lie among those points for both operands, so if it is not
+// empty it contains one of them.
+//
+// Strings: see stringCandidates.
+func candidates(c, d Value) []Value {
+	out := make([]Value, 0, 32)
+	out = append(out, minD, maxD, Int(0))
+	for _, x := range [2]Value{c, d} {
+		if x.IsNumber() {
+			out = append(out, x)
+			if s, ok := succD(x); ok {
+				out = append(out, s)
+			}
+			if s, ok := predD(x); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	cs, ds := "", ""
+	if c.Kind == KindString {
+		cs = c.Str
+	}
+	if d.Kind == KindString {
+		ds = d.Str
+	}
+	for _, s := range stringCandidates(cs, ds) {
+		out = append(out, Str(s))
+	}
+	return out
+}
+
+// stringCandidates covers every pair of string operators (byte-wise order):
+// interval-shaped sets (eq, str-lt/le/gt/ge, str-prefix) have their end
+// points among x, x+"\x00", x with one byte incremented and cut, and the
+// empty string; str-postfix and str-contains witnesses are found by
+// padding the operand with the smallest or largest byte on the side that
+// keeps (or breaks) the required suffix or substring, or by joining the
+// two operands; a padding of len(other)+1 bytes is always enough to get
+// past (or below) the other operand in byte order.
+func stringCandidates(c, d string) []string {
+	out := []string{"", "\x00", "\x01", "\xff", c + d, d + c}
+	long := len(c) + len(d) + 2
+	out = append(out, strings.Repeat("\xff", long))
+	for _, pair := range [2][2]string{{c, d}, {d, c}} {
+		x, other := pair[0], pair[1]
+		k := len(other) + 1
+		out = append(out,
+			x, x+"\x00", x+"\x01", x+"\xff", "\x00"+x, "\x01"+x, "\xff"+x,
+			strings.Repeat("\x00", k)+x, strings.Repeat("\xff", k)+x,
+			x+strings.Repeat("\xff", k), x+strings.Repeat("\x00", k))
+		for i := 0; i < len(x); i++ {
+			out = append(out, x[:i])
+			if x[i] < 0xff {
+				out = append(out, x[:i]+string([]byte{x[i] + 1}))
+			}
+			if x[i] > 0 {
+				out = append(out, x[:i]+string([]byte{x[i] - 1})+strings.Repeat("\xff", k))
+			}
+		}
+	}
+	return out
+}
+
+// succD returns the smallest int64 or finite float64 greater than x.
+func succD(x Value) (Value, bool) {
+	var best Value
+	ok := false
+	consider := func(v Value) {
+		if !ok || cmpNum(v, best) < 0 {
+			best, ok = v, true
+		}
+	}
+	// Smallest int64 > x.
+	switch x.Kind {
+	case KindInt:
+		if x.Int < math.MaxInt64 {
+			consider(Int(x.Int + 1))
+		}
+	case KindFloat:
+		switch {
+		case x.Float < -9223372036854775808.0:
+			consider(Int(math.MinInt64))
+		case x.Float < 9223372036854775807.0: // float64(MaxInt64) is 2^63
+			t := math.Floor(x.Float)
+			if t+1 < 9223372036854775808.0 {
+				consider(Int(int64(t) + 1))
+			}
+		}
+	}
+	// Smallest float64 > x.
+	switch x.Kind {
+	case KindFloat:
+		if n := math.Nextafter(x.Float, math.Inf(1)); !math.IsInf(n, 0) {
+			consider(Float(n))
+		}
+	case KindInt:
+		f := float64(x.Int)
+		if cmpFloatInt(f, x.Int) <= 0 {
+			f = math.Nextafter(f, math.Inf(1))
+		}
+		consider(Float(f))
+	}
+	return best, ok
+}
+
+// predD returns the largest int64 or finite float64 less than x.
+func predD(x Value) (Value, bool) {
+	var best Value
+	ok := false
+	consider := func(v Value) {
+		if !ok || cmpNum(v, best) > 0 {
+			best, ok = v, true
+		}
+	}
+	// Largest int64 < x.
+	switch x.Kind {
+	case KindInt:
+		if x.Int > math.MinInt64 {
+			consider(Int(x.Int - 1))
+		}
+	case KindFloat:
+		switch {
+		case x.Float >= 9223372036854775808.0:
+			consider(Int(math.MaxInt64))
+		case x.Float > -9223372036854775808.0:
+			t := math.Ceil(x.Float)
+			consider(Int(int64(t) - 1))
+		}
+	}
+	// Largest float64 < x.
+	switch x.Kind {
+	case KindFloat:
+		if n := math.Nextafter(x.Float, math.Inf(-1)); !math.IsInf(n, 0) {
+			consider(Float(n))
+		}
+	case KindInt:
+		f := float64(x.Int)
+		if cmpFloatInt(f, x.Int) >= 0 {
+			f = math.Nextafter(f, math.Inf(-1))
+		}
+		consider(Float(f))
+	}
+	return best, ok
+}
