@@ -1,0 +1,552 @@
+// Package client is the Go client library of deltapub: connect to an edge
+// broker, publish (acknowledged by that broker), subscribe with a filter
+// and receive the matching publications.
+//
+//	c, err := client.Connect(ctx, "127.0.0.1:7001", client.Options{})
+//	sub, err := c.Subscribe(ctx, filter)      // accepted by the edge broker
+//	err = sub.WaitConfirmed(ctx)              // every broker has it: guarantees apply
+//	for d := range sub.C { ... }              // deliveries, in per-publisher order
+//	err = c.Publish(ctx, pub)                 // returns once the edge broker acknowledged
+//
+// Publications carry the identity (publisher, epoch, sequence number). The
+// client keeps the unacknowledged ones and sends them again, with the same
+// identity, after a backpressure answer or a reconnect, so a retry is
+// recognised by the overlay and never delivered twice.
+//
+// Bounds and what happens at them (all in Options):
+//   - MaxInFlight unacknowledged publications: Publish and PublishAsync
+//     wait for room (or their context);
+//   - DeliveryBuffer deliveries per subscription: when the application
+//     does not read C, the client stops reading the connection (nothing is
+//     dropped); the broker then buffers up to its own bound and finally
+//     disconnects this client as a slow consumer (the subscription ends
+//     with an error);
+//   - backpressure from the broker: the refused publications are sent
+//     again after a pause doubling from 5 ms to 500 ms; after
+//     BackpressureTimeout of uninterrupted refusals the client fails;
+//   - reconnects: at most MaxReconnects attempts per loss, ReconnectWait
+//     apart; then the client fails.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+	"github.com/rs/zerolog"
+)
+
+// Conn is one connection to a broker: what the transport provides
+// (internal/quic's ClientConn; tests use an in-memory one).
+type Conn interface {
+	// Send queues m; it may block while the connection's buffer is full.
+	Send(m message.Message) error
+	// Recv returns the next message from the broker.
+	Recv() (message.Message, error)
+	Close() error
+}
+
+// DialFunc opens a connection to a broker.
+type DialFunc func(ctx context.Context, addr string) (Conn, error)
+
+// Options configure a Client. The zero value is usable.
+type Options struct {
+	// Token is presented to brokers that require one.
+	Token string
+	// Publisher names this client's publication stream; with Epoch it is
+	// the source of every publication. Empty: a random name. Reuse a name
+	// only with a larger Epoch (a new stream).
+	Publisher string
+	// Epoch of the stream. 0: the current time in nanoseconds.
+	Epoch uint64
+	// MaxInFlight bounds unacknowledged publications (default 1024).
+	MaxInFlight int
+	// DeliveryBuffer is the capacity of each Subscription's channel
+	// (default 4096).
+	DeliveryBuffer int
+	// Reconnect, if true, redials the broker after the connection is lost
+	// and sends every unacknowledged publication again. Subscriptions do
+	// not survive a reconnect: they end with ErrConnectionLost.
+	Reconnect bool
+	// MaxReconnects bounds dial attempts per loss (default 10).
+	MaxReconnects int
+	// ReconnectWait is the pause between attempts (default 200 ms).
+	ReconnectWait time.Duration
+	// BackpressureTimeout is how long the broker may keep refusing a
+	// publication before the client gives up and fails (default 30 s).
+	BackpressureTimeout time.Duration
+	// Dial opens connections. Nil: QUIC (package internal/quic).
+	Dial DialFunc
+	Log  zerolog.Logger
+}
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("client: closed")
+
+// ErrConnectionLost ends subscriptions when the connection to the broker
+// is lost.
+var ErrConnectionLost = errors.New("client: connection to the broker lost")
+
+// Client is a connection to an edge broker. Its methods are safe for
+// concurrent use.
+type Client struct {
+	addr   string
+	opts   Options
+	window chan struct{} // one token per unacknowledged publication
+	done   chan struct{} // closed by Close or a fatal error
+
+	// Lock order: sendMu, then mu. sendMu serialises writes to the
+	// connection so that publications go out in sequence order.
+	sendMu sync.Mutex
+	mu     sync.Mutex
+	conn   Conn
+	err    error // set once: why the client stopped
+	// Publishing state.
+	nextSeq  uint64
+	acked    uint64 // every seq ≤ acked is acknowledged
+	pending  []*pendingPub
+	lastSent uint64 // highest seq written on the current connection
+	bp       bool   // the broker answered backpressure; publications are held
+	bpSeq    uint64 // the refused seq we wait to see accepted
+	bpTimer  *time.Timer
+	bpWait   time.Duration
+	bpSince  time.Time
+	// Subscriptions.
+	nextReq uint64
+	subReqs map[uint64]*Subscription
+	subs    map[message.SubID]*Subscription
+	unsubs  map[message.SubID]chan error
+}
+
+type pendingPub struct {
+	msg  *message.Publish
+	done chan error // buffered 1: the outcome
+}
+
+// Connect dials the broker at addr and opens a session.
+func Connect(ctx context.Context, addr string, opts Options) (*Client, error) {
+	if opts.Publisher == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		opts.Publisher = "pub-" + hex.EncodeToString(b[:])
+	}
+	if opts.Epoch == 0 {
+		opts.Epoch = uint64(time.Now().UnixNano())
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 1024
+	}
+	if opts.DeliveryBuffer <= 0 {
+		opts.DeliveryBuffer = 4096
+	}
+	if opts.MaxReconnects <= 0 {
+		opts.MaxReconnects = 10
+	}
+	if opts.ReconnectWait <= 0 {
+		opts.ReconnectWait = 200 * time.Millisecond
+	}
+	if opts.BackpressureTimeout <= 0 {
+		opts.BackpressureTimeout = 30 * time.Second
+	}
+	if opts.Dial == nil {
+		opts.Dial = defaultDial(opts)
+	}
+	conn, err := opts.Dial(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("client: connect %s: %w", addr, err)
+	}
+	if err := conn.Send(&message.ClientHello{Publisher: opts.Publisher, Epoch: opts.Epoch}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("client: hello to %s: %w", addr, err)
+	}
+	c := &Client{
+		addr:    addr,
+		opts:    opts,
+		window:  make(chan struct{}, opts.MaxInFlight),
+		done:    make(chan struct{}),
+		conn:    conn,
+		subReqs: map[uint64]*Subscription{},
+		subs:    map[message.SubID]*Subscription{},
+		unsubs:  map[message.SubID]chan error{},
+	}
+	go c.recvLoop(conn)
+	return c, nil
+}
+
+// Publisher and Epoch name this client's publication stream.
+func (c *Client) Publisher() string { return c.opts.Publisher }
+func (c *Client) Epoch() uint64     { return c.opts.Epoch }
+
+// Close ends the session. Unacknowledged publications fail with ErrClosed
+// (they may still have been published); subscriptions end.
+func (c *Client) Close() error {
+	c.fail(ErrClosed)
+	return nil
+}
+
+// Err is why the client stopped, or nil while it runs.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// fail stops the client for good with err.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	close(c.done)
+	conn := c.conn
+	pending := c.pending
+	c.pending = nil
+	if c.bpTimer != nil {
+		c.bpTimer.Stop()
+	}
+	for _, s := range c.subReqs {
+		s.accept(nil, err)
+	}
+	c.subReqs = map[uint64]*Subscription{}
+	for sub, ch := range c.unsubs {
+		ch <- err
+		delete(c.unsubs, sub)
+	}
+	c.mu.Unlock()
+	for _, p := range pending {
+		p.done <- err
+		<-c.window
+	}
+	conn.Close()
+}
+
+// Publish publishes pub and waits until the edge broker acknowledged it.
+// When ctx ends first the publication may still be published later (it
+// keeps its place in the stream); the error says so.
+func (c *Client) Publish(ctx context.Context, pub matching.Publication) error {
+	done, err := c.PublishAsync(ctx, pub)
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("client: publish not acknowledged yet (it may still be published): %w", ctx.Err())
+	}
+}
+
+// PublishAsync sends pub without waiting for the acknowledgement; the
+// returned channel yields its outcome (nil once acknowledged). It waits
+// only while MaxInFlight publications are unacknowledged.
+func (c *Client) PublishAsync(ctx context.Context, pub matching.Publication) (<-chan error, error) {
+	select {
+	case c.window <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("client: publish: %w", ctx.Err())
+	case <-c.done:
+		return nil, c.Err()
+	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		<-c.window
+		return nil, err
+	}
+	c.nextSeq++
+	p := &pendingPub{
+		msg:  &message.Publish{Seq: c.nextSeq, Attrs: pub.Attrs, Payload: pub.Payload, Time: time.Now().UnixNano()},
+		done: make(chan error, 1),
+	}
+	c.pending = append(c.pending, p)
+	send := !c.bp
+	if send {
+		c.lastSent = p.msg.Seq
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	if send {
+		// A send error means the connection is lost: the receive loop
+		// notices, reconnects if allowed and sends it again.
+		_ = conn.Send(p.msg)
+	}
+	return p.done, nil
+}
+
+// onPubAck handles an acknowledgement; called with mu held.
+func (c *Client) onPubAck(a *message.PubAck) {
+	switch {
+	case a.Err == "":
+		if a.Seq <= c.acked {
+			return
+		}
+		c.acked = a.Seq
+		n := 0
+		for n < len(c.pending) && c.pending[n].msg.Seq <= a.Seq {
+			c.pending[n].done <- nil
+			<-c.window
+			n++
+		}
+		c.pending = c.pending[n:]
+		if c.bp && a.Seq >= c.bpSeq {
+			c.bp = false
+			c.bpWait = 0
+			go c.flushUnsent()
+		}
+	case a.Err == "backpressure":
+		if a.Seq <= c.acked {
+			return
+		}
+		if !c.bp {
+			c.bp, c.bpSeq, c.bpSince = true, a.Seq, time.Now()
+		} else if a.Seq != c.bpSeq || c.bpTimer != nil {
+			// A refusal of a publication sent before the retransmission
+			// (or one we are already waiting to retry): ignore.
+			return
+		}
+		if time.Since(c.bpSince) > c.opts.BackpressureTimeout {
+			go c.fail(fmt.Errorf("client: the broker refused publication %d for more than %v (backpressure)", a.Seq, c.opts.BackpressureTimeout))
+			return
+		}
+		c.bpWait = min(max(2*c.bpWait, 5*time.Millisecond), 500*time.Millisecond)
+		c.bpTimer = time.AfterFunc(c.bpWait, c.retransmit)
+	default:
+		// A final refusal of one publication: it consumed its sequence
+		// number and will not be published.
+		if a.Seq > c.acked {
+			c.acked = a.Seq // acks are cumulative: everything before it was accepted
+		}
+		n := 0
+		for n < len(c.pending) && c.pending[n].msg.Seq <= a.Seq {
+			var err error
+			if c.pending[n].msg.Seq == a.Seq {
+				err = fmt.Errorf("client: publication refused: %s", a.Err)
+			}
+			c.pending[n].done <- err
+			<-c.window
+			n++
+		}
+		c.pending = c.pending[n:]
+	}
+}
+
+// retransmit sends again every publication from the refused one on.
+func (c *Client) retransmit() {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	c.bpTimer = nil
+	if !c.bp || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	var msgs []*message.Publish
+	for _, p := range c.pending {
+		if p.msg.Seq >= c.bpSeq {
+			msgs = append(msgs, p.msg)
+		}
+	}
+	if len(msgs) > 0 {
+		c.bpSeq = msgs[0].Seq
+		c.lastSent = msgs[len(msgs)-1].Seq
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	for _, m := range msgs {
+		if conn.Send(m) != nil {
+			return
+		}
+	}
+}
+
+// flushUnsent sends the publications held during backpressure.
+func (c *Client) flushUnsent() {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.mu.Lock()
+	if c.bp || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	var msgs []*message.Publish
+	for _, p := range c.pending {
+		if p.msg.Seq > c.lastSent {
+			msgs = append(msgs, p.msg)
+		}
+	}
+	if len(msgs) > 0 {
+		c.lastSent = msgs[len(msgs)-1].Seq
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	for _, m := range msgs {
+		if conn.Send(m) != nil {
+			return
+		}
+	}
+}
+
+// recvLoop reads the connection until it fails, then reconnects (if
+// allowed) and goes on with the new connection.
+func (c *Client) recvLoop(conn Conn) {
+	for {
+		for {
+			m, err := conn.Recv()
+			if err != nil {
+				c.opts.Log.Debug().Err(err).Msg("client: connection lost")
+				break
+			}
+			c.dispatch(m)
+		}
+		select {
+		case <-c.done:
+			c.endSubscriptions(c.Err())
+			return
+		default:
+		}
+		c.endSubscriptions(ErrConnectionLost)
+		if !c.opts.Reconnect {
+			c.fail(ErrConnectionLost)
+			return
+		}
+		next, err := c.reconnect()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		conn = next
+	}
+}
+
+func (c *Client) reconnect() (Conn, error) {
+	var lastErr error
+	for attempt := 1; attempt <= c.opts.MaxReconnects; attempt++ {
+		select {
+		case <-c.done:
+			return nil, ErrClosed
+		case <-time.After(c.opts.ReconnectWait):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := c.opts.Dial(ctx, c.addr)
+		cancel()
+		if err != nil {
+			lastErr = err
+			c.opts.Log.Warn().Err(err).Int("attempt", attempt).Msg("client: reconnect failed")
+			continue
+		}
+		// Same publisher and epoch: the broker recognises the stream, and
+		// what it already accepted is acknowledged, not published twice.
+		c.sendMu.Lock()
+		c.mu.Lock()
+		if c.err != nil {
+			c.mu.Unlock()
+			c.sendMu.Unlock()
+			conn.Close()
+			return nil, c.err
+		}
+		c.conn = conn
+		c.bp = false
+		if c.bpTimer != nil {
+			c.bpTimer.Stop()
+			c.bpTimer = nil
+		}
+		msgs := make([]message.Message, 0, len(c.pending)+1)
+		msgs = append(msgs, &message.ClientHello{Publisher: c.opts.Publisher, Epoch: c.opts.Epoch})
+		for _, p := range c.pending {
+			msgs = append(msgs, p.msg)
+			c.lastSent = p.msg.Seq
+		}
+		c.mu.Unlock()
+		for _, m := range msgs {
+			if err = conn.Send(m); err != nil {
+				break
+			}
+		}
+		c.sendMu.Unlock()
+		if err != nil {
+			lastErr = err
+			conn.Close()
+			continue
+		}
+		c.opts.Log.Info().Int("attempt", attempt).Int("resent", len(msgs)-1).Msg("client: reconnected")
+		return conn, nil
+	}
+	return nil, fmt.Errorf("client: %d reconnect attempts to %s failed: %w", c.opts.MaxReconnects, c.addr, lastErr)
+}
+
+func (c *Client) dispatch(m message.Message) {
+	switch m := m.(type) {
+	case *message.PubAck:
+		c.mu.Lock()
+		c.onPubAck(m)
+		c.mu.Unlock()
+	case *message.SubAck:
+		c.onSubAck(m)
+	case *message.UnsubAck:
+		c.mu.Lock()
+		ch := c.unsubs[m.Sub]
+		delete(c.unsubs, m.Sub)
+		s := c.subs[m.Sub]
+		delete(c.subs, m.Sub)
+		c.mu.Unlock()
+		if s != nil {
+			s.end(nil)
+		}
+		if ch != nil {
+			if m.Err != "" {
+				ch <- errors.New("client: unsubscribe: " + m.Err)
+			} else {
+				ch <- nil
+			}
+		}
+	case *message.Deliver:
+		c.mu.Lock()
+		s := c.subs[m.Sub]
+		c.mu.Unlock()
+		if s != nil {
+			s.deliver(Delivery{Sub: m.Sub, Pub: m.Pub, Attrs: m.Attrs, Payload: m.Payload,
+				PublishedAt: time.Unix(0, m.Time), ReceivedAt: time.Now()}, c.done)
+		}
+	case *message.Gap:
+		c.mu.Lock()
+		s := c.subs[m.Sub]
+		c.mu.Unlock()
+		if s != nil {
+			g := *m
+			s.deliver(Delivery{Sub: m.Sub, Gap: &g, ReceivedAt: time.Now()}, c.done)
+		}
+	default:
+		c.opts.Log.Debug().Str("type", m.Type().String()).Msg("client: unexpected message ignored")
+	}
+}
+
+func (c *Client) endSubscriptions(err error) {
+	c.mu.Lock()
+	subs := c.subs
+	c.subs = map[message.SubID]*Subscription{}
+	reqs := c.subReqs
+	c.subReqs = map[uint64]*Subscription{}
+	unsubs := c.unsubs
+	c.unsubs = map[message.SubID]chan error{}
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.end(err)
+	}
+	for _, s := range reqs {
+		s.accept(nil, err)
+	}
+	for _, ch := range unsubs {
+		ch <- err
+	}
+}

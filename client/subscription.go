@@ -1,0 +1,257 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// Delivery is one publication delivered to a subscription, or (Gap set) a
+// notice that publications of a source may have been lost (more than δ
+// brokers failed in a row).
+type Delivery struct {
+	Sub         message.SubID
+	Pub         message.PubID // publisher, epoch, sequence number
+	Attrs       []matching.Attr
+	Payload     []byte
+	PublishedAt time.Time // the publisher's clock
+	ReceivedAt  time.Time // this client's clock
+	Gap         *message.Gap
+}
+
+// Subscription is one subscription of a Client.
+type Subscription struct {
+	// C yields the deliveries in order, per publisher in publication
+	// order. It is closed when the subscription ends (Unsubscribe, Close,
+	// connection lost); Err then says why.
+	C <-chan Delivery
+
+	c         *Client
+	filter    matching.Filter
+	ch        chan Delivery
+	accepted  chan struct{} // closed at the first SubAck
+	confirmed chan struct{} // closed at the SubAck with Confirmed
+	stop      chan struct{} // closed by Unsubscribe: stop delivering
+	stopOnce  sync.Once
+
+	mu        sync.Mutex
+	id        message.SubID
+	err       error
+	ended     bool
+	abandoned bool // Subscribe gave up waiting: unsubscribe when accepted
+	confOnce  sync.Once
+}
+
+// ID is the overlay-wide identity of the subscription.
+func (s *Subscription) ID() message.SubID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
+// Filter is the subscription's filter.
+func (s *Subscription) Filter() matching.Filter { return s.filter }
+
+// Confirmed is closed once every broker has the subscription: from then
+// on every matching publication is delivered (PROTOCOL §1).
+func (s *Subscription) Confirmed() <-chan struct{} { return s.confirmed }
+
+// WaitConfirmed waits for the confirmation.
+func (s *Subscription) WaitConfirmed(ctx context.Context) error {
+	select {
+	case <-s.confirmed:
+		return nil
+	case <-ctx.Done():
+		if err := s.Err(); err != nil {
+			return err
+		}
+		return fmt.Errorf("client: subscription not confirmed: %w", ctx.Err())
+	}
+}
+
+// Err is why the subscription ended (nil after a clean Unsubscribe or
+// while it runs).
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Subscribe subscribes to filter and returns once the edge broker accepted
+// the subscription (deliveries may flow from then on). Wait on Confirmed
+// for the overlay-wide confirmation.
+func (c *Client) Subscribe(ctx context.Context, filter matching.Filter) (*Subscription, error) {
+	s := &Subscription{
+		c:         c,
+		filter:    filter,
+		ch:        make(chan Delivery, c.opts.DeliveryBuffer),
+		accepted:  make(chan struct{}),
+		confirmed: make(chan struct{}),
+		stop:      make(chan struct{}),
+	}
+	s.C = s.ch
+	c.sendMu.Lock()
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		c.sendMu.Unlock()
+		return nil, err
+	}
+	c.nextReq++
+	req := c.nextReq
+	c.subReqs[req] = s
+	conn := c.conn
+	c.mu.Unlock()
+	err := conn.Send(&message.Subscribe{Req: req, Filter: filter})
+	c.sendMu.Unlock()
+	if err != nil {
+		c.mu.Lock()
+		delete(c.subReqs, req)
+		c.mu.Unlock()
+		return nil, fmt.Errorf("client: subscribe: %w", err)
+	}
+	select {
+	case <-s.accepted:
+		if err := s.Err(); err != nil {
+			return nil, err
+		}
+		return s, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.abandoned = true
+		s.mu.Unlock()
+		// Accepted in the meantime? Then withdraw it now.
+		select {
+		case <-s.accepted:
+			if s.Err() == nil {
+				go s.Unsubscribe(context.Background())
+			}
+		default:
+		}
+		return nil, fmt.Errorf("client: subscribe: no answer from the broker: %w", ctx.Err())
+	}
+}
+
+// onSubAck is called by the receive loop.
+func (c *Client) onSubAck(a *message.SubAck) {
+	c.mu.Lock()
+	s := c.subReqs[a.Req]
+	if s != nil {
+		delete(c.subReqs, a.Req)
+		if a.Err == "" {
+			c.subs[a.Sub] = s
+		}
+	} else {
+		s = c.subs[a.Sub]
+	}
+	c.mu.Unlock()
+	if s == nil {
+		return
+	}
+	if a.Err != "" {
+		s.accept(nil, errors.New("client: subscribe refused: "+a.Err))
+		return
+	}
+	id := a.Sub
+	s.accept(&id, nil)
+	if a.Confirmed {
+		s.confOnce.Do(func() { close(s.confirmed) })
+	}
+	s.mu.Lock()
+	abandoned := s.abandoned
+	s.mu.Unlock()
+	if abandoned {
+		go s.Unsubscribe(context.Background())
+	}
+}
+
+// accept records the first answer (idempotent).
+func (s *Subscription) accept(id *message.SubID, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.accepted:
+		return
+	default:
+	}
+	if id != nil {
+		s.id = *id
+	}
+	if err != nil {
+		s.err = err
+		s.ended = true
+		close(s.ch)
+	}
+	close(s.accepted)
+}
+
+// deliver hands d to the application, waiting while C is full (see the
+// package comment for why nothing is dropped), unless the subscription was
+// withdrawn or the client closed.
+func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
+	s.mu.Lock()
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		return
+	}
+	select {
+	case s.ch <- d:
+	case <-s.stop:
+	case <-done:
+	}
+}
+
+// end closes C; called only from the receive loop (the only sender).
+func (s *Subscription) end(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return
+	}
+	s.ended = true
+	s.err = err
+	close(s.ch)
+}
+
+// Unsubscribe withdraws the subscription and waits for the edge broker's
+// answer. Deliveries still buffered in C stay readable; C is then closed.
+func (s *Subscription) Unsubscribe(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	c := s.c
+	id := s.ID()
+	ch := make(chan error, 1)
+	c.sendMu.Lock()
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		c.sendMu.Unlock()
+		return err
+	}
+	if _, ok := c.subs[id]; !ok {
+		c.mu.Unlock()
+		c.sendMu.Unlock()
+		return nil // already ended
+	}
+	c.unsubs[id] = ch
+	conn := c.conn
+	c.mu.Unlock()
+	err := conn.Send(&message.Unsubscribe{Sub: id})
+	c.sendMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("client: unsubscribe: %w", err)
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("client: unsubscribe not confirmed: %w", ctx.Err())
+	}
+}
