@@ -73,15 +73,14 @@ type BrokerConfig struct {
 	Log    LogConfig    `toml:"log"`
 }
 
-// TLSConfig names the certificate of the QUIC endpoint. All empty: a
-// self-signed certificate is made at start (broker links are then
-// authenticated by the secret, not by the certificate).
+// TLSConfig enables mutual TLS between brokers: this broker's certificate
+// and key, and the overlay CA that signed every broker's certificate (PEM
+// files, all three or none). All empty: an ephemeral self-signed
+// certificate, and broker links are authenticated by the secret.
 type TLSConfig struct {
 	CertFile string `toml:"cert_file"`
 	KeyFile  string `toml:"key_file"`
-	// CAFile, if set, is the overlay CA: peers must present a certificate
-	// it signed.
-	CAFile string `toml:"ca_file"`
+	CAFile   string `toml:"ca_file"`
 }
 
 // LimitsConfig bounds everything that could otherwise grow with load. Each
@@ -312,8 +311,8 @@ func (c *BrokerConfig) Validate() error {
 			return bad(f.field, "%s is a directory", f.path)
 		}
 	}
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return bad("tls", "cert_file and key_file go together")
+	if t := c.TLS; (t.CertFile != "" || t.KeyFile != "" || t.CAFile != "") && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == "") {
+		return bad("tls", "cert_file, key_file and ca_file go together (mutual TLS with the overlay CA)")
 	}
 	if c.Admin != "" {
 		if err := checkHostPort(c.Admin); err != nil {

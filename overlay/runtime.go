@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -751,4 +752,55 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 	r.m.clientDisconnects.WithLabelValues("slow consumer").Inc()
 	r.dropSession(c)
 	r.node.ClientClose(c)
+}
+
+// State is what /state serves: the core's Status (its fields at the top
+// level of the JSON object) and what the runtime adds.
+type State struct {
+	Status
+	Runtime RuntimeState `json:"runtime"`
+}
+
+// RuntimeState describes the runtime around the core.
+type RuntimeState struct {
+	Addr           string             `json:"addr"`
+	Delta          int                `json:"delta"`
+	Tick           string             `json:"tick"`
+	Heartbeat      string             `json:"heartbeat"`
+	FailureTimeout string             `json:"failure_timeout"`
+	Connected      []message.BrokerID `json:"connected"` // peers with a transport link, sorted
+	Dialing        []message.BrokerID `json:"dialing"`   // dials in flight, sorted
+	Sessions       int                `json:"sessions"`
+	InputQueue     int                `json:"input_queue"`
+	JoinFailed     string             `json:"join_failed,omitempty"`
+}
+
+// State returns the snapshot served on /state, taken on the runtime
+// goroutine.
+func (r *Runtime) State(ctx context.Context) (State, error) {
+	var st State
+	err := r.Do(ctx, func(n *Node) {
+		st.Status = n.Status()
+		rs := &st.Runtime
+		rs.Addr = r.cfg.AdvertisedAddr()
+		rs.Delta = r.cfg.Delta
+		rs.Tick = r.cfg.Tick.String()
+		rs.Heartbeat = r.cfg.Heartbeat.String()
+		rs.FailureTimeout = r.cfg.FailureTimeout.String()
+		rs.Connected = sortedKeys(r.links)
+		rs.Dialing = sortedKeys(r.dialing)
+		rs.Sessions = len(r.sessions)
+		rs.InputQueue = len(r.in)
+		rs.JoinFailed = r.joinFailed
+	})
+	return st, err
+}
+
+func sortedKeys[V any](m map[message.BrokerID]V) []message.BrokerID {
+	out := make([]message.BrokerID, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/deltapub/deltapub/overlay"
+	"github.com/rs/zerolog"
+)
+
+func init() {
+	register(command{name: "broker", summary: "run a broker of the overlay", run: runBroker})
+}
+
+const brokerUsage = `Usage: deltapub broker [--config FILE] [--preset default|testbed] [--id ID]
+         [--listen ADDR] [--join ADDR[,ADDR...]] [--delta D] [--admin ADDR]
+         [--secret-file FILE] [other flags] [--print-config]
+
+Runs one broker. Configuration: the preset's defaults, then the TOML file,
+then the flags given. Without --join the broker starts a new overlay.
+SIGTERM or SIGINT leaves the overlay gracefully and exits 0.
+
+Flags:
+`
+
+func runBroker(args []string) int {
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, brokerUsage); fs.PrintDefaults() }
+	var (
+		configFile  = fs.String("config", "", "TOML configuration `file` (see docs/operations.md)")
+		preset      = fs.String("preset", "default", "defaults: default (1s heartbeat, 3s failure timeout) or testbed (50ms, 250ms)")
+		printConfig = fs.Bool("print-config", false, "print the effective configuration as TOML and exit")
+		id          = fs.String("id", "", "broker `id` in the overlay (e.g. B1)")
+		listen      = fs.String("listen", "", "UDP `address` to listen on (e.g. 127.0.0.1:7001)")
+		advertise   = fs.String("advertise", "", "`address` other brokers dial (default: --listen)")
+		join        = fs.String("join", "", "comma-separated joinpoint `addresses`, tried in order (none: start a new overlay)")
+		delta       = fs.Int("delta", 0, "δ: adjacent broker failures tolerated (same on every broker)")
+		epoch       = fs.Uint64("epoch", 0, "incarnation `number` (0: milliseconds since 1970)")
+		tick        = fs.Duration("tick", 0, "runtime tick `duration`")
+		heartbeat   = fs.Duration("heartbeat", 0, "heartbeat `interval`")
+		failure     = fs.Duration("failure-timeout", 0, "silence after which a peer is suspected")
+		dack        = fs.Duration("dack-period", 0, "DACK `period`")
+		goneAfter   = fs.Duration("gone-after", 0, "suspicion after which a peer is declared gone")
+		admin       = fs.String("admin", "", "admin HTTP `address` (/healthz /metrics /state /debug/pprof/)")
+		secretFile  = fs.String("secret-file", "", "overlay secret `file`: only brokers with the same secret may link")
+		tokenFile   = fs.String("client-token-file", "", "`file` with the token clients must present")
+		maxQueue    = fs.Int("max-queue", 0, "bound on the message queue (publications)")
+		logLevel    = fs.String("log-level", "", "trace, debug, info, warn or error")
+		logFormat   = fs.String("log-format", "", "json or console")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "deltapub broker: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg, err := overlay.Preset(*preset)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+		return 2
+	}
+	if *configFile != "" {
+		if cfg, err = overlay.LoadBrokerConfig(*configFile, cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+			return 2
+		}
+	}
+	// Flags given on the command line override the file.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "id":
+			cfg.ID = *id
+		case "listen":
+			cfg.Listen = *listen
+		case "advertise":
+			cfg.Advertise = *advertise
+		case "join":
+			cfg.Join = nil
+			for _, a := range strings.Split(*join, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					cfg.Join = append(cfg.Join, a)
+				}
+			}
+		case "delta":
+			cfg.Delta = *delta
+		case "epoch":
+			cfg.Epoch = *epoch
+		case "tick":
+			cfg.Tick = *tick
+		case "heartbeat":
+			cfg.Heartbeat = *heartbeat
+		case "failure-timeout":
+			cfg.FailureTimeout = *failure
+		case "dack-period":
+			cfg.DACKPeriod = *dack
+		case "gone-after":
+			cfg.GoneAfter = *goneAfter
+		case "admin":
+			cfg.Admin = *admin
+		case "secret-file":
+			cfg.SecretFile = *secretFile
+		case "client-token-file":
+			cfg.ClientTokenFile = *tokenFile
+		case "max-queue":
+			cfg.Limits.MaxQueue = *maxQueue
+		case "log-level":
+			cfg.Log.Level = *logLevel
+		case "log-format":
+			cfg.Log.Format = *logFormat
+		}
+	})
+	if *printConfig {
+		fmt.Print(cfg.TOML())
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+			return 2
+		}
+		return 0
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+		return 2
+	}
+	log := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format).With().Str("broker", cfg.ID).Logger()
+	b, err := overlay.NewBroker(cfg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := b.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("broker stopped with an error")
+		return 1
+	}
+	log.Info().Msg("broker stopped")
+	return 0
+}
+
+// newLogger makes a zerolog logger writing JSON lines or console text to
+// w. level and format were validated by the configuration.
+func newLogger(w io.Writer, level, format string) zerolog.Logger {
+	if format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}

@@ -1,0 +1,108 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/deltapub/deltapub/internal/admin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+)
+
+// Broker is one broker process's worth of parts: the runtime (and its
+// core), the QUIC transport and the admin endpoint. cmd/deltapub's broker
+// command is a thin shell around it; tests and benchmarks can run several
+// in one process.
+type Broker struct {
+	Runtime *Runtime
+	cfg     BrokerConfig
+	log     zerolog.Logger
+	tr      Transport
+	closeTr func() error
+	admin   *admin.Server
+	epoch   uint64
+}
+
+// transportListener starts the broker transport for rt; set by
+// runtime_quic.go. It returns the transport and a function closing it.
+type transportListener func(cfg *BrokerConfig, epoch uint64, secret []byte, token string, rt *Runtime, log zerolog.Logger) (Transport, func() error, error)
+
+// listenTransport is the broker transport (QUIC).
+var listenTransport transportListener = func(*BrokerConfig, uint64, []byte, string, *Runtime, zerolog.Logger) (Transport, func() error, error) {
+	return nil, nil, errors.New("overlay: no broker transport linked in")
+}
+
+// NewBroker validates cfg, reads its secret files, builds the runtime and
+// starts listening (QUIC and, if configured, the admin endpoint). Call Run.
+func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	secret, err := ReadSecretFile("secret_file", cfg.SecretFile)
+	if err != nil {
+		return nil, err
+	}
+	token, err := ReadSecretFile("client_token_file", cfg.ClientTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	if secret == nil {
+		log.Warn().Msg("no secret_file: broker links are not authenticated; any broker that speaks the protocol may join")
+	}
+	epoch := cfg.EpochAt(time.Now())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rt, err := NewRuntime(cfg, epoch, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{Runtime: rt, cfg: cfg, log: log, epoch: epoch}
+	b.tr, b.closeTr, err = listenTransport(&cfg, epoch, secret, string(token), rt, log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Admin != "" {
+		b.admin, err = admin.Start(admin.Options{
+			Addr:     cfg.Admin,
+			Gatherer: reg,
+			State:    func(ctx context.Context) (any, error) { return rt.State(ctx) },
+			Health:   rt.Health,
+			Log:      log,
+		})
+		if err != nil {
+			b.closeTr()
+			return nil, fmt.Errorf("overlay: admin endpoint: %w", err)
+		}
+	}
+	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("admin", b.AdminAddr()).
+		Int("delta", cfg.Delta).Dur("heartbeat", cfg.Heartbeat).Dur("failure_timeout", cfg.FailureTimeout).
+		Msg("broker started")
+	return b, nil
+}
+
+// Epoch is this incarnation's epoch.
+func (b *Broker) Epoch() uint64 { return b.epoch }
+
+// AdminAddr is the admin endpoint's address ("" without one).
+func (b *Broker) AdminAddr() string {
+	if b.admin == nil {
+		return ""
+	}
+	return b.admin.Addr()
+}
+
+// Run runs the broker until ctx ends, leaves the overlay gracefully, and
+// closes the transport and the admin endpoint.
+func (b *Broker) Run(ctx context.Context) error {
+	err := b.Runtime.Run(ctx, b.tr)
+	if b.admin != nil {
+		b.admin.Close()
+	}
+	if cerr := b.closeTr(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
