@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/deltapub/deltapub/testbed"
+)
+
+const testbedUsage = `Usage:
+  deltapub testbed run FILE [--mode process|inproc|sim] [--out DIR] [--quiet]
+  deltapub testbed check FILE [--tree]
+  deltapub testbed report DIR
+  deltapub testbed compare DIR1 DIR2
+
+run      runs the experiment described in FILE and writes summary.json,
+         deliveries.csv, brokers.csv and plots (PNG, SVG) into DIR
+         (default results/NAME-MODE); exits 1 when the verdict is FAIL
+check    validates FILE without launching anything
+report   prints the summary of an earlier run and redraws its plots
+compare  sets two earlier runs side by side
+
+The file format is documented in docs/testbed.md.
+`
+
+func init() {
+	register(command{
+		name:    "testbed",
+		summary: "run an experiment from a TOML file: faults, measurements, plots, verdict",
+		run:     runTestbed,
+	})
+}
+
+func runTestbed(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, testbedUsage)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(os.Stdout, testbedUsage)
+		return 0
+	case "run":
+		return testbedRun(args[1:])
+	case "check":
+		return testbedCheck(args[1:])
+	case "report":
+		return testbedReport(args[1:])
+	case "compare":
+		return testbedCompare(args[1:])
+	}
+	fmt.Fprintf(os.Stderr, "deltapub testbed: unknown subcommand %q\n\n%s", args[0], testbedUsage)
+	return 2
+}
+
+// parseInterleaved parses flags that may come before or after the
+// positional arguments (deltapub testbed run FILE --mode sim).
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func testbedRun(args []string) int {
+	fs := flag.NewFlagSet("testbed run", flag.ContinueOnError)
+	mode := fs.String("mode", "process", "backend: process (broker processes), inproc (brokers in this process), sim (deterministic simulator, virtual time)")
+	out := fs.String("out", "", "results directory (default results/NAME-MODE)")
+	quiet := fs.Bool("quiet", false, "no live progress line")
+	binary := fs.String("binary", "", "deltapub binary for broker processes (default: this executable)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: deltapub testbed run FILE [--mode process|inproc|sim] [--out DIR] [--quiet]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return 2
+	}
+	plan, err := testbed.Load(pos[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("results", plan.Spec.Name+"-"+*mode)
+	}
+	// Ctrl-C and SIGTERM cancel the run; the backend stops every broker
+	// and the results written so far are kept.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "%s\nmode %s, results in %s\n", plan.Describe(), *mode, dir)
+	var progress *os.File
+	if !*quiet {
+		progress = os.Stderr
+	}
+	opts := testbed.Options{Binary: *binary, Log: os.Stderr}
+	var sum *testbed.Summary
+	if progress != nil {
+		sum, err = testbed.Run(ctx, plan, *mode, dir, opts, progress)
+	} else {
+		sum, err = testbed.Run(ctx, plan, *mode, dir, opts, nil)
+	}
+	if sum == nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Print(testbed.FormatSummary(sum, dir))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if sum.Verdict.Verdict != "PASS" {
+		return 1
+	}
+	return 0
+}
+
+func testbedCheck(args []string) int {
+	fs := flag.NewFlagSet("testbed check", flag.ContinueOnError)
+	tree := fs.Bool("tree", false, "also print the broker tree")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: deltapub testbed check FILE [--tree]   (validates; launches nothing)")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return 2
+	}
+	plan, err := testbed.Load(pos[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(plan.Describe())
+	if *tree {
+		fmt.Print(plan.Topo.Render())
+	}
+	fmt.Println("ok")
+	return 0
+}
+
+func testbedReport(args []string) int {
+	fs := flag.NewFlagSet("testbed report", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: deltapub testbed report DIR   (prints the summary, redraws the plots)")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return 2
+	}
+	sum, err := testbed.Redraw(pos[0])
+	if sum == nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Print(testbed.FormatSummary(sum, pos[0]))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return 0
+}
+
+func testbedCompare(args []string) int {
+	fs := flag.NewFlagSet("testbed compare", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), "Usage: deltapub testbed compare DIR1 DIR2") }
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return 2
+	}
+	a, _, _, err := testbed.ReadResults(pos[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	b, _, _, err := testbed.ReadResults(pos[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Print(testbed.Compare(a, b, pos[0], pos[1]))
+	return 0
+}

@@ -1,0 +1,24 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+)
+
+// unavailable is the backend of a mode whose dependencies have not landed
+// yet: it fails clearly instead of pretending to run.
+type unavailable struct{ mode, needs string }
+
+func (u unavailable) Run(ctx context.Context, p *Plan, rec *Recorder) error {
+	return fmt.Errorf("testbed: %s mode: %w (it needs %s)", u.mode, ErrNotAvailable, u.needs)
+}
+
+func init() {
+	RegisterBackend("process", func(Options) Backend {
+		return unavailable{"process", "the `deltapub broker` command and the client library"}
+	})
+	RegisterBackend("inproc", func(Options) Backend {
+		return unavailable{"inproc", "the overlay runtime and the client library"}
+	})
+	RegisterBackend("sim", func(Options) Backend { return unavailable{"sim", "internal/sim"} })
+}

@@ -1,0 +1,313 @@
+package testbed
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// The oracle decides which deliveries the guarantees of PROTOCOL.md §1
+// require, from the filters, the confirmation times, the publications and
+// the faults as they were applied, and compares them with what arrived.
+//
+// A delivery of publication p to subscription k (confirmed at c, on edge
+// broker E) is required when all of these hold:
+//
+//  1. p was acknowledged by its edge broker and published at t ≥ c;
+//  2. p matches k's filter;
+//  3. at no time in [t, t+w] were more than δ brokers down (crashed or
+//     frozen; a cut link counts as one failure), where w is the fault
+//     window (metrics.fault_window): a publication still in flight when
+//     the overlay goes beyond δ may be lost without breaking §1;
+//  4. E stays up for k: if E crashes at x after c (or freezes at x and is
+//     never resumed), only publications with t < x − w are required, since
+//     later ones may have been in flight when the session broke;
+//  5. the publisher's edge broker did not crash in [t, t+w] (the
+//     publication may have existed only in its queue).
+//
+// Everything else that matches is "extra": allowed, not required. Whatever
+// the faults: a second delivery of p to k is a duplicate, a delivery of a
+// lower sequence number of a source after a higher one is a reordering, and
+// a delivery that does not match k's filter is spurious. Beyond δ a
+// required-looking loss is reported apart, as lost_beyond_delta, and as
+// "silent" when no Gap notice covers it.
+
+// Verdict is the oracle's result.
+type Verdict struct {
+	Verdict            string   `json:"verdict"` // PASS or FAIL
+	Reasons            []string `json:"reasons,omitempty"`
+	Publications       int      `json:"publications"`
+	Acked              int      `json:"acked"`
+	Subscriptions      int      `json:"subscriptions"`
+	Confirmed          int      `json:"confirmed"`
+	ExpectedDeliveries int      `json:"expected_deliveries"`
+	Deliveries         int      `json:"deliveries"`
+	Lost               int      `json:"lost"`
+	Duplicates         int      `json:"duplicates"`
+	Reordered          int      `json:"reordered"`
+	Spurious           int      `json:"spurious"`
+	Extra              int      `json:"extra"`
+	LostBeyondDelta    int      `json:"lost_beyond_delta"`
+	SilentBeyondDelta  int      `json:"silent_loss_beyond_delta"`
+	LostExamples       []string `json:"lost_examples,omitempty"`
+}
+
+// faultTimeline answers "what was down when".
+type faultTimeline struct {
+	bounds []time.Duration // segment starts, sorted; segment k is [bounds[k], bounds[k+1])
+	down   []int           // failures (down brokers + cut links) in segment k
+	// per broker, the times it crashed and the time it froze for good
+	crashes    map[string][]time.Duration
+	frozenTail map[string]time.Duration // frozen at the end of the run, since
+}
+
+func newTimeline(p *Plan, applied []AppliedFault) *faultTimeline {
+	at := make([]time.Duration, len(p.Faults))
+	for i, f := range p.Faults {
+		at[i] = f.At
+	}
+	for _, a := range applied {
+		if a.Index >= 0 && a.Index < len(at) && a.Err == "" {
+			at[a.Index] = a.At
+		}
+	}
+	order := make([]int, len(p.Faults))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return at[order[a]] < at[order[b]] })
+	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}}
+	state := map[string]brokerState{}
+	frozeAt := map[string]time.Duration{}
+	cuts := map[[2]string]bool{}
+	for _, i := range order {
+		for _, a := range p.Faults[i].Actions {
+			switch a.Kind {
+			case ActCrash:
+				state[a.Broker] = stCrashed
+				tl.crashes[a.Broker] = append(tl.crashes[a.Broker], at[i])
+			case ActRestart, ActResume:
+				state[a.Broker] = stUp
+			case ActFreeze:
+				state[a.Broker] = stFrozen
+				frozeAt[a.Broker] = at[i]
+			case ActCut:
+				cuts[pairOf(a.Broker, a.Peer)] = true
+			case ActHeal:
+				delete(cuts, pairOf(a.Broker, a.Peer))
+			}
+		}
+		n := len(cuts)
+		for _, st := range state {
+			if st != stUp {
+				n++
+			}
+		}
+		if at[i] == tl.bounds[len(tl.bounds)-1] {
+			tl.down[len(tl.down)-1] = n
+		} else {
+			tl.bounds = append(tl.bounds, at[i])
+			tl.down = append(tl.down, n)
+		}
+	}
+	for b, st := range state {
+		if st == stFrozen {
+			tl.frozenTail[b] = frozeAt[b]
+		}
+	}
+	return tl
+}
+
+func pairOf(a, b string) [2]string {
+	if a > b {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// maxDown is the largest number of simultaneous failures in [from, to].
+func (tl *faultTimeline) maxDown(from, to time.Duration) int {
+	k := sort.Search(len(tl.bounds), func(i int) bool { return tl.bounds[i] > from }) - 1
+	m := 0
+	for ; k < len(tl.bounds) && tl.bounds[k] <= to; k++ {
+		if tl.down[k] > m {
+			m = tl.down[k]
+		}
+	}
+	return m
+}
+
+// crashedIn reports whether b crashed at some time in [from, to].
+func (tl *faultTimeline) crashedIn(b string, from, to time.Duration) bool {
+	for _, x := range tl.crashes[b] {
+		if x >= from && x <= to {
+			return true
+		}
+	}
+	return false
+}
+
+// edgeLoss is when the edge broker b stopped serving a session confirmed at
+// c: its first crash after c, or when it froze for good; ok=false if never.
+func (tl *faultTimeline) edgeLoss(b string, c time.Duration) (time.Duration, bool) {
+	best, ok := time.Duration(0), false
+	for _, x := range tl.crashes[b] {
+		if x >= c && (!ok || x < best) {
+			best, ok = x, true
+		}
+	}
+	if x, frozen := tl.frozenTail[b]; frozen && (!ok || x < best) {
+		best, ok = x, true
+	}
+	return best, ok
+}
+
+// maxLostExamples bounds the examples of lost deliveries in the summary.
+const maxLostExamples = 10
+
+// Judge runs the oracle over a finished run.
+func Judge(p *Plan, r *Recorder) Verdict {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delta := p.Spec.Overlay.Delta
+	w := p.Spec.Metrics.FaultWindow.Duration
+	tl := newTimeline(p, r.faults)
+	pubBroker := map[string]string{}
+	for _, pb := range p.Publishers {
+		pubBroker[pb.Name] = pb.Broker
+	}
+	v := Verdict{Publications: len(r.pubList), Deliveries: len(r.dels) + int(r.dropped.Load())}
+	for _, pr := range r.pubList {
+		if pr.Acked {
+			v.Acked++
+		}
+	}
+	// What arrived, per subscription.
+	got := map[subKey]map[message.PubID]int{}
+	maxSeq := map[streamKey]uint64{}
+	for _, d := range r.dels {
+		k := subKey{d.Subscriber, d.Sub}
+		m := got[k]
+		if m == nil {
+			m = map[message.PubID]int{}
+			got[k] = m
+		}
+		m[d.Pub]++
+		if m[d.Pub] > 1 {
+			v.Duplicates++
+			continue
+		}
+		sk := streamKey{k, d.Pub.Source()}
+		if d.Pub.Seq < maxSeq[sk] {
+			v.Reordered++
+		} else {
+			maxSeq[sk] = d.Pub.Seq
+		}
+		pr := r.pubs[d.Pub]
+		if pr == nil || d.Subscriber < 0 || d.Subscriber >= len(p.Subscribers) || d.Sub < 0 || d.Sub >= len(p.Subscribers[d.Subscriber].Parsed) {
+			v.Spurious++
+			continue
+		}
+		pub := matching.Publication{Attrs: pr.Attrs}
+		if !p.Subscribers[d.Subscriber].Parsed[d.Sub].Match(&pub) {
+			v.Spurious++
+		}
+	}
+	gapped := func(k subKey, id message.PubID) bool {
+		for _, g := range r.gaps {
+			if g.Subscriber == k.subscriber && g.Sub == k.sub && g.Source == id.Source() && id.Seq >= g.From && (g.To == 0 || id.Seq <= g.To) {
+				return true
+			}
+		}
+		return false
+	}
+	// Publications in time order, so each subscription scans only those
+	// published after its confirmation.
+	pubs := append([]*PubRecord(nil), r.pubList...)
+	sort.SliceStable(pubs, func(i, j int) bool { return pubs[i].At < pubs[j].At })
+	parsed := make([]matching.Publication, len(pubs))
+	for i, pr := range pubs {
+		parsed[i] = matching.Publication{Attrs: pr.Attrs}
+	}
+	for si, sb := range p.Subscribers {
+		v.Subscriptions += len(sb.Parsed)
+		for k, f := range sb.Parsed {
+			key := subKey{si, k}
+			c, ok := r.confs[key]
+			if !ok {
+				continue
+			}
+			v.Confirmed++
+			loss, lossOK := tl.edgeLoss(sb.Broker, c)
+			first := sort.Search(len(pubs), func(i int) bool { return pubs[i].At >= c })
+			for i := first; i < len(pubs); i++ {
+				pr := pubs[i]
+				if !pr.Acked || !f.Match(&parsed[i]) {
+					continue
+				}
+				n := got[key][pr.ID]
+				switch {
+				case lossOK && pr.At >= loss-w,
+					tl.crashedIn(pubBroker[pr.Publisher], pr.At, pr.At+w):
+					if n > 0 {
+						v.Extra++
+					}
+				case tl.maxDown(pr.At, pr.At+w) > delta:
+					if n == 0 {
+						v.LostBeyondDelta++
+						if !gapped(key, pr.ID) {
+							v.SilentBeyondDelta++
+						}
+					} else {
+						v.Extra++
+					}
+				default:
+					v.ExpectedDeliveries++
+					if n == 0 {
+						v.Lost++
+						if len(v.LostExamples) < maxLostExamples {
+							v.LostExamples = append(v.LostExamples, fmt.Sprintf("%s (published at %v) to %s sub %d [%s] at %s", pr.ID, pr.At.Round(time.Millisecond), sb.Name, k, sb.Filters[k], sb.Broker))
+						}
+					}
+				}
+			}
+		}
+	}
+	if v.Subscriptions > v.Confirmed {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d of %d subscriptions were never confirmed", v.Subscriptions-v.Confirmed, v.Subscriptions))
+	}
+	if v.Lost > 0 {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d required deliveries lost", v.Lost))
+	}
+	if v.Duplicates > 0 {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d duplicate deliveries", v.Duplicates))
+	}
+	if v.Reordered > 0 {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d deliveries out of per-source order", v.Reordered))
+	}
+	if v.Spurious > 0 {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d deliveries that do not match their filter (or an unknown publication)", v.Spurious))
+	}
+	if d := r.dropped.Load(); d > 0 {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d deliveries beyond the recording bound could not be checked", d))
+	}
+	if len(p.Publishers) > 0 && len(p.Subscribers) > 0 && v.ExpectedDeliveries == 0 {
+		v.Reasons = append(v.Reasons, "no delivery was required: the run checked nothing (no acknowledged publication matched a confirmed subscription)")
+	}
+	if len(p.Publishers) > 0 && v.Publications > 0 && v.Acked == 0 {
+		v.Reasons = append(v.Reasons, "no publication was acknowledged by its edge broker")
+	}
+	for _, a := range r.faults {
+		if a.Err != "" {
+			v.Reasons = append(v.Reasons, fmt.Sprintf("fault %d could not be applied: %s", a.Index+1, a.Err))
+		}
+	}
+	v.Verdict = "PASS"
+	if len(v.Reasons) > 0 {
+		v.Verdict = "FAIL"
+	}
+	return v
+}

@@ -1,0 +1,197 @@
+// Package testbed runs experiments described in one TOML file: an overlay
+// topology, publishers and subscribers with generated workloads, and a
+// schedule of faults. It launches the experiment on a backend (real broker
+// processes, brokers inside this process, or the deterministic simulator),
+// records every publication and delivery, computes with an oracle which
+// deliveries the guarantees of PROTOCOL.md §1 require, and writes a verdict,
+// numbers and plots. See docs/testbed.md for the file format.
+package testbed
+
+import (
+	"fmt"
+	"time"
+)
+
+// Duration is a TOML duration written as a Go duration string ("250ms",
+// "30s"). A bare number is refused: its unit would be a guess.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses "30s"-style durations.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("bad duration %q (want e.g. \"250ms\" or \"30s\")", string(b))
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration back in Go syntax.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.Duration.String()), nil }
+
+// Spec is one experiment file, decoded. Field comments give the TOML key and
+// its default; docs/testbed.md is the reference.
+type Spec struct {
+	Name     string   `toml:"name"`     // experiment name, used in titles; default: the file name
+	Seed     int64    `toml:"seed"`     // seeds every generator and the simulator; default 1
+	Duration Duration `toml:"duration"` // publishing stops at this time after the start; required
+	Warmup   Duration `toml:"warmup"`   // publishers start after this time, so subscriptions can confirm; default 2s
+	Drain    Duration `toml:"drain"`    // time after publishing stops to collect late deliveries; default 3s
+
+	Overlay    OverlaySpec      `toml:"overlay"`
+	Topology   TopologySpec     `toml:"topology"`
+	Brokers    []BrokerSpec     `toml:"broker"` // for topology kind "explicit"
+	Publishers []PublisherSpec  `toml:"publishers"`
+	Subs       []SubscriberSpec `toml:"subscribers"`
+	Faults     []FaultSpec      `toml:"faults"`
+	Metrics    MetricsSpec      `toml:"metrics"`
+	Process    ProcessSpec      `toml:"process"`
+
+	// File is the path the spec was read from (not a TOML key).
+	File string `toml:"-"`
+	// lines locates keys in the file for error messages after decoding.
+	lines *locator `toml:"-"`
+}
+
+// OverlaySpec configures every broker of the overlay.
+type OverlaySpec struct {
+	Delta          int      `toml:"delta"`           // δ ≥ 1; default 2
+	Heartbeat      Duration `toml:"heartbeat"`       // default 50ms
+	FailureTimeout Duration `toml:"failure_timeout"` // default 250ms; must exceed heartbeat
+	DACKPeriod     Duration `toml:"dack_period"`     // default 100ms
+	GoneAfter      Duration `toml:"gone_after"`      // default 20 × failure_timeout (PROTOCOL §6)
+	MaxQueue       int      `toml:"max_queue"`       // per-broker message queue bound; default 100000
+	Tick           Duration `toml:"tick"`            // the protocol core's tick; default 10ms
+	LinkDelay      Duration `toml:"link_delay"`      // sim mode only: one-way delay per link; default 1ms
+	LinkJitter     Duration `toml:"link_jitter"`     // sim mode only: added uniform jitter; default 0
+}
+
+// TopologySpec says how the broker tree is built.
+type TopologySpec struct {
+	Kind    string `toml:"kind"`    // chain | star | balanced | random | srds09 | explicit
+	Brokers int    `toml:"brokers"` // number of brokers (not for srds09 and explicit)
+	Fanout  int    `toml:"fanout"`  // balanced: children per broker (default 3); random: max children (0 = unbounded)
+}
+
+// BrokerSpec is one [[broker]] of an explicit topology.
+type BrokerSpec struct {
+	Name string `toml:"name"`
+	Join string `toml:"join"` // the broker it joins; empty for the root (exactly one)
+}
+
+// PublisherSpec is one [[publishers]] group.
+type PublisherSpec struct {
+	Count   int            `toml:"count"`   // publishers in this group; default 1
+	Brokers any            `toml:"brokers"` // names, or "leaves" | "all" | "random" | "leaves(X)" | "leaves-outside(X)"
+	Rate    float64        `toml:"rate"`    // publications per second per publisher; > 0
+	Attrs   map[string]any `toml:"attrs"`   // attribute → constant or generator
+	Payload int            `toml:"payload"` // payload bytes; default 0
+	Start   Duration       `toml:"start"`   // first publication; default warmup
+	Stop    Duration       `toml:"stop"`    // last publication before this; default duration
+}
+
+// SubscriberSpec is one [[subscribers]] group.
+type SubscriberSpec struct {
+	Count         int    `toml:"count"`         // subscribers in this group; default 1
+	Brokers       any    `toml:"brokers"`       // as for publishers
+	Filter        string `toml:"filter"`        // PADRES filter; {generator} is replaced per subscription
+	Subscriptions int    `toml:"subscriptions"` // subscriptions per subscriber (one client session); default 1
+}
+
+// FaultSpec is one [[faults]] entry: everything in it happens at At.
+type FaultSpec struct {
+	At      Duration   `toml:"at"`
+	Crash   []string   `toml:"crash"`   // kill (state lost)
+	Restart []string   `toml:"restart"` // start again a crashed broker (new epoch)
+	Freeze  []string   `toml:"freeze"`  // stop processing (SIGSTOP); a false suspicion if resumed in time
+	Resume  []string   `toml:"resume"`  // resume a frozen broker
+	Cut     [][]string `toml:"cut"`     // cut links between pairs of brokers
+	Heal    [][]string `toml:"heal"`    // heal cut links
+}
+
+// MetricsSpec tunes what is measured.
+type MetricsSpec struct {
+	Sample      Duration `toml:"sample"`       // broker sampling period; default 1s
+	FaultWindow Duration `toml:"fault_window"` // "during a fault" = [at, at+window); default 4 × failure_timeout
+}
+
+// ProcessSpec tunes the process backend.
+type ProcessSpec struct {
+	BasePort int    `toml:"base_port"` // first UDP/TCP port; brokers use base+2i (QUIC) and base+2i+1 (admin); default 17000
+	Binary   string `toml:"binary"`    // deltapub binary for the brokers; default: this executable
+}
+
+// defaults fills zero values. It runs before validation so that validation
+// sees the effective values.
+func (s *Spec) defaults() {
+	if s.Seed == 0 {
+		s.Seed = 1
+	}
+	if s.Warmup.Duration == 0 {
+		s.Warmup.Duration = 2 * time.Second
+	}
+	if s.Drain.Duration == 0 {
+		s.Drain.Duration = 3 * time.Second
+	}
+	o := &s.Overlay
+	if o.Delta == 0 && !s.lines.has("overlay.delta") {
+		o.Delta = 2
+	}
+	if o.Heartbeat.Duration == 0 {
+		o.Heartbeat.Duration = 50 * time.Millisecond
+	}
+	if o.FailureTimeout.Duration == 0 {
+		o.FailureTimeout.Duration = 250 * time.Millisecond
+	}
+	if o.DACKPeriod.Duration == 0 {
+		o.DACKPeriod.Duration = 100 * time.Millisecond
+	}
+	if o.GoneAfter.Duration == 0 {
+		o.GoneAfter.Duration = 20 * o.FailureTimeout.Duration
+	}
+	if o.MaxQueue == 0 {
+		o.MaxQueue = 100000
+	}
+	if o.Tick.Duration == 0 {
+		o.Tick.Duration = 10 * time.Millisecond
+	}
+	if o.LinkDelay.Duration == 0 {
+		o.LinkDelay.Duration = time.Millisecond
+	}
+	if s.Topology.Kind == "balanced" && s.Topology.Fanout == 0 {
+		s.Topology.Fanout = 3
+	}
+	for i := range s.Publishers {
+		p := &s.Publishers[i]
+		if p.Count == 0 && !s.lines.has(fmt.Sprintf("publishers[%d].count", i)) {
+			p.Count = 1
+		}
+		if p.Start.Duration == 0 {
+			p.Start = s.Warmup
+		}
+		if p.Stop.Duration == 0 {
+			p.Stop = s.Duration
+		}
+	}
+	for i := range s.Subs {
+		sb := &s.Subs[i]
+		if sb.Count == 0 && !s.lines.has(fmt.Sprintf("subscribers[%d].count", i)) {
+			sb.Count = 1
+		}
+		if sb.Subscriptions == 0 {
+			sb.Subscriptions = 1
+		}
+	}
+	if s.Metrics.Sample.Duration == 0 {
+		s.Metrics.Sample.Duration = time.Second
+	}
+	if s.Metrics.FaultWindow.Duration == 0 {
+		s.Metrics.FaultWindow.Duration = 4 * o.FailureTimeout.Duration
+	}
+	if s.Process.BasePort == 0 {
+		s.Process.BasePort = 17000
+	}
+}
+
+// End is when the run ends: publishing stops at Duration, then Drain.
+func (s *Spec) End() time.Duration { return s.Duration.Duration + s.Drain.Duration }
