@@ -99,17 +99,16 @@ type LimitsConfig struct {
 	// MaxSubsPerClient bounds the subscriptions of one session; one more is
 	// answered SubAck{Err:...}.
 	MaxSubsPerClient int `toml:"max_subs_per_client"`
-	// LinkSendQueue is the number of frames buffered per broker link. When
-	// it is full the runtime waits up to LinkBlock for room (every input
-	// waits meanwhile: this slows the whole broker down, publishers
-	// included), then closes the link as failed.
-	LinkSendQueue int `toml:"link_send_queue"`
+	// SendQueue is the number of frames buffered per broker link and per
+	// client session (the transport also bounds the bytes: 4 MiB).
+	//   - On a full broker link the runtime waits up to LinkBlock for room
+	//     (every input waits meanwhile: this slows the whole broker down,
+	//     publishers included), then closes the link as failed.
+	//   - A client that lets its queue fill up is disconnected with a
+	//     logged reason ("slow consumer"); nothing is dropped silently.
+	SendQueue int `toml:"send_queue"`
 	// LinkBlock is how long the runtime waits for room on a full link.
 	LinkBlock time.Duration `toml:"link_block"`
-	// ClientSendQueue is the number of frames buffered per client session.
-	// A client that lets it fill up is disconnected with a logged reason
-	// ("slow consumer"); nothing is dropped silently.
-	ClientSendQueue int `toml:"client_send_queue"`
 	// InputQueue bounds the runtime's input channel (messages from all
 	// links and clients). When full, the transport's readers wait, which
 	// pushes back on the senders through QUIC flow control.
@@ -150,9 +149,8 @@ func DefaultBrokerConfig() BrokerConfig {
 			MaxFrame:         1 << 20, // 1 MiB: large payloads belong in object storage
 			MaxClients:       10_000,
 			MaxSubsPerClient: 1_000,
-			LinkSendQueue:    8_192, // ~80 ms of traffic at 100,000 msgs/s
+			SendQueue:        8_192, // ~80 ms of traffic at 100,000 msgs/s
 			LinkBlock:        500 * time.Millisecond,
-			ClientSendQueue:  8_192,
 			InputQueue:       8_192,
 		},
 		Log: LogConfig{Level: "info", Format: "json"},
@@ -328,8 +326,7 @@ func (c *BrokerConfig) Validate() error {
 		{"limits.max_frame", l.MaxFrame, 1 << 10, 64 << 20},
 		{"limits.max_clients", l.MaxClients, 1, 1 << 20},
 		{"limits.max_subs_per_client", l.MaxSubsPerClient, 1, 1 << 20},
-		{"limits.link_send_queue", l.LinkSendQueue, 1, 1 << 20},
-		{"limits.client_send_queue", l.ClientSendQueue, 1, 1 << 20},
+		{"limits.send_queue", l.SendQueue, 1, 1 << 20},
 		{"limits.input_queue", l.InputQueue, 1, 1 << 20},
 	} {
 		if f.v < f.lo || f.v > f.hi {

@@ -327,7 +327,7 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 			r.drain()
 			leaveDeadline = time.After(r.leaveTimeout())
 		case <-leaveDeadline:
-			r.log.Warn().Dur("after", r.leaveTimeout()).Msg("leave not confirmed in time; exiting anyway (the overlay will treat this broker as crashed)")
+			r.log.Warn().Str("after", r.leaveTimeout().String()).Msg("leave not confirmed in time; exiting anyway (the overlay will treat this broker as crashed)")
 			r.shutdown()
 			return nil
 		}
@@ -711,7 +711,7 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 			return
 		}
 	}
-	r.log.Warn().Str("peer", string(peer)).Dur("waited", r.now().Sub(start)).Msg("closing a slow link: its send queue stayed full")
+	r.log.Warn().Str("peer", string(peer)).Str("waited", r.now().Sub(start).String()).Msg("closing a slow link: its send queue stayed full")
 	ls.l.Close(fmt.Sprintf("slow peer: send queue full for %v", r.cfg.Limits.LinkBlock))
 	delete(r.links, peer)
 	r.m.linkCloses.WithLabelValues("slow peer").Inc()
@@ -747,8 +747,8 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 	if ss.s.TrySend(m) {
 		return
 	}
-	r.log.Warn().Uint64("client", uint64(c)).Int("queue", r.cfg.Limits.ClientSendQueue).Msg("disconnecting a slow consumer: its send queue is full")
-	ss.s.Close(fmt.Sprintf("slow consumer: %d messages queued and not read", r.cfg.Limits.ClientSendQueue))
+	r.log.Warn().Uint64("client", uint64(c)).Int("queue", r.cfg.Limits.SendQueue).Msg("disconnecting a slow consumer: its send queue is full")
+	ss.s.Close(fmt.Sprintf("slow consumer: %d messages queued and not read", r.cfg.Limits.SendQueue))
 	r.m.clientDisconnects.WithLabelValues("slow consumer").Inc()
 	r.dropSession(c)
 	r.node.ClientClose(c)

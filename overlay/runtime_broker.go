@@ -78,7 +78,7 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 		}
 	}
 	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("admin", b.AdminAddr()).
-		Int("delta", cfg.Delta).Dur("heartbeat", cfg.Heartbeat).Dur("failure_timeout", cfg.FailureTimeout).
+		Int("delta", cfg.Delta).Str("heartbeat", cfg.Heartbeat.String()).Str("failure_timeout", cfg.FailureTimeout.String()).
 		Msg("broker started")
 	return b, nil
 }

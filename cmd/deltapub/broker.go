@@ -153,7 +153,14 @@ func runBroker(args []string) int {
 // w. level and format were validated by the configuration.
 func newLogger(w io.Writer, level, format string) zerolog.Logger {
 	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		// Colours only on a terminal: logs redirected to files stay plain.
+		color := false
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				color = true
+			}
+		}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !color}
 	}
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
