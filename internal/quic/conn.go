@@ -1,0 +1,319 @@
+package quic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/deltapub/deltapub/internal/wire"
+	"github.com/deltapub/deltapub/message"
+	"github.com/quic-go/quic-go"
+	"github.com/rs/zerolog"
+)
+
+// peerConn is what a Link, a Session and a ClientConn share: one QUIC
+// connection with one stream, a bounded send queue drained by a writer
+// goroutine in large writes, and the frame reader.
+//
+// Send path: Send encodes the message straight into pending (under mu);
+// the writer swaps pending with its spare buffer and writes the whole batch
+// with one stream Write. So encoding happens once, in the sender's
+// goroutine; batching is automatic (everything queued while a Write is in
+// progress goes out in the next one); and the steady state allocates
+// nothing (the two buffers are reused).
+type peerConn struct {
+	qc  *quic.Conn
+	str *quic.Stream
+	log zerolog.Logger
+	rd  *wire.Reader
+
+	maxFrame, maxFrames, maxBytes int
+
+	mu        sync.Mutex
+	enc       *wire.Encoder
+	pending   []byte
+	frames    int
+	spaceWait chan struct{} // closed by the writer when it takes the queue; nil if nobody waits
+	closedErr error         // non-nil once closing: every send fails with it
+
+	wake    chan struct{} // cap 1: the queue went from empty to non-empty
+	closing chan struct{} // closed when the conn starts closing
+
+	closeOnce   sync.Once
+	graceful    bool
+	closeCode   quic.ApplicationErrorCode
+	closeReason string
+	writerDone  chan struct{}
+}
+
+func newPeerConn(qc *quic.Conn, str *quic.Stream, rd *wire.Reader, cfg *Config, log zerolog.Logger) *peerConn {
+	return &peerConn{
+		qc: qc, str: str, rd: rd, log: log,
+		maxFrame: cfg.MaxFrame, maxFrames: cfg.SendQueue, maxBytes: cfg.SendQueueBytes,
+		enc:        wire.NewEncoder(),
+		wake:       make(chan struct{}, 1),
+		closing:    make(chan struct{}),
+		writerDone: make(chan struct{}),
+	}
+}
+
+// send queues m (or, when raw != nil, an already encoded frame). With block
+// it waits for room while the queue is full; without, it returns
+// ErrQueueFull.
+func (c *peerConn) send(m message.Message, raw []byte, block bool) error {
+	for {
+		c.mu.Lock()
+		if c.closedErr != nil {
+			err := c.closedErr
+			c.mu.Unlock()
+			return err
+		}
+		// An empty queue takes any frame, so a frame larger than the byte
+		// bound still goes through; otherwise both bounds apply.
+		if c.frames == 0 || (c.frames < c.maxFrames && len(c.pending) < c.maxBytes) {
+			n0 := len(c.pending)
+			var err error
+			if raw != nil {
+				c.pending = append(c.pending, raw...)
+			} else {
+				c.pending, err = c.enc.AppendFrame(c.pending, m)
+			}
+			if err == nil && len(c.pending)-n0 > c.maxFrame+8 {
+				err = fmt.Errorf("quic: send %v: frame of %d bytes exceeds MaxFrame %d", typeOf(m), len(c.pending)-n0, c.maxFrame)
+			}
+			if err != nil {
+				c.pending = c.pending[:n0]
+				c.mu.Unlock()
+				return err
+			}
+			c.frames++
+			first := c.frames == 1
+			c.mu.Unlock()
+			if first {
+				select {
+				case c.wake <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		}
+		if !block {
+			c.mu.Unlock()
+			return ErrQueueFull
+		}
+		if c.spaceWait == nil {
+			c.spaceWait = make(chan struct{})
+		}
+		w := c.spaceWait
+		c.mu.Unlock()
+		select {
+		case <-w:
+		case <-c.closing:
+		}
+	}
+}
+
+func typeOf(m message.Message) string {
+	if m == nil {
+		return "raw frame"
+	}
+	return m.Type().String()
+}
+
+// queued returns the number of frames waiting to be written.
+func (c *peerConn) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frames
+}
+
+// take swaps the queue out for writing.
+func (c *peerConn) take(spare []byte) []byte {
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = spare[:0]
+	c.frames = 0
+	if c.spaceWait != nil {
+		close(c.spaceWait)
+		c.spaceWait = nil
+	}
+	c.mu.Unlock()
+	return batch
+}
+
+// writeLoop is the writer goroutine.
+func (c *peerConn) writeLoop() {
+	defer close(c.writerDone)
+	var spare []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.closing:
+			c.finish()
+			return
+		}
+		batch := c.take(spare)
+		if len(batch) == 0 {
+			spare = batch
+			continue
+		}
+		if _, err := c.str.Write(batch); err != nil {
+			c.abort(codeProtocol, fmt.Sprintf("write failed: %v", err))
+			c.finish()
+			return
+		}
+		spare = batch
+	}
+}
+
+// finish runs in the writer after closing: for an orderly close it flushes
+// the queue and a last Refuse{Closing} frame, half-closes the stream and
+// waits (bounded) for the peer to close the connection after reading them.
+func (c *peerConn) finish() {
+	if c.graceful {
+		deadline := time.Now().Add(closeLinger)
+		_ = c.str.SetWriteDeadline(deadline)
+		batch := c.take(nil)
+		batch, _ = wire.AppendFrame(batch, &message.Refuse{Code: message.RefuseClosing, Reason: c.closeReason})
+		if _, err := c.str.Write(batch); err == nil {
+			_ = c.str.Close()
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-c.qc.Context().Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+	_ = c.qc.CloseWithError(c.closeCode, c.closeReason)
+}
+
+// close starts an orderly close: queued frames are still written.
+func (c *peerConn) close(reason string) { c.shutdown(true, codeOK, reason) }
+
+// abort closes at once, dropping what is queued (protocol errors, shutdown).
+func (c *peerConn) abort(code quic.ApplicationErrorCode, reason string) {
+	c.shutdown(false, code, reason)
+}
+
+func (c *peerConn) shutdown(graceful bool, code quic.ApplicationErrorCode, reason string) {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closedErr = fmt.Errorf("%w: %s", ErrClosed, reason)
+		c.graceful, c.closeCode, c.closeReason = graceful, code, reason
+		if c.spaceWait != nil {
+			close(c.spaceWait)
+			c.spaceWait = nil
+		}
+		c.mu.Unlock()
+		close(c.closing)
+		if !graceful {
+			_ = c.qc.CloseWithError(code, reason)
+		}
+	})
+}
+
+// isClosing reports whether close or abort was called, and why.
+func (c *peerConn) localReason() (string, bool) {
+	select {
+	case <-c.closing:
+		return c.closeReason, true
+	default:
+		return "", false
+	}
+}
+
+// readLoop reads frames and hands each message to deliver until the
+// connection ends; it returns why. Unknown types are skipped (a newer
+// peer's messages); a malformed frame closes the connection with the
+// reason logged and sent to the peer.
+func (c *peerConn) readLoop(what string, deliver func(message.Message)) error {
+	for {
+		m, err := c.rd.Read()
+		if err != nil {
+			if errors.Is(err, wire.ErrUnknownType) {
+				c.log.Debug().Err(err).Msg("skipping a frame of an unknown type (newer peer?)")
+				continue
+			}
+			return c.readFailed(what, err)
+		}
+		switch m := m.(type) {
+		case *message.Refuse:
+			// An orderly close by the peer: its last frame.
+			_ = c.qc.CloseWithError(codeOK, "")
+			c.shutdown(false, codeOK, "peer closed")
+			return fmt.Errorf("%w: %s closed by the peer: %s", ErrClosed, what, m.Reason)
+		case *message.Hello, *message.Welcome, *message.Ready:
+			reason := fmt.Sprintf("protocol violation: %v after the handshake", m.Type())
+			c.log.Warn().Str("reason", reason).Msgf("closing %s", what)
+			c.abort(codeProtocol, reason)
+			return fmt.Errorf("quic: %s: %s", what, reason)
+		}
+		deliver(m)
+	}
+}
+
+func (c *peerConn) readFailed(what string, err error) error {
+	if reason, local := c.localReason(); local {
+		return fmt.Errorf("%w: %s closed locally: %s", ErrClosed, what, reason)
+	}
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote {
+		if ae.ErrorCode != codeOK {
+			c.log.Warn().Str("reason", ae.ErrorMessage).Uint64("code", uint64(ae.ErrorCode)).Msgf("%s closed by the peer", what)
+		}
+		c.shutdown(false, codeOK, "peer closed")
+		return fmt.Errorf("%w: %s closed by the peer: %s", ErrClosed, what, ae.ErrorMessage)
+	}
+	if errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrFrameTooLarge) {
+		reason := fmt.Sprintf("malformed frame: %v", err)
+		c.log.Warn().Str("reason", reason).Msgf("closing %s", what)
+		c.abort(codeProtocol, reason)
+		return fmt.Errorf("quic: %s: %w", what, err)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		c.abort(codeProtocol, "stream ended without a close frame")
+		return fmt.Errorf("quic: %s: stream ended: %w", what, err)
+	}
+	c.abort(codeProtocol, err.Error())
+	return fmt.Errorf("quic: %s: %w", what, err)
+}
+
+// writeHandshake writes one handshake frame synchronously (before the
+// writer goroutine exists).
+func writeHandshake(str *quic.Stream, m message.Message) error {
+	b, err := wire.AppendFrame(nil, m)
+	if err != nil {
+		return err
+	}
+	_, err = str.Write(b)
+	return err
+}
+
+// refuse tells the peer why, logs it, and closes the connection. It waits
+// (bounded) for the peer to read the Refuse and close first, so the reason
+// arrives as a frame; the CONNECTION_CLOSE carries it as well.
+func refuse(qc *quic.Conn, str *quic.Stream, log zerolog.Logger, peer string, code message.RefuseCode, reason string) *RefusedError {
+	lv := log.Warn()
+	if code == message.RefuseDuplicate {
+		lv = log.Debug() // routine: simultaneous dials resolve this way
+	}
+	lv.Str("peer", peer).Str("reason", reason).Msg("refusing connection")
+	if str != nil {
+		_ = str.SetWriteDeadline(time.Now().Add(time.Second))
+		if writeHandshake(str, &message.Refuse{Code: code, Reason: reason}) == nil {
+			_ = str.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			select {
+			case <-qc.Context().Done():
+			case <-ctx.Done():
+			}
+			cancel()
+		}
+	}
+	_ = qc.CloseWithError(codeRefused, reason)
+	return &RefusedError{Peer: peer, Code: code, Reason: reason}
+}

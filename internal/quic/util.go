@@ -1,0 +1,5 @@
+package quic
+
+import "time"
+
+var deadlineNone time.Time
