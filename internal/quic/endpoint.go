@@ -52,7 +52,7 @@ type Endpoint struct {
 	// mu guards the registry. Lock order: Endpoint.mu before peerConn.mu
 	// (never the other way).
 	mu        sync.Mutex
-	links     map[message.BrokerID]*Link    // registered links (handshaking or up), one per peer
+	links     map[message.BrokerID]*Link     // registered links (handshaking or up), one per peer
 	dials     map[message.BrokerID]*dialCall // dials in progress
 	sessions  map[message.ClientID]*Session
 	linkAdded chan struct{} // closed and replaced whenever a link is registered

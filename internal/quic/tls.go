@@ -142,7 +142,7 @@ func mutualTLS(cfg *Config) (server, client *tls.Config, err error) {
 		NextProtos:   []string{ALPNBroker, ALPNClient},
 		// Clients (ALPN deltapub-client) may come without a certificate;
 		// broker links are checked in the handshake (brokerCertOK).
-		ClientAuth:            tls.RequestClientCert,
+		ClientAuth: tls.RequestClientCert,
 		VerifyPeerCertificate: func(raw [][]byte, c [][]*x509.Certificate) error {
 			if len(raw) == 0 {
 				return nil
