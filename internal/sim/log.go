@@ -22,6 +22,9 @@ type Log struct {
 	// QueueOverBound and Undrained are filled by the simulator.
 	QueueOverBound []string
 	Undrained      []string
+	// Stuck lists liveness failures found after quiescence: a live
+	// subscription never confirmed, a publication never answered.
+	Stuck []string
 
 	pubIdx map[message.PubID]int
 	subIdx map[string]int // by subscriber name
@@ -152,6 +155,7 @@ type Report struct {
 	QueueOverBound int
 	Undrained      int
 	Unconfirmed    int // subscriptions never confirmed (not a failure by itself)
+	Stuck          int // liveness failures after quiescence (see Log.Stuck)
 	PerSub         []SubReport
 	Details        []string
 }
@@ -177,7 +181,7 @@ func (r Report) Failed(beyond bool) bool {
 	if beyond {
 		return bad+r.SilentLost > 0
 	}
-	return bad+r.Lost+r.Undrained+r.QueueOverBound > 0
+	return bad+r.Lost+r.Undrained+r.QueueOverBound+r.Stuck > 0
 }
 
 // Match decides whether a publication matches a filter for the oracle. It
@@ -203,6 +207,8 @@ func (l *Log) Check() Report {
 	r.GapNotices = len(l.Gaps)
 	r.QueueOverBound = len(l.QueueOverBound)
 	r.Undrained = len(l.Undrained)
+	r.Stuck = len(l.Stuck)
+	r.Details = append(r.Details, l.Stuck...)
 	r.Details = append(r.Details, l.QueueOverBound...)
 	r.Details = append(r.Details, l.Undrained...)
 	detail := func(format string, args ...any) { l.problemTo(&r.Details, format, args...) }

@@ -364,6 +364,7 @@ func (r *runner) exec(l scriptLine) error {
 			return err
 		}
 		s.CheckDrained()
+		s.CheckLiveness()
 		return nil
 	case "beyond":
 		r.beyond = true
@@ -489,8 +490,8 @@ func (r *runner) outcome(rep Report) string {
 	}
 	fmt.Fprintf(&b, "published=%d subscriptions=%d excluded_subs=%d excluded_pubs=%d unconfirmed=%d\n",
 		rep.Published, rep.Subscriptions, rep.ExcludedSubs, rep.ExcludedPubs, rep.Unconfirmed)
-	fmt.Fprintf(&b, "guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d gap_notices=%d undrained=%d over_bound=%d\n",
-		rep.Guaranteed, rep.Delivered, rep.Lost, rep.GapCovered, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.GapNotices, rep.Undrained, rep.QueueOverBound)
+	fmt.Fprintf(&b, "guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d gap_notices=%d undrained=%d over_bound=%d stuck=%d\n",
+		rep.Guaranteed, rep.Delivered, rep.Lost, rep.GapCovered, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.GapNotices, rep.Undrained, rep.QueueOverBound, rep.Stuck)
 	for _, ps := range rep.PerSub {
 		state := ""
 		if ps.Excluded {

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deltapub/deltapub/internal/sim"
+)
+
+func init() {
+	register(command{
+		name:    "sim",
+		summary: "deterministic simulator: fuzz, replay a seed, run a scenario file, the SRDS'09 experiment",
+		run:     runSim,
+	})
+}
+
+const simUsage = `Usage:
+  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W]
+  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--trace]
+  deltapub sim run [--trace] FILE
+  deltapub sim srds09 [--crashes 1|2|3] [--seed S] [--timeline FILE.csv]
+
+fuzz    runs N random scenarios (random tree, δ, filters, clients, faults placed
+        adversarially) and checks every guarantee; one line per failing run, then
+        runs=N failed=F lost=L duplicates=D reordered=R undrained=U; exit 0 only if all 0.
+replay  replays one fuzz run from its seed (pass the same --brokers/--delta/--faults).
+run     runs a scenario file (internal/sim/testdata/*.txt) and prints its outcome.
+srds09  the slides' setup: 83 brokers, δ=3, 2,600 subscriptions, 26 publishers at 10/s.
+`
+
+func runSim(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(os.Stderr, simUsage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	switch args[0] {
+	case "fuzz":
+		return simFuzz(args[1:])
+	case "replay":
+		return simReplay(args[1:])
+	case "run":
+		return simRun(args[1:])
+	case "srds09":
+		return simSRDS09(args[1:])
+	}
+	fmt.Fprintf(os.Stderr, "deltapub sim: unknown subcommand %q\n\n%s", args[0], simUsage)
+	return 2
+}
+
+// parseRange reads "MIN-MAX" or "N".
+func parseRange(name, v string) (int, int, error) {
+	lo, hi, found := strings.Cut(v, "-")
+	a, err1 := strconv.Atoi(lo)
+	b := a
+	var err2 error
+	if found {
+		b, err2 = strconv.Atoi(hi)
+	}
+	if err1 != nil || err2 != nil || a > b {
+		return 0, 0, fmt.Errorf("--%s %q: want MIN-MAX or N (e.g. 10-100)", name, v)
+	}
+	return a, b, nil
+}
+
+type fuzzFlags struct {
+	brokers, delta, node string
+	faults               int
+}
+
+func (f *fuzzFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.brokers, "brokers", "10-100", "broker count per run: MIN-MAX or N")
+	fs.StringVar(&f.delta, "delta", "1-3", "δ per run: MIN-MAX or N")
+	fs.StringVar(&f.node, "node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
+	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run (default: random from 0 to the run's δ; above δ: beyond-δ rules)")
+}
+
+func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
+	o := sim.DefaultFuzzOptions()
+	var err error
+	if o.BrokersMin, o.BrokersMax, err = parseRange("brokers", f.brokers); err != nil {
+		return o, err
+	}
+	if o.DeltaMin, o.DeltaMax, err = parseRange("delta", f.delta); err != nil {
+		return o, err
+	}
+	o.Faults = f.faults
+	if o.Factory, err = nodeFactory(f.node); err != nil {
+		return o, err
+	}
+	return o, o.Validate()
+}
+
+func (f *fuzzFlags) replayFlags() string {
+	s := fmt.Sprintf("--brokers %s --delta %s", f.brokers, f.delta)
+	if f.faults >= 0 {
+		s += fmt.Sprintf(" --faults %d", f.faults)
+	}
+	if f.node != "overlay" {
+		s += " --node " + f.node
+	}
+	return s
+}
+
+func newFlagSet(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\nFlags:\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func simFuzz(args []string) int {
+	fs := newFlagSet("sim fuzz", "deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W]")
+	runs := fs.Int("runs", 100, "number of random runs")
+	seed := fs.Int64("seed", 0, "seed of the first run (run i uses seed+i); 0: pick one and print it")
+	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "parallel runs (each run stays deterministic from its seed)")
+	var ff fuzzFlags
+	ff.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o, err := ff.options()
+	if err == nil && (*runs < 1 || *runs > 10_000_000) {
+		err = fmt.Errorf("--runs %d: want 1..10000000", *runs)
+	}
+	if err == nil && *workers < 1 {
+		err = fmt.Errorf("--workers %d: want ≥ 1", *workers)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub sim fuzz:", err)
+		return 2
+	}
+	if *seed == 0 {
+		*seed = time.Now().UnixNano()%1_000_000_000 + 1
+	}
+	fmt.Printf("seed=%d runs=%d brokers=%s delta=%s faults=%d workers=%d\n", *seed, *runs, ff.brokers, ff.delta, ff.faults, *workers)
+	start := time.Now()
+	lastProgress := start
+	done := 0
+	var mu sync.Mutex
+	sum := sim.Fuzz(*seed, *runs, o, *workers, func(r sim.FuzzResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		done++
+		if r.Failed() {
+			first := ""
+			if len(r.Report.Details) > 0 {
+				first = " first: " + r.Report.Details[0]
+			}
+			fmt.Printf("FAIL %s%s | replay: deltapub sim replay --seed %d %s\n", r.Summary(), first, r.Seed, ff.replayFlags())
+		}
+		if now := time.Now(); now.Sub(lastProgress) >= 5*time.Second {
+			lastProgress = now
+			fmt.Fprintf(os.Stderr, "fuzz: %d/%d runs in %v\n", done, *runs, now.Sub(start).Round(time.Second))
+		}
+	})
+	wall := time.Since(start)
+	if sum.BeyondRuns > 0 {
+		fmt.Printf("beyond δ (reported apart; only duplicates, reordering and silent loss fail): runs=%d failed=%d gap_covered=%d silent_lost=%d\n",
+			sum.BeyondRuns, sum.BeyondFailed, sum.BeyondGapCovered, sum.BeyondSilentLost)
+	}
+	fmt.Fprintf(os.Stderr, "fuzz: %d runs in %v (%d workers)\n", sum.Runs, wall.Round(time.Millisecond), *workers)
+	fmt.Println(sum.Line())
+	if !sum.OK() {
+		return 1
+	}
+	return 0
+}
+
+func simReplay(args []string) int {
+	fs := newFlagSet("sim replay", "deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--trace]")
+	seed := fs.Int64("seed", 0, "the seed of the run to replay (required)")
+	trace := fs.Bool("trace", false, "print every message, fault, delivery and notice")
+	var ff fuzzFlags
+	ff.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o, err := ff.options()
+	if err == nil && *seed == 0 {
+		err = errors.New("--seed is required")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub sim replay:", err)
+		return 2
+	}
+	if *trace {
+		o.Trace = os.Stdout
+	}
+	r := sim.FuzzRun(*seed, o)
+	fmt.Print("plan:\n" + indent(r.PlanText()))
+	printReport(os.Stdout, r.Report)
+	fmt.Println(r.Summary())
+	if r.Failed() {
+		fmt.Println("verdict: FAIL")
+		return 1
+	}
+	fmt.Println("verdict: PASS")
+	return 0
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
+}
+
+func printReport(w io.Writer, r sim.Report) {
+	fmt.Fprintf(w, "published=%d guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d\n",
+		r.Published, r.Guaranteed, r.Delivered, r.Lost, r.GapCovered, r.SilentLost, r.Duplicates, r.Reordered, r.Spurious, r.Undrained, r.Stuck, r.QueueOverBound)
+	for _, d := range r.Details {
+		fmt.Fprintf(w, "  %s\n", d)
+	}
+}
+
+func simRun(args []string) int {
+	fs := newFlagSet("sim run", "deltapub sim run [--trace] FILE")
+	trace := fs.Bool("trace", false, "print every message, fault, delivery and notice before the outcome")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "deltapub sim run: want exactly one scenario FILE")
+		return 2
+	}
+	file := fs.Arg(0)
+	text, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
+		return 2
+	}
+	sc, err := sim.ParseScenario(file, string(text))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
+		return 2
+	}
+	var tw io.Writer
+	if *trace {
+		tw = os.Stdout
+	}
+	res, err := sim.RunScenario(sc, sim.DefaultFactory, tw)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
+		return 2
+	}
+	fmt.Print(res.Outcome)
+	if sc.Expected != "" && sc.Expected != res.Outcome {
+		fmt.Println("(differs from the expected outcome in the file)")
+	}
+	if res.Report.Failed(res.Beyond) {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,490 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// FuzzOptions are the ranges random runs are drawn from.
+type FuzzOptions struct {
+	BrokersMin, BrokersMax int
+	DeltaMin, DeltaMax     int
+	// Faults is the number of brokers that fail concurrently in every run;
+	// negative means a random number from 0 to the run's δ.
+	Faults  int
+	Factory NodeFactory
+	Trace   io.Writer
+}
+
+// DefaultFuzzOptions: trees of 10–100 brokers, δ from 1 to 3, up to δ
+// concurrent faults.
+func DefaultFuzzOptions() FuzzOptions {
+	return FuzzOptions{BrokersMin: 10, BrokersMax: 100, DeltaMin: 1, DeltaMax: 3, Faults: -1}
+}
+
+// Validate checks the ranges.
+func (o FuzzOptions) Validate() error {
+	switch {
+	case o.BrokersMin < 2 || o.BrokersMax < o.BrokersMin || o.BrokersMax > 5000:
+		return fmt.Errorf("sim: fuzz: brokers %d-%d: want 2 ≤ MIN ≤ MAX ≤ 5000", o.BrokersMin, o.BrokersMax)
+	case o.DeltaMin < 1 || o.DeltaMax < o.DeltaMin || o.DeltaMax > 16:
+		return fmt.Errorf("sim: fuzz: delta %d-%d: want 1 ≤ MIN ≤ MAX ≤ 16", o.DeltaMin, o.DeltaMax)
+	case o.Faults > 64:
+		return fmt.Errorf("sim: fuzz: faults %d: at most 64", o.Faults)
+	}
+	return nil
+}
+
+// FuzzResult is the outcome of one random run.
+type FuzzResult struct {
+	Seed    int64
+	Brokers int
+	Delta   int
+	Faults  int
+	Beyond  bool // more than δ concurrent faults in a row: beyond-δ rules
+	Plan    []string
+	Report  Report
+	Stats   Stats
+	Err     error // the run could not complete (counts as failed)
+}
+
+// Failed reports whether the run broke a guarantee or could not run.
+func (r FuzzResult) Failed() bool { return r.Err != nil || r.Report.Failed(r.Beyond) }
+
+// Summary is one line describing the run's verdict.
+func (r FuzzResult) Summary() string {
+	rule := "within"
+	if r.Beyond {
+		rule = "beyond"
+	}
+	rep := r.Report
+	s := fmt.Sprintf("seed=%d brokers=%d delta=%d faults=%d (%s δ) guaranteed=%d lost=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d",
+		r.Seed, r.Brokers, r.Delta, r.Faults, rule, rep.Guaranteed, rep.Lost, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.Stuck, rep.QueueOverBound)
+	if r.Err != nil {
+		s += " error=" + r.Err.Error()
+	}
+	return s
+}
+
+// fault is one planned fault on one slot: a broker crash (and restart), a
+// freeze (and resume) or a link cut (and heal), active in [at, until).
+type fault struct {
+	kind   string // crash, freeze, cut
+	b, b2  message.BrokerID
+	at     time.Duration
+	until  time.Duration
+	rejoin []message.BrokerID
+}
+
+// FuzzRun draws one random scenario from seed and runs it. The same seed
+// and options always give the same run.
+func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
+	res.Seed = seed
+	if err := o.Validate(); err != nil {
+		res.Err = err
+		return res
+	}
+	if o.Factory == nil {
+		o.Factory = DefaultFactory
+	}
+	defer func() {
+		// A panic in the core is a failed run with its seed, not a crash
+		// of the whole fuzzer.
+		if p := recover(); p != nil {
+			res.Err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	pr := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	n := o.BrokersMin + pr.IntN(o.BrokersMax-o.BrokersMin+1)
+	delta := o.DeltaMin + pr.IntN(o.DeltaMax-o.DeltaMin+1)
+	k := o.Faults
+	if k < 0 {
+		k = pr.IntN(delta + 1)
+	}
+	res.Brokers, res.Delta, res.Faults, res.Beyond = n, delta, k, k > delta
+
+	cfg := DefaultConfig()
+	cfg.Seed = seed
+	cfg.Delta = delta
+	cfg.NewNode = o.Factory
+	cfg.Trace = o.Trace
+	cfg.LinkDelay = time.Duration(1+pr.IntN(5)) * time.Millisecond
+	cfg.LinkJitter = time.Duration(pr.IntN(3)) * time.Millisecond
+	cfg.HeartbeatTicks = 2 + pr.IntN(3)
+	cfg.FailureTicks = 5 * cfg.HeartbeatTicks
+	cfg.DACKTicks = 2 + pr.IntN(6)
+	cfg.GoneAfterTicks = 30 * cfg.FailureTicks
+	if pr.IntN(2) == 0 {
+		cfg.LinkDownAfter = time.Duration(50+pr.IntN(450)) * time.Millisecond
+	}
+	failTimeout := time.Duration(cfg.FailureTicks) * cfg.Tick
+	plan := func(format string, args ...any) { res.Plan = append(res.Plan, fmt.Sprintf(format, args...)) }
+	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
+		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks, cfg.LinkDownAfter)
+
+	s, err := New(cfg)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer func() { res.Stats = s.Stats() }()
+	tree := RandomTree(pr, n, 2+pr.IntN(3))
+	w := DefaultWorkload()
+
+	// Build the tree, sometimes crashing an already joined broker while a
+	// later one joins (a fault during a join), restarting it after a while.
+	joinCrashAt := -1
+	if k > 0 && k <= delta && n >= 4 && pr.IntN(4) == 0 {
+		joinCrashAt = 2 + pr.IntN(n-2)
+	}
+	var joinCrashed message.BrokerID
+	for i, id := range tree.Order {
+		if err := s.AddBroker(id); err != nil {
+			res.Err = err
+			return res
+		}
+		if i == 0 {
+			err = s.Bootstrap(id)
+		} else {
+			err = s.Join(id, tree.Ancestors(id, delta+1)...)
+		}
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		if i == joinCrashAt {
+			// Crash the joinpoint, or a neighbour of it, a moment into the join.
+			victim := tree.Parent[id]
+			if nb := tree.Neighbours(victim); pr.IntN(2) == 0 && len(nb) > 0 && nb[0] != id && s.State(nb[0]) == "up" {
+				victim = nb[0]
+			}
+			if victim != tree.Order[0] || pr.IntN(2) == 0 {
+				joinCrashed = victim
+				after := time.Duration(pr.IntN(4)) * cfg.LinkDelay
+				plan("join-fault: crash %s %v into the join of %s, restart after %v", victim, after, id, 3*failTimeout)
+				_ = s.RunFor(after)
+				if err := s.Crash(victim); err != nil {
+					res.Err = err
+					return res
+				}
+				s.At(s.Now()+3*failTimeout, func() { _ = s.Restart(victim, s.existing(tree.Neighbours(victim))...) })
+			}
+		}
+		ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.Joined(id) || s.State(id) == "crashed" })
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		if !ok {
+			res.Err = fmt.Errorf("%s did not join within 3s (virtual)", id)
+			return res
+		}
+	}
+	if joinCrashed != "" {
+		ok, err := s.RunUntilCond(5*time.Second, func() bool { return s.Joined(joinCrashed) })
+		if err != nil || !ok {
+			res.Err = fmt.Errorf("%s did not rejoin after its crash during a join (%v)", joinCrashed, err)
+			return res
+		}
+	}
+
+	// Clients.
+	np, ns := 1+pr.IntN(4), 3+pr.IntN(10)
+	var pubEdges, subEdges []message.BrokerID
+	for i := 1; i <= ns; i++ {
+		e := tree.Order[pr.IntN(n)]
+		subEdges = append(subEdges, e)
+		if err := s.AddSubscriber(fmt.Sprintf("S%d", i), e, w.Filter(pr)); err != nil {
+			res.Err = err
+			return res
+		}
+	}
+	if ok, err := s.RunUntilCond(5*time.Second, s.AllConfirmed); err != nil || !ok {
+		s.CheckLiveness()
+		res.Report = s.Log().Check()
+		res.Err = fmt.Errorf("subscriptions not confirmed within 5s without faults (%v)", err)
+		return res
+	}
+	for i := 1; i <= np; i++ {
+		pubEdges = append(pubEdges, tree.Order[pr.IntN(n)])
+	}
+
+	// The fault wave.
+	start := s.Now()
+	waveAt := start + time.Duration(300+pr.IntN(1200))*time.Millisecond
+	faults := planFaults(pr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, cfg.GoneAfterTicks, cfg.Tick)
+	lastHeal := waveAt
+	for _, f := range faults {
+		if f.until > lastHeal {
+			lastHeal = f.until
+		}
+		switch f.kind {
+		case "crash":
+			plan("crash %s at %s, restart at %s via %v", f.b, fmtTime(f.at), fmtTime(f.until), f.rejoin)
+			f := f
+			s.At(f.at, func() { _ = s.Crash(f.b) })
+			s.At(f.until, func() { _ = s.Restart(f.b, s.existing(f.rejoin)...) })
+		case "freeze":
+			plan("freeze %s at %s, resume at %s", f.b, fmtTime(f.at), fmtTime(f.until))
+			f := f
+			s.At(f.at, func() { _ = s.Freeze(f.b) })
+			s.At(f.until, func() { _ = s.Resume(f.b) })
+		case "cut":
+			plan("cut %s-%s at %s, heal at %s", f.b, f.b2, fmtTime(f.at), fmtTime(f.until))
+			f := f
+			s.At(f.at, func() { _ = s.Cut(f.b, f.b2) })
+			s.At(f.until, func() { _ = s.Heal(f.b, f.b2) })
+		}
+	}
+	// Publishers run until well after the last fault is healed, so that
+	// recovery and bypass tear-down happen under traffic.
+	until := lastHeal + time.Duration(500+pr.IntN(1000))*time.Millisecond
+	for i, e := range pubEdges {
+		every := time.Duration(10+pr.IntN(60)) * time.Millisecond
+		plan("publisher P%d at %s every %v until %s", i+1, e, every, fmtTime(until))
+		if err := s.AddPublisher(fmt.Sprintf("P%d", i+1), e, every, until, func() []matching.Attr { return w.Publication(pr) }); err != nil {
+			res.Err = err
+			return res
+		}
+	}
+	for i, e := range subEdges {
+		plan("subscriber S%d at %s [%s]", i+1, e, fmtFilter(s.Log().Subs[i].Filter))
+	}
+	// Subscription changes during the failures: unsubscribe some, and
+	// subscribe anew (propagation while brokers are down).
+	if pr.IntN(3) == 0 {
+		name := fmt.Sprintf("S%d", 1+pr.IntN(ns))
+		at := waveAt + time.Duration(pr.IntN(300))*time.Millisecond
+		plan("unsubscribe %s at %s", name, fmtTime(at))
+		s.At(at, func() { _ = s.Unsubscribe(name) })
+	}
+	if pr.IntN(3) == 0 {
+		e := tree.Order[pr.IntN(n)]
+		f := w.Filter(pr)
+		at := waveAt + time.Duration(pr.IntN(300))*time.Millisecond
+		plan("subscribe S%d at %s [%s] at %s", ns+1, e, fmtFilter(f), fmtTime(at))
+		s.At(at, func() {
+			if s.State(e) != "crashed" {
+				_ = s.AddSubscriber(fmt.Sprintf("S%d", ns+1), e, f)
+			}
+		})
+	}
+	if err := s.RunUntil(until); err != nil {
+		res.Err = err
+		return res
+	}
+	// Quiescence: publishing stopped, every fault healed; let DACKs purge.
+	settle := 2*time.Second + 10*time.Duration(cfg.DACKTicks)*cfg.Tick + 3*failTimeout
+	s.StopPublishers()
+	if err := s.RunFor(settle); err != nil {
+		res.Err = err
+		return res
+	}
+	s.CheckDrained()
+	s.CheckLiveness()
+	res.Report = s.Log().Check()
+	return res
+}
+
+// planFaults places k concurrent faults adversarially: a row of adjacent
+// brokers next to a publisher's or a subscriber's edge, or in the middle of
+// a path between them, or spread at random; crashes (with restarts, some
+// late enough to be declared gone), freezes (false suspicions) and cuts.
+// Beyond δ every fault is a crash in one row (a partition).
+func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.BrokerID, at, failTimeout time.Duration, goneTicks int, tick time.Duration) []fault {
+	if k == 0 {
+		return nil
+	}
+	p, q := pubs[pr.IntN(len(pubs))], subs[pr.IntN(len(subs))]
+	path := t.Path(p, q)
+	var inner []message.BrokerID
+	if len(path) > 2 {
+		inner = path[1 : len(path)-1]
+	}
+	var row []message.BrokerID
+	mode := pr.IntN(4)
+	if k > delta {
+		mode = pr.IntN(3)
+	}
+	chosen := map[message.BrokerID]bool{}
+	add := func(b message.BrokerID) {
+		if !chosen[b] {
+			chosen[b] = true
+			row = append(row, b)
+		}
+	}
+	switch mode {
+	case 0: // next to the publisher
+		for _, b := range inner {
+			if len(row) < k {
+				add(b)
+			}
+		}
+	case 1: // next to the subscriber
+		for i := len(inner) - 1; i >= 0 && len(row) < k; i-- {
+			add(inner[i])
+		}
+	case 2: // in the middle
+		if len(inner) > k {
+			off := (len(inner) - k) / 2
+			inner = inner[off:]
+		}
+		for _, b := range inner {
+			if len(row) < k {
+				add(b)
+			}
+		}
+	}
+	// Extend the row with neighbours (keeping adjacency), then at random.
+	for guard := 0; len(row) < k && guard < 1000; guard++ {
+		var cands []message.BrokerID
+		if mode != 3 && len(row) > 0 {
+			for _, b := range row {
+				for _, nb := range t.Neighbours(b) {
+					if !chosen[nb] {
+						cands = append(cands, nb)
+					}
+				}
+			}
+		}
+		if len(cands) == 0 {
+			cands = []message.BrokerID{t.Order[pr.IntN(len(t.Order))]}
+		}
+		add(cands[pr.IntN(len(cands))])
+		if len(row) == len(t.Order) {
+			break
+		}
+	}
+	stagger := pr.IntN(2) == 0
+	var out []fault
+	for _, b := range row {
+		f := fault{b: b, at: at}
+		if stagger {
+			f.at += time.Duration(pr.IntN(300)) * time.Millisecond
+		}
+		r := pr.IntN(100)
+		switch {
+		case k > delta || r < 60:
+			f.kind = "crash"
+			down := time.Duration(100+pr.IntN(2400)) * time.Millisecond
+			if pr.IntN(10) == 0 {
+				// Down longer than gone_after: declared gone, rejoins as new.
+				down = time.Duration(goneTicks)*tick + time.Duration(pr.IntN(1000))*time.Millisecond
+			}
+			f.until = f.at + down
+			f.rejoin = t.Neighbours(b)
+		case r < 85:
+			f.kind = "freeze"
+			f.until = f.at + failTimeout/2 + time.Duration(pr.Int64N(int64(5*failTimeout)))
+		default:
+			nb := t.Neighbours(b)
+			f.kind, f.b2 = "cut", nb[pr.IntN(len(nb))]
+			f.until = f.at + time.Duration(100+pr.IntN(2000))*time.Millisecond
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// PlanText is the run's plan, one line per item.
+func (r FuzzResult) PlanText() string { return strings.Join(r.Plan, "\n") + "\n" }
+
+// existing keeps the brokers that exist in the simulation.
+func (s *Sim) existing(ids []message.BrokerID) []message.BrokerID {
+	var out []message.BrokerID
+	for _, id := range ids {
+		if _, ok := s.brokers[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// FuzzSummary aggregates many runs. Lost counts every loss of runs within
+// δ and the silent losses of runs beyond δ; Undrained counts only runs
+// within δ (a partition may legitimately hold publications).
+type FuzzSummary struct {
+	Runs, Failed, Lost, Duplicates, Reordered, Undrained int
+	Errors                                               int // runs that could not complete
+	BeyondRuns, BeyondFailed, BeyondGapCovered           int
+	BeyondSilentLost                                     int
+}
+
+// Add accounts for one run.
+func (fs *FuzzSummary) Add(r FuzzResult) {
+	fs.Runs++
+	if r.Failed() {
+		fs.Failed++
+	}
+	if r.Err != nil {
+		fs.Errors++
+	}
+	rep := r.Report
+	fs.Duplicates += rep.Duplicates
+	fs.Reordered += rep.Reordered
+	if r.Beyond {
+		fs.BeyondRuns++
+		if r.Failed() {
+			fs.BeyondFailed++
+		}
+		fs.BeyondGapCovered += rep.GapCovered
+		fs.BeyondSilentLost += rep.SilentLost
+		fs.Lost += rep.SilentLost
+		return
+	}
+	fs.Lost += rep.Lost
+	fs.Undrained += rep.Undrained
+}
+
+// OK reports whether every count that must be zero is.
+func (fs FuzzSummary) OK() bool {
+	return fs.Failed+fs.Lost+fs.Duplicates+fs.Reordered+fs.Undrained == 0
+}
+
+// Line is the final line of `deltapub sim fuzz`.
+func (fs FuzzSummary) Line() string {
+	return fmt.Sprintf("runs=%d failed=%d lost=%d duplicates=%d reordered=%d undrained=%d",
+		fs.Runs, fs.Failed, fs.Lost, fs.Duplicates, fs.Reordered, fs.Undrained)
+}
+
+// Fuzz runs runs random scenarios with seeds first, first+1, ... on
+// workers goroutines (each run is single-threaded and deterministic from
+// its own seed) and calls onResult, from one goroutine, for every run as it
+// finishes.
+func Fuzz(first int64, runs int, o FuzzOptions, workers int, onResult func(FuzzResult)) FuzzSummary {
+	if workers < 1 {
+		workers = 1
+	}
+	seeds := make(chan int64)
+	results := make(chan FuzzResult)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for sd := range seeds {
+				o := o
+				o.Trace = nil
+				results <- FuzzRun(sd, o)
+			}
+		}()
+	}
+	go func() {
+		for i := 0; i < runs; i++ {
+			seeds <- first + int64(i)
+		}
+		close(seeds)
+	}()
+	var fs FuzzSummary
+	for i := 0; i < runs; i++ {
+		r := <-results
+		fs.Add(r)
+		if onResult != nil {
+			onResult(r)
+		}
+	}
+	return fs
+}
