@@ -72,6 +72,9 @@ type DAckEntry struct {
 // heartbeat interval. Epoch is the sender's incarnation.
 type Heartbeat struct {
 	Epoch uint64 `msgpack:"e"`
+	// Joined is false while the sender is joining or recovering: it must
+	// not be routed through yet.
+	Joined bool `msgpack:"j,omitempty"`
 }
 
 // JoinRequest asks a joinpoint to admit Node (or, with Rejoin, to readmit a
@@ -87,6 +90,7 @@ type JoinRequest struct {
 // joinpoint).
 type JoinReply struct {
 	Err    string     `msgpack:"x,omitempty"`
+	Rejoin bool       `msgpack:"r,omitempty"` // the joiner was known: it rejoins at its old place (recovery)
 	Parent BrokerID   `msgpack:"p"`
 	Map    []MapNode  `msgpack:"m"`
 	Subs   []SubState `msgpack:"s"`
@@ -174,16 +178,24 @@ type LeaveRequest struct {
 	Node MapNode `msgpack:"n"`
 }
 
-// GapFlood carries a loss notice beyond δ (PROTOCOL §8) toward the
-// subscriptions in Subs: publications of Source with sequence numbers in
-// [From, To] may have been lost on their way (To = 0: open-ended). An
-// empty Source.Publisher means any source.
+// GapFlood carries a loss notice beyond δ (PROTOCOL §8) from the broker
+// that detected the hole (Origin, its Seq-th notice) over the tree away
+// from the hole; every broker reached gives each of its local
+// subscriptions a message.Gap per range.
 type GapFlood struct {
-	Subs   []SubID `msgpack:"s"`
-	Source Source  `msgpack:"o"`
-	From   uint64  `msgpack:"f"`
-	To     uint64  `msgpack:"t"`
-	Reason string  `msgpack:"r,omitempty"`
+	Origin BrokerID   `msgpack:"g"`
+	Seq    uint64     `msgpack:"q"`
+	Ranges []GapRange `msgpack:"n"`
+	Reason string     `msgpack:"r,omitempty"`
+}
+
+// GapRange is one range of a GapFlood: publications of Source with
+// sequence numbers in [From, To] (To = 0: open-ended) may have been lost.
+// An empty Source.Publisher means every source.
+type GapRange struct {
+	Source Source `msgpack:"o"`
+	From   uint64 `msgpack:"f"`
+	To     uint64 `msgpack:"t"`
 }
 
 func (*Heartbeat) Type() Type    { return TypeHeartbeat }

@@ -1,15 +1,98 @@
 package overlay
 
 import (
+	"fmt"
+	"sort"
+
+	"github.com/deltapub/deltapub/dack"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
+	"github.com/deltapub/deltapub/topology"
 )
+
+// peer is what the node knows about one other broker it has (or had, or
+// wants) a link with.
+type peer struct {
+	id        message.BrokerID
+	up        bool   // a link is established
+	silent    int    // ticks since anything arrived (counted while monitored)
+	idle      int    // ticks since anything was sent on the link
+	suspected bool   // silent too long, or the dial failed
+	suspTicks int    // ticks spent suspected (for gone_after)
+	gone      bool   // declared gone (PROTOCOL §6)
+	epoch     uint64 // last incarnation heard from it
+	joined    bool   // its last heartbeat said it is routable
+	heardHB   bool   // a heartbeat arrived on the current link
+	dialing   bool   // a dial was requested and not answered
+	dialWait  int    // ticks before the next dial may be requested
+	dackSent  uint64 // store version covered by the last DACK on this link
+}
+
+// clientState is one local client session.
+type clientState struct {
+	src     message.Source
+	hello   bool
+	subs    map[message.SubID]uint64 // sub → Req
+	unsubOK map[message.SubID]bool   // unsubscriptions awaiting confirmation
+}
 
 // Node is the pure protocol core of one broker: inputs in, outputs
 // collected until Ready. It does no I/O, reads no clock, starts no
 // goroutine and is not safe for concurrent use: one goroutine owns it.
 type Node struct {
-	cfg Config
-	out Ready
+	cfg  Config
+	out  Ready
+	self message.MapNode
+	now  int64 // ticks since NewNode
+
+	topo  *topology.Map
+	table *routing.Table
+	store *dack.Store
+	peers map[message.BrokerID]*peer
+
+	// Membership.
+	member     bool // has a map (bootstrapped, or a JoinReply arrived)
+	joined     bool // full member: routable
+	leaving    bool
+	left       bool
+	joinpoints []Peer
+	jpIdx      int
+	jpWait     int
+	jpAsked    bool
+	rejoin     bool
+	stateWait  map[message.BrokerID]bool // recovery: peers whose StateReply is awaited
+	stateWaitT int
+
+	// Publication forwarding.
+	queue     []*qentry
+	queueLen  int
+	stampSeq  uint64
+	seen      map[message.Source]*srcState
+	seenOrder []message.Source
+	hops      map[message.BrokerID]hopInfo
+	routeVer  uint64
+	hopsVer   uint64
+	geoVer    uint64
+	side      map[message.BrokerID]message.BrokerID
+	dist      map[message.BrokerID]int
+	recipBuf  []message.BrokerID
+	holes     map[message.BrokerID]bool // directions currently cut off beyond δ
+	gapSeq    uint64
+	gapSeen   map[gapKey]bool
+	gapOrder  []gapKey
+
+	// Floods (subscriptions, unsubscriptions, topology changes).
+	floods     map[floodKey]*flood
+	tombstones map[message.SubID]bool
+	tombOrder  []message.SubID
+	topoSeq    uint64
+	topoSeen   map[floodKey]bool
+	topoOrder  []floodKey
+
+	clients map[message.ClientID]*clientState
+	subN    uint64
+
+	counters Counters
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -18,46 +101,535 @@ func NewNode(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg}, nil
+	self := message.MapNode{ID: cfg.ID, Addr: cfg.Addr, Epoch: cfg.Epoch}
+	n := &Node{
+		cfg:        cfg,
+		self:       self,
+		topo:       topology.New(self, cfg.Delta),
+		table:      routing.New(newMatcher()),
+		store:      dack.NewStore(cfg.ID, cfg.Epoch),
+		peers:      map[message.BrokerID]*peer{},
+		seen:       map[message.Source]*srcState{},
+		hops:       map[message.BrokerID]hopInfo{},
+		holes:      map[message.BrokerID]bool{},
+		gapSeen:    map[gapKey]bool{},
+		floods:     map[floodKey]*flood{},
+		tombstones: map[message.SubID]bool{},
+		topoSeen:   map[floodKey]bool{},
+		clients:    map[message.ClientID]*clientState{},
+	}
+	n.counters.Control = map[string]uint64{}
+	n.geoVer = ^uint64(0)
+	return n, nil
 }
 
 // Bootstrap makes this broker the first broker (root) of a new overlay.
-func (n *Node) Bootstrap() {}
+func (n *Node) Bootstrap() {
+	if n.member {
+		return
+	}
+	n.member = true
+	n.becomeJoined()
+}
+
+func (n *Node) becomeJoined() {
+	if n.joined {
+		return
+	}
+	n.joined = true
+	n.notice(NoticeJoined, "", "")
+	for _, id := range n.sortedPeers() {
+		if p := n.peers[id]; p.up {
+			n.send(id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: true})
+		}
+	}
+}
 
 // Join joins the overlay through the first joinpoint that answers (or, for
-// a restarted broker, rejoins at its old place).
-func (n *Node) Join(joinpoints []Peer) {}
+// a restarted broker, rejoins at its old place). Joinpoints are tried in
+// order; each gets JoinRetryTicks to answer.
+func (n *Node) Join(joinpoints []Peer) {
+	if n.member || len(joinpoints) == 0 {
+		if len(joinpoints) == 0 {
+			n.notice(NoticeJoinFailed, "", "no joinpoint given")
+		}
+		return
+	}
+	n.joinpoints = append([]Peer(nil), joinpoints...)
+	n.jpIdx = 0
+	n.tryJoinpoint()
+}
 
-// Leave starts a graceful leave.
-func (n *Node) Leave() {}
+func (n *Node) tryJoinpoint() {
+	if n.jpIdx >= len(n.joinpoints) {
+		// Every joinpoint failed: start over (bounded by the caller, who
+		// sees join-failed notices and may give up).
+		n.notice(NoticeJoinFailed, "", fmt.Sprintf("no joinpoint of %d answered; retrying", len(n.joinpoints)))
+		n.jpIdx = 0
+	}
+	jp := n.joinpoints[n.jpIdx]
+	n.jpWait = n.cfg.JoinRetryTicks
+	n.jpAsked = false
+	if jp.ID == n.cfg.ID {
+		n.jpIdx++
+		n.tryJoinpoint()
+		return
+	}
+	p := n.peer(jp.ID)
+	if p.up {
+		n.askJoin(jp.ID)
+		return
+	}
+	n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, true)
+}
+
+func (n *Node) askJoin(id message.BrokerID) {
+	n.jpAsked = true
+	n.send(id, &message.JoinRequest{Node: n.self})
+}
+
+// Leave starts a graceful leave. Only a broker with at most one tree
+// neighbour (a leaf, or the last broker) can leave in this version; an
+// interior broker gets a NoticeJoinFailed-free refusal notice and stays.
+func (n *Node) Leave() {
+	if !n.joined || n.leaving {
+		return
+	}
+	nb := n.topo.Neighbours(n.cfg.ID)
+	if len(nb) > 1 {
+		n.notice(NoticeLeft, "", "refused: only a broker with one tree neighbour can leave gracefully in this version")
+		return
+	}
+	n.leaving = true
+	// Withdraw the local subscriptions first; the leave completes once
+	// they are confirmed withdrawn and the queue is drained (Tick checks).
+	for _, c := range n.sortedClients() {
+		n.dropClientSubs(c)
+	}
+}
+
+func (n *Node) finishLeave() {
+	nb := n.topo.Neighbours(n.cfg.ID)
+	if len(nb) == 1 {
+		n.send(nb[0], &message.LeaveRequest{Node: n.self})
+	}
+	n.left = true
+	n.joined = false
+	n.notice(NoticeLeft, "", "")
+}
 
 // Tick tells the node that one unit of time passed.
-func (n *Node) Tick() {}
+func (n *Node) Tick() {
+	n.now++
+	if n.left {
+		return
+	}
+	// Joining: retry with the next joinpoint when the current one is slow.
+	if !n.member && len(n.joinpoints) > 0 {
+		n.jpWait--
+		if n.jpWait <= 0 {
+			n.jpIdx++
+			n.tryJoinpoint()
+		}
+	}
+	if n.member && !n.joined && n.stateWait != nil {
+		n.stateWaitT++
+		n.checkRecovery()
+	}
+	changed := false
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
+		if p.dialWait > 0 {
+			p.dialWait--
+		}
+		if p.up {
+			p.idle++
+			if p.idle >= n.cfg.HeartbeatTicks {
+				n.send(id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined})
+			}
+		}
+		if n.monitored(id) {
+			p.silent++
+			if !p.suspected && p.silent >= n.cfg.FailureTicks {
+				n.suspect(p, fmt.Sprintf("silent for %d ticks", p.silent))
+				changed = true
+			}
+		}
+		if p.suspected && !p.gone {
+			p.suspTicks++
+			if p.suspTicks >= n.cfg.GoneAfterTicks {
+				n.declareGone(p)
+				changed = true
+			}
+			// Probe: a suspected broker that matters is dialled again now
+			// and then, so that its return (or a healed cut) is noticed.
+			if !p.up && !p.dialing && p.dialWait == 0 && n.topo.Has(id) {
+				n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
+			}
+		}
+		if !p.up && !p.suspected && !p.dialing && p.dialWait == 0 && n.wanted(id) {
+			n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
+		}
+	}
+	if changed {
+		n.routesChanged()
+	}
+	if n.member && n.now%int64(n.cfg.DACKTicks) == 0 {
+		n.dackPeriod()
+	}
+	if n.leaving && !n.left && n.queueLen == 0 && !n.localFloodsPending() {
+		n.finishLeave()
+	}
+}
+
+// monitored reports whether silence from id counts toward a suspicion:
+// tree neighbours once this broker is a member, and any peer with an up
+// link.
+func (n *Node) monitored(id message.BrokerID) bool {
+	p := n.peers[id]
+	if p.up {
+		return true
+	}
+	if !n.member {
+		return false
+	}
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if nb == id {
+			return true
+		}
+	}
+	return false
+}
+
+// wanted reports whether a link to id should exist: a tree neighbour or a
+// current next hop.
+func (n *Node) wanted(id message.BrokerID) bool {
+	if !n.member || n.left {
+		return false
+	}
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if nb == id {
+			return true
+		}
+	}
+	for _, h := range n.hops {
+		if h.ok && h.to == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) suspect(p *peer, why string) {
+	p.suspected = true
+	p.suspTicks = 0
+	n.notice(NoticeSuspected, p.id, why)
+}
+
+func (n *Node) unsuspect(p *peer) {
+	if !p.suspected {
+		return
+	}
+	p.suspected = false
+	p.suspTicks = 0
+	p.gone = false
+	n.notice(NoticeUnsuspected, p.id, "")
+}
 
 // Step processes a message from a peer, received on an up link.
-func (n *Node) Step(from message.BrokerID, m message.Message) {}
+func (n *Node) Step(from message.BrokerID, m message.Message) {
+	if n.left || from == n.cfg.ID || m == nil {
+		return
+	}
+	p := n.peer(from)
+	p.up = true // a message proves the link, whatever the order of events
+	p.silent = 0
+	if p.suspected {
+		n.unsuspect(p)
+		n.routesChanged()
+	}
+	switch m := m.(type) {
+	case *message.Heartbeat:
+		n.onHeartbeat(p, m)
+	case *message.JoinRequest:
+		n.onJoinRequest(from, m)
+	case *message.JoinReply:
+		n.onJoinReply(from, m)
+	case *message.JoinConfirm:
+		if n.member && !n.joined && !n.rejoin {
+			n.becomeJoined()
+		}
+	case *message.TopoChange:
+		n.onTopoChange(from, m)
+	case *message.TopoAck:
+		n.floodAck(floodKey{kind: fkTopo, origin: m.Origin, seq: m.Seq}, from)
+	case *message.SubFlood:
+		n.onSubFlood(from, m)
+	case *message.SubConfirm:
+		k := floodKey{kind: fkSub, sub: m.Sub}
+		if m.Unsub {
+			k.kind = fkUnsub
+		}
+		n.floodAck(k, from)
+	case *message.Pub:
+		n.counters.PubsIn++
+		n.onPub(from, m)
+	case *message.DAck:
+		n.onDAck(from, m)
+	case *message.StateRequest:
+		n.onStateRequest(from, m)
+	case *message.StateReply:
+		n.onStateReply(from, m)
+	case *message.Routable:
+		if m.Epoch >= p.epoch {
+			p.epoch, p.joined, p.heardHB = m.Epoch, true, true
+			n.routesChanged()
+		}
+	case *message.LeaveRequest:
+		n.onLeave(from, m)
+	case *message.GapFlood:
+		n.onGapFlood(from, m)
+	default:
+		// A newer peer's message: ignored (PROTOCOL compatibility rule).
+	}
+}
+
+func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
+	was := n.unusable(p.id)
+	if m.Epoch > p.epoch {
+		n.peerRestarted(p.id, m.Epoch)
+	}
+	if m.Epoch >= p.epoch {
+		p.epoch = m.Epoch
+		p.joined = m.Joined
+		p.heardHB = true
+	}
+	if was != n.unusable(p.id) {
+		if !was {
+			n.notice(NoticeBypassUp, p.id, "peer not routable (joining or recovering)")
+		} else {
+			n.notice(NoticeRecovered, p.id, "")
+		}
+		n.routesChanged()
+	}
+}
+
+// peerRestarted handles a peer seen under a larger epoch than known: its
+// old subscriptions are withdrawn and its old DACK reports forgotten. It
+// stays unusable until it says it is joined (recovery complete).
+func (n *Node) peerRestarted(id message.BrokerID, epoch uint64) {
+	if e, ok := n.topo.Get(id); ok && e.Epoch < epoch {
+		e.Epoch = epoch
+		n.topo.Put(e)
+	}
+	n.store.Forget(id, epoch)
+	var old []message.SubID
+	for _, e := range n.table.Entries() {
+		if e.Sub.Edge == id && e.Sub.Epoch < epoch {
+			old = append(old, e.Sub)
+		}
+	}
+	for _, s := range old {
+		n.withdraw(s, "", true)
+	}
+}
 
 // LinkUp reports a new link to peer.
-func (n *Node) LinkUp(peer message.BrokerID) {}
+func (n *Node) LinkUp(id message.BrokerID) {
+	if n.left || id == n.cfg.ID {
+		return
+	}
+	p := n.peer(id)
+	p.up, p.dialing, p.silent, p.heardHB, p.dackSent = true, false, 0, false, 0
+	n.send(id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined})
+	if !n.member && len(n.joinpoints) > 0 && n.joinpoints[n.jpIdx%len(n.joinpoints)].ID == id && !n.jpAsked {
+		n.askJoin(id)
+		return
+	}
+	if n.member && !n.joined && n.stateWait != nil && n.stateWait[id] {
+		n.send(id, &message.StateRequest{Node: n.self})
+	}
+	// A new link: nothing sent on an earlier one is known to have arrived.
+	n.floodsResend(id)
+	n.retransmitTo(id)
+}
 
-// LinkDown reports that the link to peer is gone.
-func (n *Node) LinkDown(peer message.BrokerID) {}
+// LinkDown reports that the link to peer is gone. It is not a failure by
+// itself (heartbeat silence is): the link is dialled again if still wanted.
+func (n *Node) LinkDown(id message.BrokerID) {
+	p, ok := n.peers[id]
+	if !ok {
+		return
+	}
+	p.up, p.dialing = false, false
+	if p.dialWait == 0 {
+		p.dialWait = n.cfg.HeartbeatTicks
+	}
+}
 
-// DialFailed reports that a requested dial did not succeed.
-func (n *Node) DialFailed(peer message.BrokerID) {}
+// DialFailed reports that a requested dial did not succeed: the peer is
+// suspected at once (it is unreachable) and the next broker behind it is
+// tried.
+func (n *Node) DialFailed(id message.BrokerID) {
+	p, ok := n.peers[id]
+	if !ok {
+		return
+	}
+	p.dialing = false
+	p.dialWait = n.cfg.FailureTicks
+	if !n.member && len(n.joinpoints) > 0 && n.joinpoints[n.jpIdx%len(n.joinpoints)].ID == id {
+		n.jpIdx++
+		n.tryJoinpoint()
+		return
+	}
+	if !p.suspected && !p.up {
+		n.suspect(p, "dial failed")
+		n.routesChanged()
+	}
+}
 
-// ClientOpen reports a new client session.
-func (n *Node) ClientOpen(c message.ClientID) {}
+func (n *Node) dial(to Peer, force bool) {
+	p := n.peer(to.ID)
+	if p.up || (p.dialing && !force) {
+		return
+	}
+	if to.Addr == "" {
+		to.Addr = n.addrOf(to.ID)
+	}
+	p.dialing = true
+	p.dialWait = n.cfg.FailureTicks
+	n.out.Dials = append(n.out.Dials, to)
+}
 
-// ClientClose reports the end of a client session; its subscriptions are
-// withdrawn.
-func (n *Node) ClientClose(c message.ClientID) {}
+func (n *Node) addrOf(id message.BrokerID) string {
+	if e, ok := n.topo.Get(id); ok {
+		return e.Addr
+	}
+	for _, jp := range n.joinpoints {
+		if jp.ID == id {
+			return jp.Addr
+		}
+	}
+	return ""
+}
 
-// Client processes a client request: ClientHello, Publish, Subscribe or
-// Unsubscribe.
-func (n *Node) Client(c message.ClientID, m message.Message) {}
+func (n *Node) peer(id message.BrokerID) *peer {
+	p, ok := n.peers[id]
+	if !ok {
+		p = &peer{id: id}
+		if e, ok := n.topo.Get(id); ok {
+			p.epoch = e.Epoch
+		}
+		n.peers[id] = p
+	}
+	return p
+}
+
+func (n *Node) sortedPeers() []message.BrokerID {
+	ids := make([]message.BrokerID, 0, len(n.peers))
+	for id := range n.peers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+func (n *Node) sortedClients() []message.ClientID {
+	ids := make([]message.ClientID, 0, len(n.clients))
+	for id := range n.clients {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// send queues m for peer to (only on an up link: the caller retransmits
+// what matters on LinkUp).
+func (n *Node) send(to message.BrokerID, m message.Message) {
+	p := n.peers[to]
+	if p == nil || !p.up {
+		return
+	}
+	p.idle = 0
+	if _, isPub := m.(*message.Pub); isPub {
+		n.counters.PubsOut++
+	} else {
+		n.counters.Control[m.Type().String()]++
+	}
+	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
+}
+
+func (n *Node) toClient(c message.ClientID, m message.Message) {
+	n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: m})
+}
+
+func (n *Node) notice(k NoticeKind, p message.BrokerID, detail string) {
+	n.out.Notices = append(n.out.Notices, Notice{Kind: k, Peer: p, Detail: detail})
+}
+
+// unusable reports whether b must not be routed through now: suspected,
+// gone, or known to be joining/recovering.
+func (n *Node) unusable(b message.BrokerID) bool {
+	if b == n.cfg.ID {
+		return false
+	}
+	p, ok := n.peers[b]
+	if !ok {
+		return false
+	}
+	if p.suspected || p.gone {
+		return true
+	}
+	return p.heardHB && !p.joined
+}
 
 // Status returns a read-only snapshot.
 func (n *Node) Status() Status {
-	return Status{ID: n.cfg.ID, Epoch: n.cfg.Epoch}
+	st := Status{
+		ID: n.cfg.ID, Epoch: n.cfg.Epoch, Joined: n.joined, Leaving: n.leaving, Left: n.left,
+		Parent: n.topo.Parent(n.cfg.ID), Map: n.topo.Nodes(),
+		Subs: n.table.Len(), QueueLen: n.queueLen,
+		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
+		Counters: n.counters,
+	}
+	st.Counters.Control = make(map[string]uint64, len(n.counters.Control))
+	for k, v := range n.counters.Control {
+		st.Counters.Control[k] = v
+	}
+	nb := map[message.BrokerID]bool{}
+	for _, id := range n.topo.Neighbours(n.cfg.ID) {
+		nb[id] = true
+	}
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
+		st.Links = append(st.Links, LinkStatus{Peer: id, Up: p.up, Tree: nb[id], Suspected: p.suspected, Silent: p.silent})
+		if p.suspected {
+			st.Suspected = append(st.Suspected, id)
+		}
+		if p.gone {
+			st.Gone = append(st.Gone, id)
+		}
+	}
+	byp := map[message.BrokerID]bool{}
+	for _, h := range n.hops {
+		if h.ok && !nb[h.to] {
+			byp[h.to] = true
+		}
+	}
+	for id := range byp {
+		st.Bypasses = append(st.Bypasses, id)
+	}
+	sort.Slice(st.Bypasses, func(i, j int) bool { return st.Bypasses[i] < st.Bypasses[j] })
+	for _, e := range n.table.Entries() {
+		if e.Local {
+			st.LocalSubs++
+		}
+	}
+	for _, k := range n.store.OwnKeys() {
+		key := fmt.Sprintf("%s/%d", k.B, k.E)
+		r, _ := n.store.Own(k.B, k.E)
+		st.Arrived[key] = r.Arrived
+		st.Discarded[key] = r.Discarded
+	}
+	return st
 }

@@ -1,0 +1,435 @@
+package overlay
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
+)
+
+type floodKind uint8
+
+const (
+	fkSub floodKind = iota + 1
+	fkUnsub
+	fkTopo
+)
+
+// floodKey names one flood with echo: a subscription, an unsubscription,
+// or a topology change (origin, seq).
+type floodKey struct {
+	kind   floodKind
+	sub    message.SubID
+	origin message.BrokerID
+	seq    uint64
+}
+
+func floodLess(a, b floodKey) bool {
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	if a.sub != b.sub {
+		return routing.SubLess(a.sub, b.sub)
+	}
+	if a.origin != b.origin {
+		return a.origin < b.origin
+	}
+	return a.seq < b.seq
+}
+
+// flood is one flood in progress at this broker: it was forwarded to the
+// brokers in out and is confirmed back to the waiters once each has
+// answered (or was found failed and replaced by the live brokers behind
+// it).
+type flood struct {
+	key     floodKey
+	except  message.BrokerID // the direction it came from
+	budget  int              // topology floods: hops it may still travel; -1 = unlimited
+	waiters []message.BrokerID
+	out     map[message.BrokerID]bool
+	acked   map[message.BrokerID]bool
+	msg     func(to message.BrokerID, dist int) message.Message
+	done    func() // called at this broker when complete (local origin)
+}
+
+// Bounds of the flood bookkeeping; at the bound the oldest remembered key
+// is forgotten (a very late duplicate flood is then answered as new: for
+// subscriptions it is reinstalled only if no tombstone remains, which is
+// why the tombstone bound is large).
+const (
+	maxTombstones = 1 << 16
+	maxTopoSeen   = 1 << 12
+	maxGapSeen    = 1 << 12
+)
+
+type target struct {
+	id   message.BrokerID
+	dist int
+}
+
+// floodTargets returns, for every tree direction other than except, the
+// closest usable brokers (the neighbour, or the frontier behind it), plus
+// a recovering neighbour itself (it must learn floods that happen during
+// its recovery).
+func (n *Node) floodTargets(except message.BrokerID) []target {
+	n.geometry()
+	var out []target
+	seen := map[message.BrokerID]bool{}
+	add := func(id message.BrokerID) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, target{id, n.dist[id]})
+		}
+	}
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if nb == except {
+			continue
+		}
+		if !n.unusable(nb) {
+			add(nb)
+			continue
+		}
+		if p := n.peers[nb]; p != nil && p.up && !p.suspected {
+			add(nb)
+		}
+		front, _ := n.topo.Frontier(nb, n.unusable)
+		for _, f := range front {
+			add(f)
+		}
+	}
+	return out
+}
+
+// startFlood registers f and sends it to its targets; it completes at once
+// when there are none.
+func (n *Node) startFlood(f *flood) {
+	f.out = map[message.BrokerID]bool{}
+	f.acked = map[message.BrokerID]bool{}
+	n.floods[f.key] = f
+	for _, t := range n.floodTargets(f.except) {
+		if f.budget >= 0 && t.dist > f.budget {
+			continue
+		}
+		f.out[t.id] = true
+		n.sendFlood(f, t)
+	}
+	n.floodCheck(f)
+}
+
+func (n *Node) sendFlood(f *flood, t target) {
+	p := n.peer(t.id)
+	if !p.up {
+		n.dial(Peer{ID: t.id}, false)
+		return // sent on LinkUp (floodsResend)
+	}
+	n.send(t.id, f.msg(t.id, t.dist))
+}
+
+func (n *Node) floodCheck(f *flood) {
+	if len(f.out) > 0 {
+		return
+	}
+	delete(n.floods, f.key)
+	for _, w := range f.waiters {
+		if w == "" {
+			continue
+		}
+		n.sendFloodAck(f.key, w)
+	}
+	if f.done != nil {
+		f.done()
+	}
+}
+
+func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
+	switch k.kind {
+	case fkSub:
+		n.send(to, &message.SubConfirm{Sub: k.sub})
+	case fkUnsub:
+		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true})
+	case fkTopo:
+		n.send(to, &message.TopoAck{Origin: k.origin, Seq: k.seq})
+	}
+}
+
+func (n *Node) floodAck(k floodKey, from message.BrokerID) {
+	f, ok := n.floods[k]
+	if !ok || !f.out[from] {
+		return
+	}
+	delete(f.out, from)
+	f.acked[from] = true
+	n.floodCheck(f)
+}
+
+// floodsResend re-sends every pending flood whose target is id, on its new
+// link.
+func (n *Node) floodsResend(id message.BrokerID) {
+	n.geometry()
+	for _, k := range n.floodKeys() {
+		f := n.floods[k]
+		if f.out[id] {
+			n.send(id, f.msg(id, n.dist[id]))
+		}
+	}
+}
+
+// floodsReroute replaces, in every pending flood, targets that became
+// unusable by the live brokers behind them.
+func (n *Node) floodsReroute() {
+	for _, k := range n.floodKeys() {
+		f, ok := n.floods[k]
+		if !ok {
+			continue
+		}
+		ts := n.floodTargets(f.except)
+		want := map[message.BrokerID]bool{}
+		for _, t := range ts {
+			if f.budget >= 0 && t.dist > f.budget {
+				continue
+			}
+			want[t.id] = true
+			if !f.out[t.id] && !f.acked[t.id] {
+				f.out[t.id] = true
+				n.sendFlood(f, t)
+			}
+		}
+		for id := range f.out {
+			if !want[id] && n.unusable(id) {
+				delete(f.out, id)
+			}
+		}
+		n.floodCheck(f)
+	}
+}
+
+func (n *Node) floodKeys() []floodKey {
+	ks := make([]floodKey, 0, len(n.floods))
+	for k := range n.floods {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return floodLess(ks[i], ks[j]) })
+	return ks
+}
+
+func (n *Node) localFloodsPending() bool {
+	for _, f := range n.floods {
+		if f.done != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// subFloodMsg builds the per-target SubFlood of entry e (From recomputed
+// for the target's distance).
+func (n *Node) subFloodMsg(sub message.SubID) func(message.BrokerID, int) message.Message {
+	return func(to message.BrokerID, dist int) message.Message {
+		e, ok := n.table.Get(sub)
+		if !ok {
+			return &message.SubFlood{Sub: sub, Unsub: true}
+		}
+		from := n.cfg.ID
+		if !e.Local {
+			from = n.topo.FromFor(e.From, dist)
+		}
+		return &message.SubFlood{Sub: sub, Filter: e.Filter, From: from}
+	}
+}
+
+func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
+	if !n.member {
+		return
+	}
+	k := floodKey{kind: fkSub, sub: m.Sub}
+	if m.Unsub {
+		k.kind = fkUnsub
+	}
+	if f, ok := n.floods[k]; ok {
+		f.waiters = append(f.waiters, from)
+		return
+	}
+	dir := n.direction(from)
+	if dir == "" {
+		dir = from
+	}
+	if m.Unsub {
+		if _, ok := n.table.Get(m.Sub); !ok {
+			n.tombstone(m.Sub)
+			n.sendFloodAck(k, from)
+			return
+		}
+		n.withdrawFlood(m.Sub, dir, from, nil)
+		return
+	}
+	if _, ok := n.table.Get(m.Sub); ok || n.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
+		n.sendFloodAck(k, from)
+		return
+	}
+	if p := n.peers[m.Sub.Edge]; p != nil && p.epoch > m.Sub.Epoch {
+		n.sendFloodAck(k, from) // a subscription of an old incarnation: dead
+		return
+	}
+	fp := m.From
+	if !n.topo.Has(fp) {
+		fp = from
+	}
+	if _, err := n.table.Insert(routing.Entry{Sub: m.Sub, Filter: m.Filter, From: fp, Dir: dir}); err != nil {
+		n.notice(NoticeGap, from, err.Error())
+		n.sendFloodAck(k, from)
+		return
+	}
+	n.hop(fp)
+	n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from}, msg: n.subFloodMsg(m.Sub)})
+}
+
+// withdrawFlood removes sub here and floods its withdrawal away from
+// except, confirming to waiter (if any) and calling done when complete.
+func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID, done func()) {
+	n.table.Delete(sub)
+	n.tombstone(sub)
+	k := floodKey{kind: fkUnsub, sub: sub}
+	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {
+		// The subscription's own flood is still pending: answer its
+		// waiters now (the withdrawal follows on the same links).
+		f.out = nil
+		n.floodCheck(f)
+	}
+	if f, ok := n.floods[k]; ok {
+		if waiter != "" {
+			f.waiters = append(f.waiters, waiter)
+		}
+		return
+	}
+	var ws []message.BrokerID
+	if waiter != "" {
+		ws = append(ws, waiter)
+	}
+	n.startFlood(&flood{key: k, except: except, budget: -1, waiters: ws, done: done,
+		msg: func(message.BrokerID, int) message.Message { return &message.SubFlood{Sub: sub, Unsub: true} }})
+}
+
+// withdraw removes sub on behalf of its (gone or restarted) edge broker.
+func (n *Node) withdraw(sub message.SubID, except message.BrokerID, release bool) {
+	if _, ok := n.table.Get(sub); !ok {
+		return
+	}
+	n.withdrawFlood(sub, except, "", nil)
+	if release {
+		n.releaseRecipients()
+	}
+}
+
+func (n *Node) tombstone(sub message.SubID) {
+	if n.tombstones[sub] {
+		return
+	}
+	n.tombstones[sub] = true
+	n.tombOrder = append(n.tombOrder, sub)
+	if len(n.tombOrder) > maxTombstones {
+		delete(n.tombstones, n.tombOrder[0])
+		n.tombOrder = n.tombOrder[1:]
+	}
+}
+
+// subscribe handles a client's Subscribe.
+func (n *Node) subscribe(c message.ClientID, cs *clientState, m *message.Subscribe) {
+	if !n.joined || n.leaving {
+		n.toClient(c, &message.SubAck{Req: m.Req, Err: "broker not joined (joining, recovering or leaving): retry later"})
+		return
+	}
+	if len(m.Filter.Preds) > 256 {
+		n.toClient(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("filter has %d predicates, at most 256", len(m.Filter.Preds))})
+		return
+	}
+	n.subN++
+	sub := message.SubID{Edge: n.cfg.ID, Epoch: n.cfg.Epoch, N: n.subN}
+	if _, err := n.table.Insert(routing.Entry{Sub: sub, Filter: m.Filter, From: n.cfg.ID, Local: true, Client: c}); err != nil {
+		n.toClient(c, &message.SubAck{Req: m.Req, Err: err.Error()})
+		return
+	}
+	cs.subs[sub] = m.Req
+	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
+	n.startFlood(&flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1, msg: n.subFloodMsg(sub),
+		done: func() {
+			if cs2 := n.clients[c]; cs2 == cs {
+				if _, ok := cs.subs[sub]; ok {
+					n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub, Confirmed: true})
+				}
+			}
+		}})
+}
+
+func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsubscribe) {
+	if _, ok := cs.subs[m.Sub]; !ok {
+		n.toClient(c, &message.UnsubAck{Sub: m.Sub, Err: "unknown subscription of this session"})
+		return
+	}
+	delete(cs.subs, m.Sub)
+	n.withdrawFlood(m.Sub, "", "", func() {
+		if n.clients[c] == cs {
+			n.toClient(c, &message.UnsubAck{Sub: m.Sub})
+		}
+	})
+}
+
+func (n *Node) dropClientSubs(c message.ClientID) {
+	cs := n.clients[c]
+	if cs == nil {
+		return
+	}
+	subs := make([]message.SubID, 0, len(cs.subs))
+	for s := range cs.subs {
+		subs = append(subs, s)
+	}
+	sort.Slice(subs, func(i, j int) bool { return routing.SubLess(subs[i], subs[j]) })
+	for _, s := range subs {
+		delete(cs.subs, s)
+		n.withdrawFlood(s, "", "", nil)
+	}
+}
+
+// ClientOpen reports a new client session.
+func (n *Node) ClientOpen(c message.ClientID) {
+	if _, ok := n.clients[c]; ok {
+		return
+	}
+	n.clients[c] = &clientState{
+		src:  message.Source{Publisher: fmt.Sprintf("%s#%d", n.cfg.ID, c), Epoch: n.cfg.Epoch},
+		subs: map[message.SubID]uint64{},
+	}
+}
+
+// ClientClose reports the end of a client session; its subscriptions are
+// withdrawn.
+func (n *Node) ClientClose(c message.ClientID) {
+	n.dropClientSubs(c)
+	delete(n.clients, c)
+}
+
+// Client processes a client request: ClientHello, Publish, Subscribe or
+// Unsubscribe. A request on an unknown session opens it.
+func (n *Node) Client(c message.ClientID, m message.Message) {
+	if n.left {
+		return
+	}
+	cs := n.clients[c]
+	if cs == nil {
+		n.ClientOpen(c)
+		cs = n.clients[c]
+	}
+	switch m := m.(type) {
+	case *message.ClientHello:
+		if m.Publisher != "" {
+			cs.src = message.Source{Publisher: m.Publisher, Epoch: m.Epoch}
+		}
+		cs.hello = true
+	case *message.Publish:
+		n.publish(c, cs, m)
+	case *message.Subscribe:
+		n.subscribe(c, cs, m)
+	case *message.Unsubscribe:
+		n.unsubscribe(c, cs, m)
+	}
+}

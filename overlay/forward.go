@@ -1,0 +1,432 @@
+package overlay
+
+import (
+	"github.com/deltapub/deltapub/dack"
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
+)
+
+func newMatcher() routing.Matcher { return nil }
+
+// qentry is one publication in the message queue: kept until it is safe
+// for every recipient (PROTOCOL §5).
+type qentry struct {
+	pub    *message.Pub // as forwarded by this broker (its stamp first)
+	stamp  uint64
+	except message.BrokerID   // the direction it came from ("" if local)
+	recips []message.BrokerID // distinct from-pointers it is routed toward
+	safe   []bool             // per recipient: proven safe
+	purged bool
+}
+
+// srcState is the per-source duplicate-suppression state.
+type srcState struct {
+	seq uint64           // highest sequence number accepted
+	dir message.BrokerID // direction it arrives from ("" = a local client)
+}
+
+// hopInfo is the current next hop toward one recipient.
+type hopInfo struct {
+	to      message.BrokerID
+	skipped int
+	ok      bool
+}
+
+// geometry caches, per map version, each known broker's distance and
+// direction (the tree neighbour toward it).
+func (n *Node) geometry() {
+	if n.geoVer == n.topo.Version() {
+		return
+	}
+	n.geoVer = n.topo.Version()
+	n.dist = n.topo.Distances(n.cfg.ID)
+	n.side = map[message.BrokerID]message.BrokerID{}
+	for id := range n.dist {
+		if id != n.cfg.ID {
+			n.side[id] = n.topo.Direction(id)
+		}
+	}
+	n.routeVer++
+}
+
+// direction returns the tree neighbour toward b ("" when unknown/self).
+func (n *Node) direction(b message.BrokerID) message.BrokerID {
+	n.geometry()
+	return n.side[b]
+}
+
+// routesChanged is called whenever usability or the map changed: next hops
+// are recomputed, and every broker that became the next hop toward some
+// recipient gets, before anything new, every queued publication routed to
+// it, in stamp order (the switch rule that keeps per-source "highest
+// sequence seen" a sound duplicate filter; docs/protocol.md).
+func (n *Node) routesChanged() {
+	n.routeVer++
+	n.geometry()
+	gained := map[message.BrokerID]bool{}
+	ids := make([]message.BrokerID, 0, len(n.hops))
+	for r := range n.hops {
+		ids = append(ids, r)
+	}
+	sortIDs(ids)
+	for _, r := range ids {
+		old := n.hops[r]
+		h := n.computeHop(r)
+		n.hops[r] = h
+		if h.ok && (!old.ok || old.to != h.to) {
+			gained[h.to] = true
+			if h.skipped > 0 {
+				n.notice(NoticeBypassUp, h.to, "next hop toward "+string(r))
+			}
+		}
+		if old.ok && old.skipped > 0 && (!h.ok || h.to != old.to) {
+			n.notice(NoticeBypassDown, old.to, "no longer next hop toward "+string(r))
+		}
+	}
+	n.hopsVer = n.routeVer
+	tos := make([]message.BrokerID, 0, len(gained))
+	for t := range gained {
+		tos = append(tos, t)
+	}
+	sortIDs(tos)
+	for _, t := range tos {
+		if p := n.peer(t); p.up {
+			n.retransmitTo(t)
+		} else {
+			n.dial(Peer{ID: t}, false)
+		}
+	}
+	n.floodsReroute()
+	n.checkHoles()
+}
+
+func (n *Node) computeHop(r message.BrokerID) hopInfo {
+	to, skipped, ok := n.topo.ClosestLive(r, n.unusable)
+	return hopInfo{to: to, skipped: skipped, ok: ok}
+}
+
+// hop returns the current next hop toward recipient r.
+func (n *Node) hop(r message.BrokerID) hopInfo {
+	if h, ok := n.hops[r]; ok {
+		return h
+	}
+	h := n.computeHop(r)
+	n.hops[r] = h
+	if h.ok && !n.peer(h.to).up {
+		n.dial(Peer{ID: h.to}, false)
+	}
+	return h
+}
+
+// onPub processes a publication from peer from.
+func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
+	if !n.member {
+		return
+	}
+	n.store.Arrive(m.Stamps)
+	src := m.ID.Source()
+	st := n.seen[src]
+	if st != nil && m.ID.Seq <= st.seq {
+		n.counters.Duplicates++
+		return
+	}
+	except := n.direction(from)
+	if except == "" {
+		except = from
+	}
+	n.accept(src, m, except)
+}
+
+// accept records, delivers locally, queues and forwards a publication that
+// is not a duplicate.
+func (n *Node) accept(src message.Source, m *message.Pub, except message.BrokerID) {
+	st := n.seen[src]
+	if st == nil {
+		st = &srcState{}
+		n.seen[src] = st
+		n.seenOrder = append(n.seenOrder, src)
+		if len(n.seenOrder) > n.cfg.MaxSources {
+			// At the bound the oldest source is forgotten (see
+			// Config.MaxSources for the consequence).
+			delete(n.seen, n.seenOrder[0])
+			n.seenOrder = n.seenOrder[1:]
+		}
+	}
+	st.seq, st.dir = m.ID.Seq, except
+	pm := matching.Publication{Attrs: m.Attrs}
+	n.recipBuf = n.table.Recipients(&pm, except, n.recipBuf[:0], func(e *routing.Entry) {
+		n.counters.Delivered++
+		n.toClient(e.Client, &message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time})
+	})
+	if len(n.recipBuf) == 0 {
+		return // delivered locally (or nowhere): nothing to keep
+	}
+	n.stampSeq++
+	k := n.cfg.Delta + 1
+	stamps := make([]message.Stamp, 0, k)
+	stamps = append(stamps, message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.stampSeq})
+	for _, s := range m.Stamps {
+		if len(stamps) == k {
+			break
+		}
+		stamps = append(stamps, s)
+	}
+	out := &message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
+	e := &qentry{pub: out, stamp: n.stampSeq, except: except,
+		recips: append([]message.BrokerID(nil), n.recipBuf...), safe: make([]bool, len(n.recipBuf))}
+	n.queue = append(n.queue, e)
+	n.queueLen++
+	n.sendEntry(e, "")
+}
+
+// sendEntry sends e once over each of its current next hops with an up
+// link (only == "": all of them; otherwise only to that peer).
+func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
+	var sent [8]message.BrokerID
+	done := sent[:0]
+	any := false
+	for i, r := range e.recips {
+		if e.safe[i] {
+			continue
+		}
+		h := n.hop(r)
+		if !h.ok || (only != "" && h.to != only) {
+			continue
+		}
+		dup := false
+		for _, d := range done {
+			if d == h.to {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		done = append(done, h.to)
+		if p := n.peers[h.to]; p != nil && p.up {
+			n.send(h.to, e.pub)
+			any = true
+		}
+	}
+	return any
+}
+
+// retransmitTo sends to peer t, in stamp order, every queued publication
+// for which t is now a next hop.
+func (n *Node) retransmitTo(t message.BrokerID) {
+	for _, e := range n.queue {
+		if e.purged {
+			continue
+		}
+		if n.sendEntry(e, t) {
+			n.counters.Retransmitted++
+		}
+	}
+}
+
+// publish handles a client's Publish.
+func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) {
+	ack := func(err string) { n.toClient(c, &message.PubAck{Seq: m.Seq, Err: err}) }
+	if m.Seq == 0 {
+		ack("bad sequence number 0: sequence numbers start at 1")
+		return
+	}
+	st := n.seen[cs.src]
+	if st != nil && m.Seq <= st.seq {
+		ack("") // a retry of an accepted publication: acknowledged again, not published twice
+		return
+	}
+	if st != nil && m.Seq != st.seq+1 {
+		ack("sequence gap: expected " + uitoa(st.seq+1))
+		return
+	}
+	if !n.joined || n.leaving {
+		n.counters.Backpressure++
+		ack("backpressure")
+		return
+	}
+	if n.queueLen >= n.cfg.MaxQueue {
+		n.counters.Backpressure++
+		ack("backpressure")
+		return
+	}
+	n.counters.Published++
+	id := message.PubID{Publisher: cs.src.Publisher, Epoch: cs.src.Epoch, Seq: m.Seq}
+	n.accept(cs.src, &message.Pub{ID: id, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}, "")
+	ack("")
+}
+
+// dackPeriod sends one aggregated DACK per up link, after refreshing this
+// broker's discarded watermarks and purging what became safe.
+func (n *Node) dackPeriod() {
+	n.purge()
+	n.updateDiscarded()
+	n.geometry()
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
+		if !p.up {
+			continue
+		}
+		pside := n.side[id]
+		if pside == "" {
+			pside = id
+		}
+		ver := n.store.Version()
+		entries := n.store.Build(p.dackSent, func(reporter, about message.BrokerID) bool {
+			if about == n.cfg.ID {
+				return false
+			}
+			as := n.side[about]
+			if as == "" {
+				as = about
+			}
+			if as != pside {
+				return false
+			}
+			if reporter != n.cfg.ID {
+				rs, ok := n.side[reporter]
+				if !ok || rs == pside {
+					return false
+				}
+				if n.dist[reporter]+n.dist[about] > n.cfg.Delta+1 {
+					return false
+				}
+			}
+			return true
+		})
+		p.dackSent = ver
+		if len(entries) > 0 {
+			n.send(id, &message.DAck{Entries: entries})
+		}
+	}
+}
+
+func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
+	changed := false
+	for _, e := range m.Entries {
+		if e.Reporter == n.cfg.ID || e.Reporter == "" || e.About == "" {
+			continue
+		}
+		if e.About == n.cfg.ID && e.AE != n.cfg.Epoch {
+			continue
+		}
+		if n.store.Put(e) && e.About == n.cfg.ID {
+			changed = true
+		}
+	}
+	if changed {
+		n.purge()
+	}
+}
+
+// purge drops every queued publication that is safe for all its
+// recipients (dack.Safe along the tree path to each), and compacts the
+// queue.
+func (n *Node) purge() {
+	report := func(b message.BrokerID) (dack.Report, bool) { return n.store.About(b) }
+	kept := n.queue[:0]
+	for _, e := range n.queue {
+		if !e.purged {
+			all := true
+			for i, r := range e.recips {
+				if e.safe[i] {
+					continue
+				}
+				path := n.topo.Path(n.cfg.ID, r)
+				if len(path) > 1 && dack.Safe(path[1:], e.stamp, report) {
+					e.safe[i] = true
+				} else {
+					all = false
+				}
+			}
+			if all {
+				e.purged = true
+				n.queueLen--
+				n.counters.Purged++
+			}
+		}
+		if !e.purged {
+			kept = append(kept, e)
+		}
+	}
+	for i := len(kept); i < len(n.queue); i++ {
+		n.queue[i] = nil
+	}
+	n.queue = kept
+}
+
+// updateDiscarded sets this broker's discarded watermark about each
+// upstream broker U: every publication received with a U-stamp up to it
+// is no longer queued here.
+func (n *Node) updateDiscarded() {
+	minq := map[message.Stamp]uint64{} // (B, E, 0) → lowest queued U-stamp
+	for _, e := range n.queue {
+		if e.purged {
+			continue
+		}
+		for _, s := range e.pub.Stamps[1:] {
+			k := message.Stamp{B: s.B, E: s.E}
+			if v, ok := minq[k]; !ok || s.S < v {
+				minq[k] = s.S
+			}
+		}
+	}
+	for _, k := range n.store.OwnKeys() {
+		r, _ := n.store.Own(k.B, k.E)
+		d := r.Arrived
+		if v, ok := minq[message.Stamp{B: k.B, E: k.E}]; ok && v-1 < d {
+			d = v - 1
+		}
+		n.store.SetDiscarded(k.B, k.E, d)
+	}
+}
+
+// releaseRecipients recomputes the recipients of every queued publication
+// after subscriptions were withdrawn on behalf of a gone broker: what was
+// queued only for it is released.
+func (n *Node) releaseRecipients() {
+	for _, e := range n.queue {
+		if e.purged {
+			continue
+		}
+		pm := matching.Publication{Attrs: e.pub.Attrs}
+		now := n.table.Recipients(&pm, e.except, nil, nil)
+		var recips []message.BrokerID
+		var safe []bool
+		for i, r := range e.recips {
+			for _, x := range now {
+				if x == r {
+					recips = append(recips, r)
+					safe = append(safe, e.safe[i])
+					break
+				}
+			}
+		}
+		e.recips, e.safe = recips, safe
+	}
+	n.purge()
+}
+
+func sortIDs(ids []message.BrokerID) {
+	for i := 1; i < len(ids); i++ {
+		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
+			ids[j], ids[j-1] = ids[j-1], ids[j]
+		}
+	}
+}
+
+func uitoa(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}

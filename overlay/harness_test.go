@@ -1,0 +1,374 @@
+package overlay
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// harness wires a few Nodes by hand in lock-step: every round each node
+// ticks, its outputs are collected, dials are answered at once, and the
+// messages sent in a round are delivered in the next one, in order (so
+// every link is FIFO). Crashed nodes drop out with their links; frozen
+// nodes keep their inbound messages until they resume.
+type harness struct {
+	t        *testing.T
+	nodes    map[message.BrokerID]*Node
+	ids      []message.BrokerID
+	links    map[[2]message.BrokerID]bool
+	inflight []flight
+	dead     map[message.BrokerID]bool
+	frozen   map[message.BrokerID]bool
+	held     map[message.BrokerID][]flight
+	got      map[message.ClientID][]message.Message // client messages by client (ClientIDs are global in the harness)
+	notices  []Notice
+	cfg      Config
+}
+
+type flight struct {
+	from, to message.BrokerID
+	m        message.Message
+}
+
+func newHarness(t *testing.T, delta int) *harness {
+	cfg := DefaultConfig()
+	cfg.Delta = delta
+	cfg.HeartbeatTicks = 2
+	cfg.FailureTicks = 6
+	cfg.DACKTicks = 3
+	cfg.GoneAfterTicks = 400
+	cfg.JoinRetryTicks = 12
+	return &harness{t: t, nodes: map[message.BrokerID]*Node{}, links: map[[2]message.BrokerID]bool{},
+		dead: map[message.BrokerID]bool{}, frozen: map[message.BrokerID]bool{}, held: map[message.BrokerID][]flight{},
+		got: map[message.ClientID][]message.Message{}, cfg: cfg}
+}
+
+func pair(a, b message.BrokerID) [2]message.BrokerID {
+	if a < b {
+		return [2]message.BrokerID{a, b}
+	}
+	return [2]message.BrokerID{b, a}
+}
+
+func (h *harness) add(id message.BrokerID, epoch uint64) *Node {
+	c := h.cfg
+	c.ID, c.Addr, c.Epoch = id, "addr-"+string(id), epoch
+	n, err := NewNode(c)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, ok := h.nodes[id]; !ok {
+		h.ids = append(h.ids, id)
+		sort.Slice(h.ids, func(i, j int) bool { return h.ids[i] < h.ids[j] })
+	}
+	h.nodes[id] = n
+	delete(h.dead, id)
+	return n
+}
+
+func (h *harness) alive(id message.BrokerID) bool {
+	_, ok := h.nodes[id]
+	return ok && !h.dead[id]
+}
+
+func (h *harness) crash(id message.BrokerID) {
+	h.dead[id] = true
+	for k := range h.links {
+		if k[0] == id || k[1] == id {
+			delete(h.links, k)
+		}
+	}
+	delete(h.held, id)
+}
+
+func (h *harness) collect(id message.BrokerID) {
+	n := h.nodes[id]
+	r := n.Ready()
+	h.notices = append(h.notices, r.Notices...)
+	for _, d := range r.Dials {
+		if h.alive(d.ID) && !h.frozen[d.ID] && d.ID != id {
+			if !h.links[pair(id, d.ID)] {
+				h.links[pair(id, d.ID)] = true
+				n.LinkUp(d.ID)
+				h.nodes[d.ID].LinkUp(id)
+			}
+		} else {
+			n.DialFailed(d.ID)
+		}
+	}
+	for _, m := range r.Messages {
+		if h.links[pair(id, m.To)] {
+			h.inflight = append(h.inflight, flight{id, m.To, m.Msg})
+		}
+	}
+	for _, c := range r.ToClients {
+		h.got[c.To] = append(h.got[c.To], c.Msg)
+	}
+	if len(r.Dials) > 0 {
+		h.collect(id) // LinkUp produced output
+	}
+}
+
+// round runs one lock-step round.
+func (h *harness) round() {
+	batch := h.inflight
+	h.inflight = nil
+	for _, f := range batch {
+		if !h.alive(f.to) || !h.links[pair(f.from, f.to)] {
+			continue
+		}
+		if h.frozen[f.to] {
+			h.held[f.to] = append(h.held[f.to], f)
+			continue
+		}
+		h.nodes[f.to].Step(f.from, f.m)
+		h.collect(f.to)
+	}
+	for _, id := range h.ids {
+		if h.alive(id) && !h.frozen[id] {
+			h.nodes[id].Tick()
+			h.collect(id)
+		}
+	}
+}
+
+func (h *harness) run(rounds int) {
+	for i := 0; i < rounds; i++ {
+		h.round()
+	}
+}
+
+// runUntil runs rounds until cond holds, failing after max rounds.
+func (h *harness) runUntil(max int, what string, cond func() bool) {
+	for i := 0; i < max; i++ {
+		if cond() {
+			return
+		}
+		h.round()
+	}
+	if !cond() {
+		h.t.Fatalf("after %d rounds: %s did not happen", max, what)
+	}
+}
+
+func (h *harness) do(id message.BrokerID, f func(n *Node)) {
+	f(h.nodes[id])
+	h.collect(id)
+}
+
+// buildTree bootstraps edges[0][0] and joins the others in the order given
+// (child, parent).
+func (h *harness) buildTree(root message.BrokerID, edges [][2]message.BrokerID) {
+	h.add(root, 1)
+	h.do(root, func(n *Node) { n.Bootstrap() })
+	for _, e := range edges {
+		c, p := e[0], e[1]
+		h.add(c, 1)
+		h.do(c, func(n *Node) { n.Join([]Peer{{ID: p, Addr: "addr-" + string(p)}}) })
+		h.runUntil(200, string(c)+" joined", func() bool { return h.nodes[c].Status().Joined })
+	}
+	h.run(10)
+}
+
+func strAttr(name, v string) matching.Attr {
+	return matching.Attr{Name: name, Value: matching.Value{Kind: matching.KindString, Str: v}}
+}
+
+func intAttr(name string, v int64) matching.Attr {
+	return matching.Attr{Name: name, Value: matching.Value{Kind: matching.KindInt, Int: v}}
+}
+
+func classFilter(class string) matching.Filter {
+	return matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: matching.Value{Kind: matching.KindString, Str: class}}}}
+}
+
+// subscribe makes client c of broker b subscribe and waits for the
+// confirmation.
+func (h *harness) subscribe(b message.BrokerID, c message.ClientID, f matching.Filter) message.SubID {
+	h.do(b, func(n *Node) { n.ClientOpen(c); n.Client(c, &message.Subscribe{Req: uint64(c), Filter: f}) })
+	var sub message.SubID
+	h.runUntil(300, fmt.Sprintf("subscription of client %d confirmed", c), func() bool {
+		for _, m := range h.got[c] {
+			if a, ok := m.(*message.SubAck); ok {
+				if a.Err != "" {
+					h.t.Fatalf("SubAck error: %s", a.Err)
+				}
+				if a.Confirmed {
+					sub = a.Sub
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return sub
+}
+
+func (h *harness) publish(b message.BrokerID, c message.ClientID, seq uint64, class string) {
+	h.do(b, func(n *Node) {
+		n.Client(c, &message.Publish{Seq: seq, Attrs: []matching.Attr{strAttr("class", class), intAttr("n", int64(seq))}})
+	})
+}
+
+// deliveries returns the sequence numbers delivered to client c, in order.
+func (h *harness) deliveries(c message.ClientID) []uint64 {
+	var out []uint64
+	for _, m := range h.got[c] {
+		if d, ok := m.(*message.Deliver); ok {
+			out = append(out, d.Pub.Seq)
+		}
+	}
+	return out
+}
+
+func (h *harness) pubAcks(c message.ClientID) (ok, refused int) {
+	for _, m := range h.got[c] {
+		if a, isAck := m.(*message.PubAck); isAck {
+			if a.Err == "" {
+				ok++
+			} else {
+				refused++
+			}
+		}
+	}
+	return
+}
+
+// checkExactFIFO fails unless client c got exactly 1..n in order.
+func (h *harness) checkExactFIFO(c message.ClientID, n int) {
+	h.t.Helper()
+	got := h.deliveries(c)
+	if len(got) != n {
+		h.t.Fatalf("client %d: %d deliveries, want %d: %v", c, len(got), n, got)
+	}
+	for i, s := range got {
+		if s != uint64(i+1) {
+			h.t.Fatalf("client %d: delivery %d is seq %d, want %d (all: %v)", c, i, s, i+1, got)
+		}
+	}
+}
+
+func (h *harness) queuesEmpty() bool {
+	for _, id := range h.ids {
+		if h.alive(id) && h.nodes[id].Status().QueueLen > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *harness) queueReport() string {
+	s := ""
+	for _, id := range h.ids {
+		if h.alive(id) {
+			s += fmt.Sprintf(" %s:%d", id, h.nodes[id].Status().QueueLen)
+		}
+	}
+	return s
+}
+
+// A chain P - A - B - C - D - S with side branches; δ = 2.
+//
+//	P1 - A - B - C - D - S1
+//	         |       |
+//	         X       Y - S2
+var chainEdges = [][2]message.BrokerID{
+	{"A", "P1"}, {"B", "A"}, {"C", "B"}, {"D", "C"}, {"S1", "D"}, {"X", "B"}, {"Y", "D"}, {"S2", "Y"},
+}
+
+func TestHarnessNoFailure(t *testing.T) {
+	h := newHarness(t, 2)
+	h.buildTree("P1", chainEdges)
+	for _, id := range h.ids {
+		st := h.nodes[id].Status()
+		if !st.Joined {
+			t.Fatalf("%s not joined", id)
+		}
+	}
+	// Every broker's map holds exactly its (δ+1)-neighbourhood.
+	if got := len(h.nodes["S1"].Status().Map); got != 6 { // S1 D C B Y S2 (A is 4 hops away)
+		t.Fatalf("S1 map has %d brokers, want 6: %v", got, h.nodes["S1"].Status().Map)
+	}
+	h.subscribe("S1", 101, classFilter("stock"))
+	h.subscribe("S2", 102, classFilter("stock"))
+	h.subscribe("X", 103, classFilter("other"))
+	h.do("P1", func(n *Node) { n.ClientOpen(1); n.Client(1, &message.ClientHello{Publisher: "pub", Epoch: 1}) })
+	for s := uint64(1); s <= 30; s++ {
+		h.publish("P1", 1, s, "stock")
+		h.round()
+	}
+	// A retry of an accepted Seq is acknowledged again, not published.
+	h.publish("P1", 1, 30, "stock")
+	h.runUntil(100, "queues drained", h.queuesEmpty)
+	h.checkExactFIFO(101, 30)
+	h.checkExactFIFO(102, 30)
+	if got := h.deliveries(103); len(got) != 0 {
+		t.Fatalf("non-matching subscriber got %v", got)
+	}
+	if ok, bad := h.pubAcks(1); ok != 31 || bad != 0 {
+		t.Fatalf("pub acks ok=%d refused=%d, want 31/0", ok, bad)
+	}
+}
+
+func TestHarnessBypassDeltaAdjacent(t *testing.T) {
+	for _, delta := range []int{1, 2} {
+		t.Run(fmt.Sprint("delta=", delta), func(t *testing.T) {
+			h := newHarness(t, delta)
+			h.buildTree("P1", chainEdges)
+			h.subscribe("S1", 101, classFilter("stock"))
+			h.subscribe("S2", 102, classFilter("stock"))
+			h.do("P1", func(n *Node) { n.ClientOpen(1) })
+			seq := uint64(0)
+			for ; seq < 10; seq++ {
+				h.publish("P1", 1, seq+1, "stock")
+				h.round()
+			}
+			// δ adjacent crashes in the middle of the path.
+			crashed := []message.BrokerID{"B", "C"}[:delta]
+			for _, id := range crashed {
+				h.crash(id)
+			}
+			for ; seq < 40; seq++ {
+				h.publish("P1", 1, seq+1, "stock")
+				h.round()
+			}
+			h.runUntil(300, "queues drained"+h.queueReport(), h.queuesEmpty)
+			h.checkExactFIFO(101, 40)
+			h.checkExactFIFO(102, 40)
+		})
+	}
+}
+
+func TestHarnessDebugDump(t *testing.T) {
+	if !testing.Verbose() {
+		t.Skip()
+	}
+	h := newHarness(t, 2)
+	h.buildTree("P1", chainEdges)
+	h.subscribe("S1", 101, classFilter("stock"))
+	h.do("P1", func(n *Node) { n.ClientOpen(1) })
+	for s := uint64(1); s <= 5; s++ {
+		h.publish("P1", 1, s, "stock")
+		h.round()
+	}
+	h.crash("B")
+	h.crash("C")
+	for s := uint64(6); s <= 10; s++ {
+		h.publish("P1", 1, s, "stock")
+		h.round()
+	}
+	h.run(60)
+	for _, id := range h.ids {
+		if h.alive(id) {
+			st := h.nodes[id].Status()
+			t.Logf("%s q=%d subs=%d susp=%v byp=%v arrived=%v disc=%v in=%d out=%d retx=%d purged=%d ctl=%v", id, st.QueueLen, st.Subs, st.Suspected, st.Bypasses, st.Arrived, st.Discarded, st.Counters.PubsIn, st.Counters.PubsOut, st.Counters.Retransmitted, st.Counters.Purged, st.Counters.Control)
+		}
+	}
+	for _, nt := range h.notices {
+		t.Logf("notice %+v", nt)
+	}
+	t.Logf("deliveries %v", h.deliveries(101))
+}

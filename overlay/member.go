@@ -1,0 +1,423 @@
+package overlay
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
+	"github.com/deltapub/deltapub/topology"
+)
+
+// subsFor returns the routing state broker x needs from this broker: every
+// subscription not lying in x's direction, with From recomputed for x
+// (PROTOCOL §3), sorted by SubID.
+func (n *Node) subsFor(x message.BrokerID) []message.SubState {
+	n.geometry()
+	xdir := n.side[x]
+	d := n.dist[x]
+	var out []message.SubState
+	for _, e := range n.table.Entries() {
+		if !e.Local && e.Dir == xdir {
+			continue
+		}
+		from := n.cfg.ID
+		if !e.Local {
+			from = n.topo.FromFor(e.From, d)
+		}
+		out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: from})
+	}
+	return out
+}
+
+func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) {
+	for _, s := range subs {
+		if n.tombstones[s.Sub] || s.Sub.Edge == n.cfg.ID {
+			continue
+		}
+		fp := s.From
+		if !n.topo.Has(fp) {
+			fp = from
+		}
+		dir := n.direction(fp)
+		if dir == "" {
+			dir = n.direction(from)
+		}
+		n.table.Insert(routing.Entry{Sub: s.Sub, Filter: s.Filter, From: fp, Dir: dir})
+	}
+}
+
+func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
+	j := m.Node
+	if j.ID != from {
+		n.send(from, &message.JoinReply{Err: fmt.Sprintf("join request for %q arrived from %q", j.ID, from)})
+		return
+	}
+	if !n.joined || n.leaving {
+		n.send(from, &message.JoinReply{Err: "joinpoint " + string(n.cfg.ID) + " is not a joined member"})
+		return
+	}
+	p := n.peer(from)
+	known, ok := n.topo.Get(j.ID)
+	if ok && j.Epoch > known.Epoch || ok && j.Epoch == known.Epoch && known.Parent != n.cfg.ID {
+		// A known member restarting (or retrying): it rejoins at its
+		// old place under its new epoch and recovers (StateRequest to its
+		// neighbours); until it says it is joined it is bypassed.
+		known.Epoch, known.Addr = j.Epoch, j.Addr
+		n.topo.Put(known)
+		n.peerRestarted(j.ID, j.Epoch)
+		p.epoch, p.joined, p.heardHB = j.Epoch, false, true
+		n.routesChanged()
+		n.send(from, &message.JoinReply{Rejoin: true, Parent: known.Parent, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
+		return
+	}
+	retry := ok && known.Parent == n.cfg.ID && j.Epoch == known.Epoch
+	j.Parent = n.cfg.ID
+	n.topo.Put(j)
+	p.epoch, p.joined, p.heardHB = j.Epoch, false, true
+	n.routesChanged()
+	n.send(from, &message.JoinReply{Parent: n.cfg.ID, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
+	if retry {
+		for _, f := range n.floods {
+			if f.key.kind == fkTopo && f.key.origin == n.cfg.ID {
+				return // the propagation is still running: it confirms
+			}
+		}
+		n.send(from, &message.JoinConfirm{Origin: n.cfg.ID})
+		return
+	}
+	n.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.rememberTopo(key)
+	add := []message.MapNode{j}
+	n.startFlood(&flood{key: key, except: j.ID, budget: n.cfg.Delta,
+		msg: func(to message.BrokerID, dist int) message.Message {
+			return &message.TopoChange{Origin: key.origin, Seq: key.seq, Hops: n.cfg.Delta - dist, Add: add}
+		},
+		done: func() { n.send(j.ID, &message.JoinConfirm{Origin: n.cfg.ID}) }})
+}
+
+func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
+	if n.member || len(n.joinpoints) == 0 {
+		return
+	}
+	if m.Err != "" {
+		n.notice(NoticeJoinFailed, from, m.Err)
+		n.jpIdx++
+		n.tryJoinpoint()
+		return
+	}
+	if err := topology.Validate(m.Map); err != nil {
+		n.notice(NoticeJoinFailed, from, err.Error())
+		n.jpIdx++
+		n.tryJoinpoint()
+		return
+	}
+	n.self.Parent = m.Parent
+	n.topo.Put(n.self)
+	n.topo.Merge(m.Map)
+	n.member = true
+	n.rejoin = m.Rejoin
+	for _, e := range m.Map {
+		if p, ok := n.peers[e.ID]; ok && e.Epoch > p.epoch {
+			p.epoch = e.Epoch
+		}
+	}
+	n.installSubs(from, m.Subs)
+	if n.rejoin {
+		n.stateWait = map[message.BrokerID]bool{}
+		for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+			if nb != from {
+				n.stateWait[nb] = true
+				if n.peer(nb).up {
+					n.send(nb, &message.StateRequest{Node: n.self})
+				} else {
+					n.dial(Peer{ID: nb}, false)
+				}
+			}
+		}
+		n.checkRecovery()
+	}
+	n.routesChanged()
+}
+
+func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
+	if !n.member || m.Node.ID != from {
+		return
+	}
+	p := n.peer(from)
+	if known, ok := n.topo.Get(from); ok && m.Node.Epoch > known.Epoch {
+		n.peerRestarted(from, m.Node.Epoch)
+	}
+	if m.Node.Epoch >= p.epoch {
+		p.epoch, p.joined, p.heardHB = m.Node.Epoch, false, true
+	}
+	n.routesChanged()
+	n.send(from, &message.StateReply{Map: n.topo.Within(from, n.cfg.Delta+1), Subs: n.subsFor(from)})
+}
+
+func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
+	if !n.member || n.stateWait == nil {
+		return
+	}
+	if topology.Validate(m.Map) == nil {
+		self := n.self
+		for _, e := range m.Map {
+			if e.ID == n.cfg.ID {
+				self.Parent = e.Parent
+			}
+		}
+		n.topo.Merge(m.Map)
+		n.topo.Put(self)
+	}
+	n.installSubs(from, m.Subs)
+	delete(n.stateWait, from)
+	n.checkRecovery()
+	n.routesChanged()
+}
+
+// checkRecovery replaces awaited peers that turned out failed by the live
+// brokers behind them, and completes the recovery when every direction
+// has answered. A recovery still incomplete after GoneAfterTicks completes
+// anyway (more than δ failed around us: the state of the missing
+// directions arrives with later floods only), with a notice.
+func (n *Node) checkRecovery() {
+	if n.stateWait == nil {
+		return
+	}
+	ids := make([]message.BrokerID, 0, len(n.stateWait))
+	for id := range n.stateWait {
+		ids = append(ids, id)
+	}
+	sortIDs(ids)
+	for _, id := range ids {
+		if !n.unusable(id) || !n.peer(id).suspected {
+			continue
+		}
+		delete(n.stateWait, id)
+		dir := n.direction(id)
+		if dir == "" {
+			continue
+		}
+		front, _ := n.topo.Frontier(dir, n.unusable)
+		for _, f := range front {
+			if n.dist[f] > n.dist[id] || f == id {
+				if f != id && !n.stateWait[f] {
+					n.stateWait[f] = true
+					if n.peer(f).up {
+						n.send(f, &message.StateRequest{Node: n.self})
+					} else {
+						n.dial(Peer{ID: f}, false)
+					}
+				}
+			}
+		}
+	}
+	if len(n.stateWait) == 0 || n.stateWaitT > n.cfg.GoneAfterTicks {
+		if len(n.stateWait) > 0 {
+			n.notice(NoticeGap, "", fmt.Sprintf("recovery completed without the state of %d peers", len(n.stateWait)))
+		}
+		n.stateWait = nil
+		n.becomeJoined()
+	}
+}
+
+func (n *Node) rememberTopo(k floodKey) {
+	n.topoSeen[k] = true
+	n.topoOrder = append(n.topoOrder, k)
+	if len(n.topoOrder) > maxTopoSeen {
+		delete(n.topoSeen, n.topoOrder[0])
+		n.topoOrder = n.topoOrder[1:]
+	}
+}
+
+func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
+	if !n.member {
+		return
+	}
+	k := floodKey{kind: fkTopo, origin: m.Origin, seq: m.Seq}
+	if f, ok := n.floods[k]; ok {
+		f.waiters = append(f.waiters, from)
+		return
+	}
+	if n.topoSeen[k] {
+		n.sendFloodAck(k, from)
+		return
+	}
+	n.rememberTopo(k)
+	dir := n.direction(from)
+	if dir == "" {
+		dir = from
+	}
+	if err := topology.Validate(m.Add); err == nil {
+		for _, a := range m.Add {
+			if a.ID == n.cfg.ID {
+				continue
+			}
+			if old, ok := n.topo.Get(a.ID); ok && old.Epoch > a.Epoch {
+				continue
+			}
+			n.topo.Put(a)
+		}
+	}
+	for _, r := range m.Remove {
+		n.removeMember(r)
+	}
+	n.topo.Prune()
+	n.routesChanged()
+	hops := m.Hops
+	if hops < 0 {
+		hops = 0
+	}
+	n.startFlood(&flood{key: k, except: dir, budget: hops, waiters: []message.BrokerID{from},
+		msg: func(to message.BrokerID, dist int) message.Message {
+			return &message.TopoChange{Origin: m.Origin, Seq: m.Seq, Hops: hops - dist, Add: m.Add, Remove: m.Remove}
+		}})
+}
+
+func (n *Node) removeMember(id message.BrokerID) {
+	if id == n.cfg.ID {
+		return
+	}
+	n.topo.Remove(id)
+	if p, ok := n.peers[id]; ok {
+		if p.up {
+			n.out.Closes = append(n.out.Closes, id)
+		}
+		delete(n.peers, id)
+	}
+	delete(n.hops, id)
+	n.releaseRecipients()
+}
+
+// onLeave handles a neighbour's graceful leave (a leaf: its subscriptions
+// are already withdrawn and its queue drained).
+func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
+	if m.Node.ID != from || !n.topo.Has(from) {
+		return
+	}
+	n.notice(NoticeMemberLeft, from, "")
+	n.removeMember(from)
+	n.routesChanged()
+	n.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.rememberTopo(key)
+	rm := []message.BrokerID{from}
+	n.startFlood(&flood{key: key, budget: n.cfg.Delta,
+		msg: func(to message.BrokerID, dist int) message.Message {
+			return &message.TopoChange{Origin: key.origin, Seq: key.seq, Hops: n.cfg.Delta - dist, Remove: rm}
+		}})
+}
+
+// declareGone handles a broker suspected for GoneAfterTicks (PROTOCOL
+// §6): its subscriptions are withdrawn on its behalf overlay-wide, and
+// what was queued only for them is released. It stays in the map (it is
+// still a vertex of the tree, bypassed); if it returns it recovers like any
+// restarted broker, as a new incarnation.
+func (n *Node) declareGone(p *peer) {
+	p.gone = true
+	n.notice(NoticeGone, p.id, fmt.Sprintf("suspected for %d ticks", p.suspTicks))
+	var subs []message.SubID
+	for _, e := range n.table.Entries() {
+		if e.Sub.Edge == p.id {
+			subs = append(subs, e.Sub)
+		}
+	}
+	except := n.direction(p.id)
+	for _, s := range subs {
+		n.withdrawFlood(s, except, "", nil)
+	}
+	n.releaseRecipients()
+}
+
+type gapKey struct {
+	origin message.BrokerID
+	seq    uint64
+}
+
+// checkHoles detects, per tree direction, a hole longer than δ (every
+// broker of some branch down to δ+1 hops unusable: the overlay is
+// partitioned there, beyond the guarantee, PROTOCOL §8) and notifies the
+// subscriptions on this side with Gaps. See docs/protocol.md for what a
+// Gap promises.
+func (n *Node) checkHoles() {
+	if !n.joined {
+		return
+	}
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		_, hole := n.topo.Frontier(nb, n.unusable)
+		if hole && !n.holes[nb] {
+			n.holes[nb] = true
+			n.gapSeq++
+			k := gapKey{n.cfg.ID, n.gapSeq}
+			n.rememberGap(k)
+			g := &message.GapFlood{Origin: n.cfg.ID, Seq: n.gapSeq, Ranges: n.gapRanges(nb),
+				Reason: fmt.Sprintf("more than %d brokers failed in a row beyond %s (seen from %s)", n.cfg.Delta, nb, n.cfg.ID)}
+			n.notice(NoticeGap, nb, g.Reason)
+			n.deliverGap(g)
+			for _, t := range n.floodTargets(nb) {
+				n.send(t.id, g)
+			}
+		} else if !hole && n.holes[nb] {
+			delete(n.holes, nb)
+			n.notice(NoticeGap, nb, "healed")
+		}
+	}
+}
+
+// gapRanges lists what may be missing: for every source known to arrive
+// from direction dir, everything after the highest sequence number
+// accepted here; and, for sources never seen here, every source.
+func (n *Node) gapRanges(dir message.BrokerID) []message.GapRange {
+	var out []message.GapRange
+	for src, st := range n.seen {
+		if st.dir == dir {
+			out = append(out, message.GapRange{Source: src, From: st.seq + 1})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Source.Publisher != out[j].Source.Publisher {
+			return out[i].Source.Publisher < out[j].Source.Publisher
+		}
+		return out[i].Source.Epoch < out[j].Source.Epoch
+	})
+	out = append(out, message.GapRange{From: 1})
+	return out
+}
+
+func (n *Node) rememberGap(k gapKey) {
+	n.gapSeen[k] = true
+	n.gapOrder = append(n.gapOrder, k)
+	if len(n.gapOrder) > maxGapSeen {
+		delete(n.gapSeen, n.gapOrder[0])
+		n.gapOrder = n.gapOrder[1:]
+	}
+}
+
+func (n *Node) deliverGap(g *message.GapFlood) {
+	for _, e := range n.table.Entries() {
+		if !e.Local {
+			continue
+		}
+		for _, r := range g.Ranges {
+			n.counters.Gaps++
+			n.toClient(e.Client, &message.Gap{Sub: e.Sub, Source: r.Source, From: r.From, To: r.To, Reason: g.Reason})
+		}
+	}
+}
+
+func (n *Node) onGapFlood(from message.BrokerID, g *message.GapFlood) {
+	k := gapKey{g.Origin, g.Seq}
+	if n.gapSeen[k] || !n.member {
+		return
+	}
+	n.rememberGap(k)
+	n.deliverGap(g)
+	dir := n.direction(from)
+	if dir == "" {
+		dir = from
+	}
+	for _, t := range n.floodTargets(dir) {
+		n.send(t.id, g)
+	}
+}

@@ -1,0 +1,308 @@
+// Package routing is the subscription routing table of one broker: entries
+// with from-pointers (PROTOCOL §3), matching a publication against them,
+// the recipient set of a publication, and the bookkeeping of flood
+// confirmations (a flood is confirmed hop by hop once every broker behind a
+// hop has answered). It is pure: no I/O, no clock.
+package routing
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// Matcher finds the entries (by key) whose filter matches a publication.
+// matching.Index implements it; linearMatcher is the brute-force twin used
+// until (and to cross-check) the index.
+type Matcher interface {
+	Insert(id uint64, f matching.Filter) error
+	Delete(id uint64) bool
+	Match(p *matching.Publication, dst []uint64) []uint64
+}
+
+// Entry is one subscription as this broker routes toward it.
+type Entry struct {
+	Sub    message.SubID
+	Filter matching.Filter
+	// From is the from-pointer: the broker toward the subscriber as far as
+	// possible within δ+1 hops of this broker (this broker itself for a
+	// local subscription).
+	From message.BrokerID
+	// Dir is the tree neighbour toward the subscriber ("" when local).
+	Dir message.BrokerID
+	// Local is set for subscriptions of this broker's own clients.
+	Local  bool
+	Client message.ClientID
+	key    uint64
+}
+
+// Table is the routing table. Not safe for concurrent use.
+type Table struct {
+	byID  map[message.SubID]*Entry
+	byKey map[uint64]*Entry
+	m     Matcher
+	next  uint64
+	buf   []uint64
+	// Max bounds the number of entries; Insert fails beyond it (the
+	// subscriber is answered with an error, nothing is dropped silently).
+	Max int
+}
+
+// New returns an empty table using m (nil: a linear scan).
+func New(m Matcher) *Table {
+	if m == nil {
+		m = newLinear()
+	}
+	return &Table{byID: map[message.SubID]*Entry{}, byKey: map[uint64]*Entry{}, m: m, Max: 1 << 22}
+}
+
+// Len is the number of entries.
+func (t *Table) Len() int { return len(t.byID) }
+
+// Get returns the entry of sub.
+func (t *Table) Get(sub message.SubID) (*Entry, bool) {
+	e, ok := t.byID[sub]
+	return e, ok
+}
+
+// Insert adds e (a copy is kept). An existing entry for the same Sub is
+// left unchanged and false is returned.
+func (t *Table) Insert(e Entry) (bool, error) {
+	if _, ok := t.byID[e.Sub]; ok {
+		return false, nil
+	}
+	if len(t.byID) >= t.Max {
+		return false, fmt.Errorf("routing: table full (%d entries)", t.Max)
+	}
+	t.next++
+	e.key = t.next
+	if err := t.m.Insert(e.key, e.Filter); err != nil {
+		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
+	}
+	p := &e
+	t.byID[e.Sub] = p
+	t.byKey[e.key] = p
+	return true, nil
+}
+
+// Delete removes the entry of sub and returns it.
+func (t *Table) Delete(sub message.SubID) (Entry, bool) {
+	e, ok := t.byID[sub]
+	if !ok {
+		return Entry{}, false
+	}
+	t.m.Delete(e.key)
+	delete(t.byID, sub)
+	delete(t.byKey, e.key)
+	return *e, true
+}
+
+// Match calls fn for every entry matching p, in insertion order. fn must
+// not modify the table.
+func (t *Table) Match(p *matching.Publication, fn func(*Entry)) {
+	t.buf = t.m.Match(p, t.buf[:0])
+	if len(t.buf) > 1 {
+		sort.Slice(t.buf, func(i, j int) bool { return t.buf[i] < t.buf[j] })
+	}
+	for _, k := range t.buf {
+		if e := t.byKey[k]; e != nil {
+			fn(e)
+		}
+	}
+}
+
+// Entries returns every entry sorted by SubID (for state transfer and
+// status).
+func (t *Table) Entries() []*Entry {
+	out := make([]*Entry, 0, len(t.byID))
+	for _, e := range t.byID {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return SubLess(out[i].Sub, out[j].Sub) })
+	return out
+}
+
+// SubLess orders SubIDs (edge, epoch, counter).
+func SubLess(a, b message.SubID) bool {
+	if a.Edge != b.Edge {
+		return a.Edge < b.Edge
+	}
+	if a.Epoch != b.Epoch {
+		return a.Epoch < b.Epoch
+	}
+	return a.N < b.N
+}
+
+// Recipients appends to dst the distinct from-pointers of the entries
+// matching p whose direction is not except (the direction p came from),
+// sorted, and reports whether a local entry matched (via local, called for
+// each). Recipients never includes "" (local entries are reported through
+// local instead).
+func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst []message.BrokerID, local func(*Entry)) []message.BrokerID {
+	start := len(dst)
+	t.Match(p, func(e *Entry) {
+		if e.Local {
+			if local != nil {
+				local(e)
+			}
+			return
+		}
+		if e.Dir == except && except != "" {
+			return
+		}
+		for _, r := range dst[start:] {
+			if r == e.From {
+				return
+			}
+		}
+		dst = append(dst, e.From)
+	})
+	s := dst[start:]
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return dst
+}
+
+// linearMatcher is the brute-force Matcher: a scan over every filter.
+type linearMatcher struct {
+	keys    []uint64
+	filters map[uint64]matching.Filter
+}
+
+func newLinear() *linearMatcher { return &linearMatcher{filters: map[uint64]matching.Filter{}} }
+
+func (l *linearMatcher) Insert(id uint64, f matching.Filter) error {
+	if _, ok := l.filters[id]; ok {
+		return fmt.Errorf("routing: key %d inserted twice", id)
+	}
+	l.filters[id] = f
+	l.keys = append(l.keys, id)
+	return nil
+}
+
+func (l *linearMatcher) Delete(id uint64) bool {
+	if _, ok := l.filters[id]; !ok {
+		return false
+	}
+	delete(l.filters, id)
+	for i, k := range l.keys {
+		if k == id {
+			l.keys = append(l.keys[:i], l.keys[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+func (l *linearMatcher) Match(p *matching.Publication, dst []uint64) []uint64 {
+	for _, k := range l.keys {
+		if filterMatch(l.filters[k], p) {
+			dst = append(dst, k)
+		}
+	}
+	return dst
+}
+
+// filterMatch is a small self-contained matcher (conjunction of
+// predicates, missing attribute or type mismatch = no match), kept so that
+// routing can be tested against a reference independent of the index.
+func filterMatch(f matching.Filter, p *matching.Publication) bool {
+	for _, q := range f.Preds {
+		var v matching.Value
+		found := false
+		for _, a := range p.Attrs {
+			if a.Name == q.Attr {
+				v, found = a.Value, true
+				break
+			}
+		}
+		if !found || !holds(q.Op, q.Value, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func isNum(v matching.Value) bool { return v.Kind == matching.KindInt || v.Kind == matching.KindFloat }
+
+func num(v matching.Value) float64 {
+	if v.Kind == matching.KindInt {
+		return float64(v.Int)
+	}
+	return v.Float
+}
+
+func holds(op matching.Op, c, v matching.Value) bool {
+	switch op {
+	case matching.OpEq, matching.OpNeq, matching.OpStrLt, matching.OpStrLe, matching.OpStrGt,
+		matching.OpStrGe, matching.OpStrPrefix, matching.OpStrPostfix, matching.OpStrContains:
+		if v.Kind != matching.KindString || c.Kind != matching.KindString {
+			return false
+		}
+		s, k := v.Str, c.Str
+		switch op {
+		case matching.OpEq:
+			return s == k
+		case matching.OpNeq:
+			return s != k
+		case matching.OpStrLt:
+			return s < k
+		case matching.OpStrLe:
+			return s <= k
+		case matching.OpStrGt:
+			return s > k
+		case matching.OpStrGe:
+			return s >= k
+		case matching.OpStrPrefix:
+			return strings.HasPrefix(s, k)
+		case matching.OpStrPostfix:
+			return strings.HasSuffix(s, k)
+		default:
+			return strings.Contains(s, k)
+		}
+	case matching.OpIsPresent:
+		if c.Kind == matching.KindString {
+			return v.Kind == matching.KindString
+		}
+		return isNum(c) && isNum(v)
+	}
+	if !isNum(v) || !isNum(c) {
+		return false
+	}
+	if v.Kind == matching.KindInt && c.Kind == matching.KindInt {
+		a, b := v.Int, c.Int
+		switch op {
+		case matching.OpNumEq:
+			return a == b
+		case matching.OpNumNe:
+			return a != b
+		case matching.OpLt:
+			return a < b
+		case matching.OpLe:
+			return a <= b
+		case matching.OpGt:
+			return a > b
+		case matching.OpGe:
+			return a >= b
+		}
+		return false
+	}
+	a, b := num(v), num(c)
+	switch op {
+	case matching.OpNumEq:
+		return a == b
+	case matching.OpNumNe:
+		return a != b
+	case matching.OpLt:
+		return a < b
+	case matching.OpLe:
+		return a <= b
+	case matching.OpGt:
+		return a > b
+	case matching.OpGe:
+		return a >= b
+	}
+	return false
+}

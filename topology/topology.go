@@ -1,0 +1,339 @@
+// Package topology holds a broker's view of the overlay tree: its
+// (δ+1)-neighbourhood map (brokers, tree edges, addresses, epochs), tree
+// paths inside it, from-pointer recomputation (PROTOCOL §3), and "the
+// closest live broker on the path toward X" given the brokers currently
+// unusable (PROTOCOL §6). It is pure: no I/O, no clock.
+package topology
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// BrokerID is a broker's name.
+type BrokerID = message.BrokerID
+
+// Map is the (δ+1)-neighbourhood of one broker. The tree edges are the
+// (ID, Parent) pairs of its nodes. A Map is not safe for concurrent use.
+type Map struct {
+	self  BrokerID
+	delta int
+	nodes map[BrokerID]message.MapNode
+	// adj is rebuilt lazily from nodes after every change (changes are
+	// rare: joins, leaves, restarts); nil means stale.
+	adj map[BrokerID][]BrokerID
+	// version increases on every change, so callers can cache what they
+	// derive from the map (next hops, from-pointers).
+	version uint64
+}
+
+// New returns the map of a broker that knows only itself.
+func New(self message.MapNode, delta int) *Map {
+	m := &Map{self: self.ID, delta: delta, nodes: map[BrokerID]message.MapNode{}}
+	m.nodes[self.ID] = self
+	return m
+}
+
+// Self is the owner of the map.
+func (m *Map) Self() BrokerID { return m.self }
+
+// Delta is δ.
+func (m *Map) Delta() int { return m.delta }
+
+// Version changes whenever the map does.
+func (m *Map) Version() uint64 { return m.version }
+
+// Len is the number of brokers in the map.
+func (m *Map) Len() int { return len(m.nodes) }
+
+// Get returns the entry of id.
+func (m *Map) Get(id BrokerID) (message.MapNode, bool) {
+	n, ok := m.nodes[id]
+	return n, ok
+}
+
+// Has reports whether id is in the map.
+func (m *Map) Has(id BrokerID) bool { _, ok := m.nodes[id]; return ok }
+
+// Put adds or replaces an entry. It does not prune: call Prune after a
+// batch of changes.
+func (m *Map) Put(n message.MapNode) {
+	if old, ok := m.nodes[n.ID]; ok && old == n {
+		return
+	}
+	m.nodes[n.ID] = n
+	m.changed()
+}
+
+// Remove deletes id. Its children, if any, keep a dangling Parent until
+// they are re-attached with Put.
+func (m *Map) Remove(id BrokerID) {
+	if _, ok := m.nodes[id]; !ok || id == m.self {
+		return
+	}
+	delete(m.nodes, id)
+	m.changed()
+}
+
+func (m *Map) changed() { m.adj = nil; m.version++ }
+
+func (m *Map) adjacency() map[BrokerID][]BrokerID {
+	if m.adj != nil {
+		return m.adj
+	}
+	adj := make(map[BrokerID][]BrokerID, len(m.nodes))
+	for _, n := range m.nodes {
+		if n.Parent == "" || n.Parent == n.ID {
+			continue
+		}
+		if _, ok := m.nodes[n.Parent]; !ok {
+			continue
+		}
+		adj[n.ID] = append(adj[n.ID], n.Parent)
+		adj[n.Parent] = append(adj[n.Parent], n.ID)
+	}
+	for _, l := range adj {
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+	}
+	m.adj = adj
+	return adj
+}
+
+// Neighbours returns the tree neighbours of id known to the map, sorted.
+func (m *Map) Neighbours(id BrokerID) []BrokerID { return m.adjacency()[id] }
+
+// Parent returns the parent of id ("" for the root or when unknown).
+func (m *Map) Parent(id BrokerID) BrokerID { return m.nodes[id].Parent }
+
+// Path returns the tree path from a to b, both ends included, or nil when
+// either is unknown or they are not connected inside the map.
+func (m *Map) Path(a, b BrokerID) []BrokerID {
+	if !m.Has(a) || !m.Has(b) {
+		return nil
+	}
+	if a == b {
+		return []BrokerID{a}
+	}
+	adj := m.adjacency()
+	prev := map[BrokerID]BrokerID{a: a}
+	queue := []BrokerID{a}
+	for len(queue) > 0 {
+		x := queue[0]
+		queue = queue[1:]
+		for _, y := range adj[x] {
+			if _, seen := prev[y]; seen {
+				continue
+			}
+			prev[y] = x
+			if y == b {
+				var rev []BrokerID
+				for z := b; z != a; z = prev[z] {
+					rev = append(rev, z)
+				}
+				rev = append(rev, a)
+				for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+					rev[i], rev[j] = rev[j], rev[i]
+				}
+				return rev
+			}
+			queue = append(queue, y)
+		}
+	}
+	return nil
+}
+
+// Distances returns the hop distance from a to every broker of the map
+// reachable from a.
+func (m *Map) Distances(a BrokerID) map[BrokerID]int {
+	d := map[BrokerID]int{}
+	if !m.Has(a) {
+		return d
+	}
+	adj := m.adjacency()
+	d[a] = 0
+	queue := []BrokerID{a}
+	for len(queue) > 0 {
+		x := queue[0]
+		queue = queue[1:]
+		for _, y := range adj[x] {
+			if _, seen := d[y]; !seen {
+				d[y] = d[x] + 1
+				queue = append(queue, y)
+			}
+		}
+	}
+	return d
+}
+
+// Dist is the hop distance from a to b, or -1 when unknown.
+func (m *Map) Dist(a, b BrokerID) int {
+	p := m.Path(a, b)
+	return len(p) - 1
+}
+
+// Direction returns the tree neighbour of the owner on the path toward x
+// (x itself when it is a neighbour), or "" when x is the owner or unknown.
+func (m *Map) Direction(x BrokerID) BrokerID {
+	p := m.Path(m.self, x)
+	if len(p) < 2 {
+		return ""
+	}
+	return p[1]
+}
+
+// Prune drops every broker farther than δ+1 hops from the owner (and any
+// broker not connected to it inside the map). It returns the dropped ids.
+func (m *Map) Prune() []BrokerID {
+	d := m.Distances(m.self)
+	var dropped []BrokerID
+	for id := range m.nodes {
+		if dist, ok := d[id]; !ok || dist > m.delta+1 {
+			dropped = append(dropped, id)
+		}
+	}
+	sort.Slice(dropped, func(i, j int) bool { return dropped[i] < dropped[j] })
+	for _, id := range dropped {
+		delete(m.nodes, id)
+	}
+	if len(dropped) > 0 {
+		m.changed()
+	}
+	return dropped
+}
+
+// Nodes returns every entry, sorted by ID.
+func (m *Map) Nodes() []message.MapNode {
+	out := make([]message.MapNode, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Within returns the entries within hops of center, sorted by ID: the part
+// of this map another broker needs (a joiner's neighbourhood).
+func (m *Map) Within(center BrokerID, hops int) []message.MapNode {
+	d := m.Distances(center)
+	var out []message.MapNode
+	for id, dist := range d {
+		if dist <= hops {
+			out = append(out, m.nodes[id])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Merge puts every entry of nodes whose epoch is not older than the one
+// already known, then prunes. It returns whether anything changed.
+func (m *Map) Merge(nodes []message.MapNode) bool {
+	v := m.version
+	for _, n := range nodes {
+		if n.ID == m.self {
+			continue
+		}
+		if old, ok := m.nodes[n.ID]; ok && old.Epoch > n.Epoch {
+			continue
+		}
+		m.Put(n)
+	}
+	m.Prune()
+	return m.version != v
+}
+
+// FromFor recomputes a from-pointer (PROTOCOL §3). The owner holds from,
+// at most δ+1 hops away toward the subscriber; extra is the distance from
+// the owner to the broker the pointer is for, on the far side of the
+// owner from from (1 for a tree neighbour, more across a bypass). The
+// result is the broker on the path owner→from that is as far toward the
+// subscriber as possible while within δ+1 hops of that broker: from
+// itself when dist(owner, from)+extra ≤ δ+1. When from is unknown to the
+// map the owner itself is returned (the nearest broker on the path that is
+// certainly known).
+func (m *Map) FromFor(from BrokerID, extra int) BrokerID {
+	p := m.Path(m.self, from)
+	if p == nil {
+		return m.self
+	}
+	limit := m.delta + 1 - extra // hops from the owner still allowed
+	if limit < 0 {
+		limit = 0
+	}
+	if len(p)-1 <= limit {
+		return from
+	}
+	return p[limit]
+}
+
+// ClosestLive returns the first broker on the path from the owner toward
+// x (x included, the owner excluded) that is not unusable, and how many
+// unusable brokers were skipped to reach it. ok is false when x is unknown,
+// when x is the owner, or when every broker on the path is unusable (more
+// than δ failed in a row, or x itself failed).
+func (m *Map) ClosestLive(x BrokerID, unusable func(BrokerID) bool) (live BrokerID, skipped int, ok bool) {
+	p := m.Path(m.self, x)
+	if len(p) < 2 {
+		return "", 0, false
+	}
+	for i, b := range p[1:] {
+		if !unusable(b) {
+			return b, i, true
+		}
+	}
+	return "", len(p) - 1, false
+}
+
+// Frontier returns the closest usable brokers in the direction of the
+// owner's tree neighbour dir: dir itself if usable, otherwise, recursively,
+// the frontier of each of dir's other neighbours, at most δ+1 hops from the
+// owner. hole is true when some branch holds δ+1 unusable brokers in a row
+// or ends inside the map with unusable brokers only down to its leaves
+// unreachable (a branch cut off beyond the guarantee). Sorted, no
+// duplicates.
+func (m *Map) Frontier(dir BrokerID, unusable func(BrokerID) bool) (front []BrokerID, hole bool) {
+	adj := m.adjacency()
+	var walk func(x, from BrokerID, depth int)
+	walk = func(x, from BrokerID, depth int) {
+		if !unusable(x) {
+			front = append(front, x)
+			return
+		}
+		if depth >= m.delta+1 {
+			hole = true
+			return
+		}
+		for _, y := range adj[x] {
+			if y != from {
+				walk(y, x, depth+1)
+			}
+		}
+	}
+	if !m.Has(dir) {
+		return nil, false
+	}
+	walk(dir, m.self, 1)
+	sort.Slice(front, func(i, j int) bool { return front[i] < front[j] })
+	return front, hole
+}
+
+// Validate checks that the map is a tree around its owner (every parent
+// known or outside, no cycle) — used on maps received from peers.
+func Validate(nodes []message.MapNode) error {
+	seen := map[BrokerID]bool{}
+	for _, n := range nodes {
+		if n.ID == "" {
+			return fmt.Errorf("topology: map entry with an empty id")
+		}
+		if seen[n.ID] {
+			return fmt.Errorf("topology: broker %q twice in a map", n.ID)
+		}
+		seen[n.ID] = true
+		if n.Parent == n.ID {
+			return fmt.Errorf("topology: broker %q is its own parent", n.ID)
+		}
+	}
+	return nil
+}
