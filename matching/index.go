@@ -1,19 +1,24 @@
 package matching
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
 // Index finds the subscriptions matching a publication among many, with
 // insert and delete, without a linear scan. docs/index.md explains the
-// design; in short, each filter is filed under one access equality
-// predicate (the one shared by the fewest filters, found by hashing), and
-// inside that bucket under one numeric bound (kept sorted, so a
-// publication walks only the bounds it satisfies) or, without one, in a
-// short list. Candidates found that way are checked against their other
-// predicates.
+// design. In short: filters with the same equality predicates form a
+// group; each group is filed under one of its equality predicates, the
+// one shared by the fewest filters (its access key), in a hash map; inside
+// a group each filter sits under one numeric bound in a sorted list (or a
+// list of <> operands, or a short rest list). A publication looks up its
+// attribute values in the hash map, checks each group's equalities once,
+// walks only the bounds its values satisfy, and checks a candidate's
+// remaining predicates only if it has any.
 //
 // An Index is not safe for concurrent use: one goroutine owns it (the
 // protocol core does).
@@ -23,9 +28,11 @@ type Index struct {
 	free    []uint32 // unused slots, reused first
 	attrIDs map[string]uint32
 	names   []string // attribute id -> name
-	buckets map[bucketKey]*bucket
+	access  map[bucketKey]*accessList
+	groups  map[string]*group // by the encoded set of equality predicates
 
 	scratch []pubAttr // the publication being matched, resolved to ids
+	keybuf  []byte
 }
 
 // MaxIndexAttrs bounds the distinct attribute names an Index interns (names
@@ -52,33 +59,59 @@ func (c *cpred) value() Value {
 	return Str(c.str)
 }
 
+// Where a filter sits inside its group.
+const (
+	inRest uint8 = iota
+	inLower
+	inUpper
+	inNe
+	inEq
+)
+
 type subRec struct {
-	id     uint64
 	preds  []cpred // nil for a free slot
-	bkt    *bucket
-	eqIdx  int16 // index in preds of the access equality predicate
-	rngIdx int16 // index in preds of the access bound, or -1 when in bkt.rest
-	pos    int32 // position in bkt.rest when rngIdx < 0
+	grp    *group
+	rngIdx int16 // index in preds of the access bound (in != inRest)
+	in     uint8
+	resid  bool  // has predicates besides the group's equalities and the access bound
+	pos    int32 // position in grp.rest when in == inRest
 }
 
+// bucketKey is a string equality: attribute id and operand.
 type bucketKey struct {
 	attr uint32
-	kind uint8 // 1 string, 2 number (num holds a numKey)
-	num  numKey
 	str  string
 }
 
-type bucket struct {
-	key    bucketKey
-	freq   int32 // filters having this equality predicate (filed here or not)
-	rest   []uint32
+// accessList is what one equality predicate leads to: freq counts the
+// filters having it (the choice of access key prefers rare ones); groups
+// are those filed under it.
+type accessList struct {
+	freq   int32
+	groups []*group
+}
+
+type group struct {
+	key    string
+	access bucketKey
+	eqs    []cpred // the group's equality predicates
+	n      int32   // filters in the group
+	rest   []restEntry
 	ranges []attrRanges
+}
+
+type restEntry struct {
+	id    uint64
+	slot  uint32
+	resid bool
 }
 
 type attrRanges struct {
 	attr  uint32
 	lower sortedList // > and >= bounds: satisfied by values above
 	upper sortedList // < and <= bounds: satisfied by values below
+	ne    sortedList // <> operands: satisfied by every other number
+	eq    sortedList // = operands: satisfied by an equal number
 }
 
 type pubAttr struct {
@@ -91,23 +124,60 @@ func NewIndex() *Index {
 	return &Index{
 		ids:     make(map[uint64]uint32),
 		attrIDs: make(map[string]uint32),
-		buckets: make(map[bucketKey]*bucket),
+		access:  make(map[bucketKey]*accessList),
+		groups:  make(map[string]*group),
 	}
 }
 
 // Len returns the number of filters in the index.
 func (ix *Index) Len() int { return len(ix.ids) }
 
-func eqKey(attr uint32, v Value) bucketKey {
-	if v.Kind == KindString {
-		return bucketKey{attr: attr, kind: 1, str: v.Str}
+func eqKey(attr uint32, v Value) bucketKey { return bucketKey{attr: attr, str: v.Str} }
+
+// isEq reports whether c is a string equality: those group filters and
+// are found by hashing. Numeric = is kept in sorted lists instead (one
+// hash group per distinct number would cost more memory than it saves
+// time).
+func isEq(c *cpred) bool { return c.op == OpEq }
+
+func isBound(c *cpred) bool { return c.op.IsNumeric() }
+
+// boundRank orders the numeric operators by how much they narrow a
+// search: = first, then one-sided ranges, then <>.
+func boundRank(op Op) int {
+	switch op {
+	case OpNumEq:
+		return 0
+	case OpNumNe:
+		return 2
 	}
-	return bucketKey{attr: attr, kind: 2, num: keyOf(v)}
+	return 1
 }
 
-func isEq(c *cpred) bool { return c.op == OpEq || c.op == OpNumEq }
-
-func isBound(c *cpred) bool { return c.op == OpLt || c.op == OpLe || c.op == OpGt || c.op == OpGe }
+// groupKey encodes the equality predicates of preds (Validate ensures one
+// predicate per attribute, so sorting by attribute makes it canonical).
+func (ix *Index) groupKey(preds []cpred) string {
+	b := ix.keybuf[:0]
+	var idx [8]int
+	eqs := idx[:0]
+	for i := range preds {
+		if isEq(&preds[i]) {
+			eqs = append(eqs, i)
+		}
+	}
+	slices.SortFunc(eqs, func(x, y int) int { return cmp.Compare(preds[x].attr, preds[y].attr) })
+	for _, i := range eqs {
+		c := &preds[i]
+		b = binary.LittleEndian.AppendUint32(b, c.attr)
+		if c.kind == KindString {
+			b = append(b, 1)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(c.str)))
+			b = append(b, c.str...)
+		}
+	}
+	ix.keybuf = b
+	return string(b)
+}
 
 // Insert adds filter f under id. It fails if f is not valid (see
 // Filter.Validate), if id is already present, or at MaxIndexAttrs.
@@ -146,33 +216,53 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 		}
 		preds[i] = c
 	}
-	// Count every equality predicate, then file the filter under the
-	// rarest one. The class predicate is shared by every filter of its
-	// class, so it is chosen only when nothing rarer exists.
-	var best *bucket
-	eqIdx := -1
+	// Count every equality predicate; a new group is filed under the
+	// rarest. The class predicate is shared by every filter of its class,
+	// so it is the access key only when the filter has no other equality.
+	var best *accessList
+	var bestKey bucketKey
 	for i := range preds {
 		c := &preds[i]
 		if !isEq(c) {
 			continue
 		}
 		k := eqKey(c.attr, c.value())
-		b := ix.buckets[k]
-		if b == nil {
-			b = &bucket{key: k}
-			ix.buckets[k] = b
+		al := ix.access[k]
+		if al == nil {
+			al = &accessList{}
+			ix.access[k] = al
 		}
-		b.freq++
-		if best == nil || b.freq < best.freq {
-			best, eqIdx = b, i
+		al.freq++
+		if best == nil || al.freq < best.freq {
+			best, bestKey = al, k
 		}
 	}
-	// Validate guarantees the class predicate, so best != nil.
-	rec := subRec{id: id, preds: preds, bkt: best, eqIdx: int16(eqIdx), rngIdx: -1}
+	gk := ix.groupKey(preds)
+	g := ix.groups[gk]
+	if g == nil {
+		// Validate guarantees the class predicate, so best != nil.
+		g = &group{key: gk, access: bestKey}
+		for i := range preds {
+			if isEq(&preds[i]) {
+				g.eqs = append(g.eqs, preds[i])
+			}
+		}
+		ix.groups[gk] = g
+		best.groups = append(best.groups, g)
+	}
+	g.n++
+	rec := subRec{preds: preds, grp: g, rngIdx: -1, in: inRest}
+	// The access bound: the first =, else the first <, <=, >, >=, else
+	// the first <>.
 	for i := range preds {
-		if i != eqIdx && isBound(&preds[i]) {
+		c := &preds[i]
+		if isBound(c) && (rec.rngIdx < 0 || boundRank(c.op) < boundRank(preds[rec.rngIdx].op)) {
 			rec.rngIdx = int16(i)
-			break
+		}
+	}
+	for i := range preds {
+		if !isEq(&preds[i]) && i != int(rec.rngIdx) {
+			rec.resid = true
 		}
 	}
 	var slot uint32
@@ -185,30 +275,39 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	}
 	if rec.rngIdx >= 0 {
 		c := &preds[rec.rngIdx]
-		ar := best.rangesFor(c.attr)
-		e := entry{bits: c.num, slot: slot, kind: c.kind, op: c.op}
-		if c.op == OpGt || c.op == OpGe {
+		ar := g.rangesFor(c.attr)
+		e := entry{bits: c.num, id: id, slot: slot, kind: c.kind, op: c.op, resid: rec.resid}
+		switch c.op {
+		case OpGt, OpGe:
+			rec.in = inLower
 			ar.lower.insert(e)
-		} else {
+		case OpLt, OpLe:
+			rec.in = inUpper
 			ar.upper.insert(e)
+		case OpNumEq:
+			rec.in = inEq
+			ar.eq.insert(e)
+		default:
+			rec.in = inNe
+			ar.ne.insert(e)
 		}
 	} else {
-		rec.pos = int32(len(best.rest))
-		best.rest = append(best.rest, slot)
+		rec.pos = int32(len(g.rest))
+		g.rest = append(g.rest, restEntry{id: id, slot: slot, resid: rec.resid})
 	}
 	ix.subs[slot] = rec
 	ix.ids[id] = slot
 	return nil
 }
 
-func (b *bucket) rangesFor(attr uint32) *attrRanges {
-	for i := range b.ranges {
-		if b.ranges[i].attr == attr {
-			return &b.ranges[i]
+func (g *group) rangesFor(attr uint32) *attrRanges {
+	for i := range g.ranges {
+		if g.ranges[i].attr == attr {
+			return &g.ranges[i]
 		}
 	}
-	b.ranges = append(b.ranges, attrRanges{attr: attr})
-	return &b.ranges[len(b.ranges)-1]
+	g.ranges = append(g.ranges, attrRanges{attr: attr})
+	return &g.ranges[len(g.ranges)-1]
 }
 
 // Delete removes the filter with the given id and reports whether it was
@@ -219,22 +318,36 @@ func (ix *Index) Delete(id uint64) bool {
 		return false
 	}
 	rec := &ix.subs[slot]
-	b := rec.bkt
-	if rec.rngIdx >= 0 {
+	g := rec.grp
+	if rec.in != inRest {
 		c := &rec.preds[rec.rngIdx]
-		ar := b.rangesFor(c.attr)
-		e := entry{bits: c.num, slot: slot, kind: c.kind, op: c.op}
-		if c.op == OpGt || c.op == OpGe {
+		ar := g.rangesFor(c.attr)
+		e := entry{bits: c.num, id: id, slot: slot, kind: c.kind, op: c.op}
+		switch rec.in {
+		case inLower:
 			ar.lower.remove(e)
-		} else {
+		case inUpper:
 			ar.upper.remove(e)
+		case inEq:
+			ar.eq.remove(e)
+		default:
+			ar.ne.remove(e)
 		}
 	} else {
-		last := len(b.rest) - 1
-		moved := b.rest[last]
-		b.rest[rec.pos] = moved
-		ix.subs[moved].pos = rec.pos
-		b.rest = b.rest[:last]
+		last := len(g.rest) - 1
+		moved := g.rest[last]
+		g.rest[rec.pos] = moved
+		ix.subs[moved.slot].pos = rec.pos
+		g.rest = g.rest[:last]
+	}
+	g.n--
+	if g.n == 0 {
+		delete(ix.groups, g.key)
+		if al := ix.access[g.access]; al != nil {
+			if i := slices.Index(al.groups, g); i >= 0 {
+				al.groups = slices.Delete(al.groups, i, i+1)
+			}
+		}
 	}
 	for i := range rec.preds {
 		c := &rec.preds[i]
@@ -242,10 +355,10 @@ func (ix *Index) Delete(id uint64) bool {
 			continue
 		}
 		k := eqKey(c.attr, c.value())
-		if eb := ix.buckets[k]; eb != nil {
-			eb.freq--
-			if eb.freq <= 0 {
-				delete(ix.buckets, k)
+		if al := ix.access[k]; al != nil {
+			al.freq--
+			if al.freq <= 0 {
+				delete(ix.access, k)
 			}
 		}
 	}
@@ -281,23 +394,38 @@ func (ix *Index) Match(p *Publication, dst []uint64) []uint64 {
 	}
 	ix.scratch = pa
 	for i := range pa {
-		b := ix.buckets[eqKey(pa[i].attr, pa[i].v)]
-		if b == nil {
+		if pa[i].v.Kind != KindString {
 			continue
 		}
-		for _, slot := range b.rest {
-			if ix.check(slot, pa) {
-				dst = append(dst, ix.subs[slot].id)
-			}
+		al := ix.access[eqKey(pa[i].attr, pa[i].v)]
+		if al == nil {
+			continue
 		}
-		for j := range b.ranges {
-			ar := &b.ranges[j]
-			v, ok := lookup(pa, ar.attr)
-			if !ok || !v.IsNumber() {
-				continue
+	groups:
+		for _, g := range al.groups {
+			for j := range g.eqs {
+				c := &g.eqs[j]
+				v, ok := lookup(pa, c.attr)
+				if !ok || !holdsC(c, v) {
+					continue groups
+				}
 			}
-			dst = ar.lower.scanBelow(v, ix, pa, dst)
-			dst = ar.upper.scanAbove(v, ix, pa, dst)
+			for _, r := range g.rest {
+				if !r.resid || ix.check(r.slot, pa) {
+					dst = append(dst, r.id)
+				}
+			}
+			for j := range g.ranges {
+				ar := &g.ranges[j]
+				v, ok := lookup(pa, ar.attr)
+				if !ok || !v.IsNumber() {
+					continue
+				}
+				dst = ar.lower.scanBelow(v, ix, pa, dst)
+				dst = ar.upper.scanAbove(v, ix, pa, dst)
+				dst = ar.ne.scanNe(v, ix, pa, dst)
+				dst = ar.eq.scanEq(v, ix, pa, dst)
+			}
 		}
 	}
 	return dst
@@ -312,15 +440,15 @@ func lookup(pa []pubAttr, attr uint32) (Value, bool) {
 	return Value{}, false
 }
 
-// check verifies the predicates of the filter in slot other than the two
-// that led the search to it.
+// check verifies the predicates of the filter in slot other than its
+// group's equalities and its access bound.
 func (ix *Index) check(slot uint32, pa []pubAttr) bool {
 	rec := &ix.subs[slot]
 	for i := range rec.preds {
-		if i == int(rec.eqIdx) || i == int(rec.rngIdx) {
+		c := &rec.preds[i]
+		if i == int(rec.rngIdx) || isEq(c) {
 			continue
 		}
-		c := &rec.preds[i]
 		v, ok := lookup(pa, c.attr)
 		if !ok || !holdsC(c, v) {
 			return false
@@ -360,12 +488,16 @@ func holdsC(c *cpred, v Value) bool {
 	return holds(c.op, c.value(), v)
 }
 
-// entry is one numeric bound in a sortedList: 16 bytes.
+// entry is one numeric bound in a sortedList, with what a match needs
+// without touching the filter: its id, and whether it has predicates left
+// to check (24 bytes).
 type entry struct {
-	bits uint64
-	slot uint32
-	kind Kind
-	op   Op
+	bits  uint64
+	id    uint64
+	slot  uint32
+	kind  Kind
+	op    Op
+	resid bool
 }
 
 func (e *entry) value() Value {
@@ -506,8 +638,8 @@ func (l *sortedList) scanBelow(v Value, ix *Index, pa []pubAttr, dst []uint64) [
 				}
 				continue // equal bounds of > and >= interleave; keep going
 			}
-			if ix.check(e.slot, pa) {
-				dst = append(dst, ix.subs[e.slot].id)
+			if !e.resid || ix.check(e.slot, pa) {
+				dst = append(dst, e.id)
 			}
 		}
 	}
@@ -534,8 +666,56 @@ func (l *sortedList) scanAbove(v Value, ix *Index, pa []pubAttr, dst []uint64) [
 				}
 				continue
 			}
-			if ix.check(e.slot, pa) {
-				dst = append(dst, ix.subs[e.slot].id)
+			if !e.resid || ix.check(e.slot, pa) {
+				dst = append(dst, e.id)
+			}
+		}
+	}
+	return dst
+}
+
+// scanNe visits the <> operands that differ from v: all but a run of
+// equal ones.
+func (l *sortedList) scanNe(v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	for _, b := range l.blocks {
+		for k := range b {
+			e := &b[k]
+			if cmpNum(e.value(), v) == 0 {
+				continue
+			}
+			if !e.resid || ix.check(e.slot, pa) {
+				dst = append(dst, e.id)
+			}
+		}
+	}
+	return dst
+}
+
+// scanEq visits the = operands equal to v.
+func (l *sortedList) scanEq(v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	if len(l.blocks) == 0 {
+		return dst
+	}
+	probe := entry{slot: 0}
+	switch v.Kind {
+	case KindInt:
+		probe.kind, probe.bits = KindInt, uint64(v.Int)
+	default:
+		probe.kind, probe.bits = KindFloat, math.Float64bits(v.Float)
+	}
+	// Equal numbers may be written as int or float: the probe sorts
+	// before all of them only if compared by value then slot, which less
+	// does; slot 0 is the smallest.
+	bi := l.find(&probe)
+	for ; bi < len(l.blocks); bi++ {
+		b := l.blocks[bi]
+		for k := posIn(b, &probe); k < len(b); k++ {
+			e := &b[k]
+			if cmpNum(e.value(), v) != 0 {
+				return dst
+			}
+			if !e.resid || ix.check(e.slot, pa) {
+				dst = append(dst, e.id)
 			}
 		}
 	}

@@ -9,9 +9,11 @@
 //     (s = 1.1: the most popular symbol draws about 12% of subscriptions),
 //     OP is uniform over =, <>, <, <=, >, >=, and X is within ±10% of the
 //     symbol's reference price, in cents. A publication is a quote
-//     [class,'STOCK'],[symbol,S],[price,P],[volume,V] with S drawn from the
-//     same Zipf skew (popular stocks are quoted more), P within ±10% of the
-//     reference price and V uniform in [0, 100000).
+//     [class,'STOCK'],[symbol,S],[price,P],[volume,V] with S uniform over
+//     the symbols (a feed quotes every listed stock; interest, not
+//     quoting, is skewed; set PubSkew to draw S from the subscriptions'
+//     Zipf instead), P within ±10% of the reference price and V uniform
+//     in [0, 100000).
 //   - Ranges: five numeric attributes a0..a4, publication values uniform
 //     integers in [0, 1000000). A subscription is [class,eq,'RANGES'] and
 //     two or three one-sided ranges (<, <=, >, >=) on distinct attributes,
@@ -45,6 +47,10 @@ func refPrice(i int) float64 { return 10 + float64((i*7919)%49000)/100 }
 
 // Stock generates the stock workload.
 type Stock struct {
+	// PubSkew draws publication symbols from the same Zipf skew as the
+	// subscriptions, so hot symbols are also the most quoted.
+	PubSkew bool
+
 	r       *rand.Rand
 	zipf    *rand.Zipf
 	symbols [Symbols]string
@@ -83,7 +89,12 @@ func (s *Stock) Filter() matching.Filter {
 
 // Publication returns a new quote.
 func (s *Stock) Publication() matching.Publication {
-	i := int(s.zipf.Uint64())
+	var i int
+	if s.PubSkew {
+		i = int(s.zipf.Uint64())
+	} else {
+		i = s.r.IntN(Symbols)
+	}
 	p := matching.Publication{Attrs: []matching.Attr{
 		{Name: "class", Value: matching.Str("STOCK")},
 		{Name: "price", Value: matching.Float(cents(refPrice(i) * (0.9 + 0.2*s.r.Float64())))},
