@@ -424,6 +424,15 @@ func ParsePublication(s string) (Publication, error) {
 		if err := p.expect(',', "after the attribute name"); err != nil {
 			return Publication{}, err
 		}
+		p.ws()
+		save := p.pos
+		if _, err := p.op(); err == nil {
+			p.ws()
+			if p.pos < len(p.s) && p.s[p.pos] == ',' {
+				return Publication{}, p.errf(save, "want a value: a publication pair is [name,value] (operators belong in subscriptions)")
+			}
+		}
+		p.pos = save
 		v, vpos, err := p.value()
 		if err != nil {
 			return Publication{}, err
