@@ -202,8 +202,8 @@ func TestMatchSemantics(t *testing.T) {
 		f, p string
 		want bool
 	}{
-		{"[class,eq,s],[p,<,100]", "[class,s],[p,50.5]", true},  // int bound, float value
-		{"[class,eq,s],[p,=,100]", "[class,s],[p,100.0]", true}, // numeric value, not spelling
+		{"[class,eq,s],[p,<,100]", "[class,s],[p,50.5]", true},                             // int bound, float value
+		{"[class,eq,s],[p,=,100]", "[class,s],[p,100.0]", true},                            // numeric value, not spelling
 		{"[class,eq,s],[p,=,9007199254740993]", "[class,s],[p,9007199254740992.0]", false}, // exact, no rounding
 		{"[class,eq,s],[p,>,9007199254740992.0]", "[class,s],[p,9007199254740993]", true},
 		{"[class,eq,s],[p,isPresent,1]", "[class,s],[p,1.5]", true},
