@@ -85,20 +85,40 @@ func BenchmarkIndexMatchRanges100k(b *testing.B) { benchMatch(b, "ranges", 10000
 func BenchmarkBruteStock100k(b *testing.B)       { benchBrute(b, "stock", 100000) }
 func BenchmarkBruteRanges100k(b *testing.B)      { benchBrute(b, "ranges", 100000) }
 
-// Insert then delete one fresh filter in an index of 1,000,000.
-func BenchmarkIndexInsertDeleteStock1M(b *testing.B) {
+// Insert b.N fresh filters into an index of 1,000,000 (then remove them,
+// untimed).
+func BenchmarkIndexInsertStock1M(b *testing.B) {
 	s := getBenchSet(b, "stock", 1000000)
-	fs := make([]matching.Filter, 4096)
+	fs := make([]matching.Filter, b.N)
 	for i := range fs {
 		fs[i] = s.gen.Filter()
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		id := uint64(1<<40 + i)
-		if err := s.ix.Insert(id, fs[i%len(fs)]); err != nil {
+		if err := s.ix.Insert(uint64(1<<40+i), fs[i]); err != nil {
 			b.Fatal(err)
 		}
-		s.ix.Delete(id)
+	}
+	b.StopTimer()
+	for i := 0; i < b.N; i++ {
+		s.ix.Delete(uint64(1<<40 + i))
+	}
+}
+
+// Delete b.N filters from an index of 1,000,000 plus b.N (inserted
+// untimed).
+func BenchmarkIndexDeleteStock1M(b *testing.B) {
+	s := getBenchSet(b, "stock", 1000000)
+	for i := 0; i < b.N; i++ {
+		if err := s.ix.Insert(uint64(1<<40+i), s.gen.Filter()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !s.ix.Delete(uint64(1<<40 + i)) {
+			b.Fatal("not found")
+		}
 	}
 }
 

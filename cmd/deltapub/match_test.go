@@ -1,0 +1,70 @@
+package main
+
+import (
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+// capture runs f with stdout and stderr redirected and returns what it
+// printed on each.
+func capture(t *testing.T, f func() int) (code int, stdout, stderr string) {
+	t.Helper()
+	or, ow, _ := os.Pipe()
+	er, ew, _ := os.Pipe()
+	oldOut, oldErr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = ow, ew
+	outc, errc := make(chan string), make(chan string)
+	go func() { b, _ := io.ReadAll(or); outc <- string(b) }()
+	go func() { b, _ := io.ReadAll(er); errc <- string(b) }()
+	code = f()
+	os.Stdout, os.Stderr = oldOut, oldErr
+	ow.Close()
+	ew.Close()
+	return code, <-outc, <-errc
+}
+
+func TestMatchCommand(t *testing.T) {
+	cases := []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"--filter", "[class,eq,'STOCK'],[price,>,100]", "--pub", "[class,'STOCK'],[price,120.5]"}, 0, "match\n", ""},
+		{[]string{"--filter", "[class,eq,'STOCK'],[price,>,100]", "--pub", `{"class":"STOCK","price":99}`}, 1, "no match\n", ""},
+		{[]string{"--explain", "--filter", "[class,eq,'STOCK'],[price,>,100]", "--pub", `{"class":"STOCK","price":99}`}, 1, "no match\npredicate 2 [price,>,100]: 99 > 100 is false\n", ""},
+		{[]string{"--filter", "[class,eq,'STOCK'],[price,=>,100]", "--pub", "[class,'STOCK']"}, 2, "", `matching: col 27: unknown operator "=>"`},
+		{[]string{"--filter", "[class,eq,'STOCK']", "--pub", `{"class":true}`}, 2, "", "--pub: matching: col"},
+		{[]string{"--filter", "[class,eq,'STOCK']"}, 2, "", "required"},
+	}
+	for _, c := range cases {
+		code, out, errOut := capture(t, func() int { return runMatch(c.args) })
+		if code != c.code || out != c.out || !strings.Contains(errOut, c.err) {
+			t.Errorf("match %q: exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", c.args, code, out, errOut, c.code, c.out, c.err)
+		}
+	}
+}
+
+func TestBenchMatchCommand(t *testing.T) {
+	for _, wl := range []string{"stock", "ranges"} {
+		code, out, errOut := capture(t, func() int {
+			return commands["bench"].run([]string{"match", "--subs", "2000", "--events", "50", "--ops", "50", "--workload", wl, "--json"})
+		})
+		if code != 0 {
+			t.Fatalf("bench match %s: exit %d, stderr %s", wl, code, errOut)
+		}
+		for _, k := range []string{`"subs":2000`, `"workload":"` + wl + `"`, `"median_us":`, `"p99_us":`, `"matches_per_pub":`,
+			`"heap_bytes_per_sub":`, `"bruteforce_median_us":`, `"speedup":`, `"agree":true`} {
+			if !strings.Contains(out, k) {
+				t.Errorf("bench match %s --json: %s lacks %s", wl, out, k)
+			}
+		}
+	}
+	if code, _, _ := capture(t, func() int { return commands["bench"].run([]string{"nosuch"}) }); code != 2 {
+		t.Errorf("unknown benchmark: exit %d, want 2", code)
+	}
+	if code, _, _ := capture(t, func() int { return commands["bench"].run([]string{"match", "--workload", "x"}) }); code != 2 {
+		t.Errorf("unknown workload: exit %d, want 2", code)
+	}
+}
