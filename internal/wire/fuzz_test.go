@@ -3,7 +3,10 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/deltapub/deltapub/message"
 )
@@ -16,6 +19,7 @@ func FuzzReader(f *testing.F) {
 	f.Add(p)
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, in []byte) {
+		defer watchdog(in)()
 		const maxFrame = 1 << 16
 		r := NewReader(bytes.NewReader(in), maxFrame)
 		for i := 0; i < 10000; i++ {
@@ -45,6 +49,7 @@ func FuzzReader(f *testing.F) {
 func FuzzDecodeBody(f *testing.F) {
 	f.Add(uint16(message.TypePubAck), []byte{0x81, 0xa1, 'q', 0x05})
 	f.Fuzz(func(t *testing.T, typ uint16, body []byte) {
+		defer watchdog(body)()
 		m, ok := message.New(message.Type(typ))
 		if !ok {
 			return
@@ -60,4 +65,21 @@ func FuzzDecodeBody(f *testing.F) {
 			t.Fatalf("decoded %T does not re-encode: %v", m, err)
 		}
 	})
+}
+
+// watchdog turns a hang into a crash that names the input (the fuzzer has
+// no per-input timeout of its own). Call as defer watchdog(in)().
+func watchdog(in []byte) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTimer(30 * time.Second)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			fmt.Fprintf(os.Stderr, "input hangs for 30s: %x\n", in)
+			os.Exit(3)
+		}
+	}()
+	return func() { close(done) }
 }

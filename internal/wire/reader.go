@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 
 	"github.com/deltapub/deltapub/message"
 	"github.com/vmihailenco/msgpack/v5"
@@ -28,6 +29,7 @@ type Reader struct {
 	err      error // sticky read error of r
 	br       bytes.Reader
 	dec      *msgpack.Decoder
+	fd       fastDec
 }
 
 // NewReader returns a Reader of frames of at most maxFrame bytes (type and
@@ -38,7 +40,16 @@ func NewReader(r io.Reader, maxFrame int) *Reader {
 	}
 	rd := &Reader{r: r, maxFrame: maxFrame, buf: make([]byte, min(readChunk, maxFrame+maxHeader))}
 	rd.dec = msgpack.NewDecoder(&rd.br)
+	rd.fd.intern = make(map[string]string)
 	return rd
+}
+
+// Ready reports whether a whole frame is buffered, so that the next Read
+// returns without reading from the io.Reader. A relay flushes its batch of
+// outgoing frames when Ready is false, before Read blocks.
+func (r *Reader) Ready() bool {
+	total, _, ok, err := FrameLen(r.buf[r.start:r.end], r.maxFrame)
+	return err != nil || (ok && r.end-r.start >= total)
 }
 
 // Buffered returns how many bytes have been read from the io.Reader but not
@@ -155,8 +166,22 @@ func (r *Reader) decode(t message.Type, body []byte) (message.Message, error) {
 }
 
 // DecodeInto decodes a frame body (as returned by ReadFrame) into m, which
-// must be the registered struct of the frame's type.
+// must be a zero value of the registered struct of the frame's type.
 func (r *Reader) DecodeInto(m message.Message, body []byte) error {
+	if fc, ok := fastCodecs[m.Type()]; ok {
+		r.fd.reset(body)
+		if fc.dec(&r.fd, m) {
+			return nil
+		}
+		// Not the canonical shape: start again from a zero value with the
+		// generic decoder, which decides what is valid.
+		reflect.ValueOf(m).Elem().SetZero()
+	}
+	return r.decodeGeneric(m, body)
+}
+
+// decodeGeneric is the validator followed by msgpack's reflection decoder.
+func (r *Reader) decodeGeneric(m message.Message, body []byte) error {
 	t := m.Type()
 	if err := validate(body); err != nil {
 		return malformed(t, "%v", err)

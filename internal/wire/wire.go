@@ -112,37 +112,55 @@ type Encoder struct {
 func NewEncoder() *Encoder {
 	e := &Encoder{}
 	e.enc = msgpack.NewEncoder(&e.w)
+	// Compact integers: a sequence number or an epoch takes 1–5 bytes
+	// instead of 9. Decoders accept every integer width either way.
+	e.enc.UseCompactInts(true)
 	return e
+}
+
+// AppendBody appends the msgpack body of m (no frame header) to dst.
+func (e *Encoder) AppendBody(dst []byte, m message.Message) ([]byte, error) {
+	if fc, ok := fastCodecs[m.Type()]; ok {
+		if b, ok := fc.enc(dst, m); ok {
+			return b, nil
+		}
+	}
+	return e.appendGeneric(dst, m)
+}
+
+// appendGeneric is msgpack's reflection encoder (tests compare the fast
+// encoders with it).
+func (e *Encoder) appendGeneric(dst []byte, m message.Message) (out []byte, err error) {
+	e.w.b = dst
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = dst, fmt.Errorf("wire: encode %v: %v", m.Type(), r)
+		}
+		e.w.b = nil
+	}()
+	if err := e.enc.Encode(m); err != nil {
+		return dst, fmt.Errorf("wire: encode %v: %w", m.Type(), err)
+	}
+	return e.w.b, nil
 }
 
 // AppendFrame appends the frame of m to dst and returns the extended slice.
 // On error dst is returned unchanged (truncated to its original length).
-func (e *Encoder) AppendFrame(dst []byte, m message.Message) (out []byte, err error) {
+func (e *Encoder) AppendFrame(dst []byte, m message.Message) ([]byte, error) {
 	if m == nil {
 		return dst, errors.New("wire: encode: nil message")
 	}
 	start := len(dst)
 	// Reserve the longest header, encode, then move the body down over the
 	// unused header bytes: one small memmove instead of a second buffer.
-	e.w.b = append(dst, make([]byte, maxHeader)...)
-	t := m.Type()
-	defer func() {
-		if r := recover(); r != nil { // msgpack panics on some unencodable values
-			out, err = dst[:start], fmt.Errorf("wire: encode %v: %v", t, r)
-		}
-	}()
-	if err := e.enc.Encode(m); err != nil {
-		b := e.w.b[:start]
-		e.w.b = nil
-		return b, fmt.Errorf("wire: encode %v: %w", t, err)
+	b, err := e.AppendBody(append(dst, make([]byte, maxHeader)...), m)
+	if err != nil {
+		return dst[:start], err
 	}
-	b := e.w.b
-	e.w.b = nil
 	bodyLen := len(b) - start - maxHeader
-	n := uint64(bodyLen + 2)
 	var hdr [maxHeader]byte
-	k := binary.PutUvarint(hdr[:], n)
-	binary.BigEndian.PutUint16(hdr[k:], uint16(t))
+	k := binary.PutUvarint(hdr[:], uint64(bodyLen+2))
+	binary.BigEndian.PutUint16(hdr[k:], uint16(m.Type()))
 	k += 2
 	copy(b[start+k:], b[start+maxHeader:])
 	copy(b[start:], hdr[:k])
