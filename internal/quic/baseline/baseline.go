@@ -299,4 +299,3 @@ func tlsPair() (*tls.Config, *tls.Config, error) {
 	cli := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{alpn}, MinVersion: tls.VersionTLS13} //nolint:gosec
 	return srv, cli, nil
 }
-
