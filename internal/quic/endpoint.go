@@ -96,9 +96,13 @@ func (l *Link) Dialled() bool { return l.dialled }
 // link owns m's encoding at once: m may be reused when Send returns.
 func (l *Link) Send(m message.Message) error { return l.send(m, nil, true) }
 
-// TrySend is Send without blocking: false when the queue is full or the
-// link closed.
+// TrySend is Send without blocking: false when m was not queued (queue
+// full, link closed, or m not encodable; Offer says which).
 func (l *Link) TrySend(m message.Message) bool { return l.send(m, nil, false) == nil }
+
+// Offer is TrySend with the reason: ErrQueueFull, an ErrClosed error, or an
+// encoding error.
+func (l *Link) Offer(m message.Message) error { return l.send(m, nil, false) }
 
 // SendFrame queues an already encoded frame (wire.AppendFrame), e.g. one
 // encoding forwarded to several links. Blocks like Send.
@@ -132,8 +136,11 @@ func (s *Session) ID() message.ClientID { return s.id }
 // Send queues m for the client; blocks while the queue is full.
 func (s *Session) Send(m message.Message) error { return s.send(m, nil, true) }
 
-// TrySend is Send without blocking.
+// TrySend is Send without blocking: false when m was not queued.
 func (s *Session) TrySend(m message.Message) bool { return s.send(m, nil, false) == nil }
+
+// Offer is TrySend with the reason (ErrQueueFull, ErrClosed, encoding).
+func (s *Session) Offer(m message.Message) error { return s.send(m, nil, false) }
 
 // SendFrame queues an already encoded frame.
 func (s *Session) SendFrame(frame []byte) error { return s.send(nil, frame, true) }
