@@ -61,6 +61,7 @@ type Node struct {
 	jpAsked    bool
 	rejoin     bool
 	stateWait  map[message.BrokerID]bool // recovery: peers whose StateReply is awaited
+	admitting  map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
 	stateWaitT int
 
 	// Publication forwarding.
@@ -117,6 +118,7 @@ func NewNode(cfg Config) (*Node, error) {
 		tombstones: map[message.SubID]bool{},
 		topoSeen:   map[floodKey]bool{},
 		clients:    map[message.ClientID]*clientState{},
+		admitting:  map[message.BrokerID]uint64{},
 	}
 	n.counters.Control = map[string]uint64{}
 	n.geoVer = ^uint64(0)
@@ -323,6 +325,13 @@ func (n *Node) wanted(id message.BrokerID) bool {
 func (n *Node) suspect(p *peer, why string) {
 	p.suspected = true
 	p.suspTicks = 0
+	if p.up {
+		// A silent link is closed: a cut or a frozen peer must be found
+		// again through a new link (probing below), on which everything
+		// unpurged is retransmitted; the old one may never deliver again.
+		p.up = false
+		n.out.Closes = append(n.out.Closes, p.id)
+	}
 	n.notice(NoticeSuspected, p.id, why)
 }
 
@@ -342,11 +351,17 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 		return
 	}
 	p := n.peer(from)
-	p.up = true // a message proves the link, whatever the order of events
 	p.silent = 0
 	if p.suspected {
-		n.unsuspect(p)
-		n.routesChanged()
+		// Unsuspect only after the message is processed: the first message
+		// on a link is the peer's heartbeat, which says whether it is
+		// routable (a restarted peer is not, until it has recovered).
+		defer func() {
+			if p.suspected && n.peers[from] == p {
+				n.unsuspect(p)
+				n.routesChanged()
+			}
+		}()
 	}
 	switch m := m.(type) {
 	case *message.Heartbeat:
@@ -633,3 +648,10 @@ func (n *Node) Status() Status {
 	}
 	return st
 }
+
+// QueueLen is the number of publications in the message queue (cheap, for
+// checkers that poll often; Status builds a full snapshot).
+func (n *Node) QueueLen() int { return n.queueLen }
+
+// Joined reports whether the node is a full member (cheap).
+func (n *Node) Joined() bool { return n.joined }

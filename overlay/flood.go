@@ -49,6 +49,7 @@ type flood struct {
 	waiters []message.BrokerID
 	out     map[message.BrokerID]bool
 	acked   map[message.BrokerID]bool
+	epochs  map[message.BrokerID]uint64 // incarnation of each target when first sent
 	msg     func(to message.BrokerID, dist int) message.Message
 	done    func() // called at this broker when complete (local origin)
 }
@@ -71,8 +72,11 @@ type target struct {
 // floodTargets returns, for every tree direction other than except, the
 // closest usable brokers (the neighbour, or the frontier behind it), plus
 // a recovering neighbour itself (it must learn floods that happen during
-// its recovery).
-func (n *Node) floodTargets(except message.BrokerID) []target {
+// its recovery). With all (subscription floods), the unusable brokers
+// walked past are targets too, unless gone: a suspected broker may be
+// alive behind a cut or a freeze and must get the subscription before it
+// is confirmed (see floodGaveUp).
+func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 	n.geometry()
 	var out []target
 	seen := map[message.BrokerID]bool{}
@@ -93,9 +97,16 @@ func (n *Node) floodTargets(except message.BrokerID) []target {
 		if p := n.peers[nb]; p != nil && p.up && !p.suspected {
 			add(nb)
 		}
-		front, _ := n.topo.Frontier(nb, n.unusable)
+		front, skipped, _ := n.topo.FrontierSkipped(nb, n.unusable)
 		for _, f := range front {
 			add(f)
+		}
+		if all {
+			for _, s := range skipped {
+				if p := n.peers[s]; p == nil || !p.gone {
+					add(s)
+				}
+			}
 		}
 	}
 	return out
@@ -106,8 +117,9 @@ func (n *Node) floodTargets(except message.BrokerID) []target {
 func (n *Node) startFlood(f *flood) {
 	f.out = map[message.BrokerID]bool{}
 	f.acked = map[message.BrokerID]bool{}
+	f.epochs = map[message.BrokerID]uint64{}
 	n.floods[f.key] = f
-	for _, t := range n.floodTargets(f.except) {
+	for _, t := range n.floodTargets(f.except, f.key.kind != fkTopo) {
 		if f.budget >= 0 && t.dist > f.budget {
 			continue
 		}
@@ -119,6 +131,9 @@ func (n *Node) startFlood(f *flood) {
 
 func (n *Node) sendFlood(f *flood, t target) {
 	p := n.peer(t.id)
+	if _, ok := f.epochs[t.id]; !ok {
+		f.epochs[t.id] = p.epoch
+	}
 	if !p.up {
 		n.dial(Peer{ID: t.id}, false)
 		return // sent on LinkUp (floodsResend)
@@ -183,7 +198,17 @@ func (n *Node) floodsReroute() {
 		if !ok {
 			continue
 		}
-		ts := n.floodTargets(f.except)
+		for id := range f.out {
+			if p := n.peers[id]; p != nil {
+				if ep, ok := f.epochs[id]; ok && p.epoch > ep {
+					// Restarted since: its new incarnation learns every
+					// subscription through its recovery.
+					delete(f.out, id)
+					f.acked[id] = true
+				}
+			}
+		}
+		ts := n.floodTargets(f.except, f.key.kind != fkTopo)
 		want := map[message.BrokerID]bool{}
 		for _, t := range ts {
 			if f.budget >= 0 && t.dist > f.budget {
@@ -196,12 +221,36 @@ func (n *Node) floodsReroute() {
 			}
 		}
 		for id := range f.out {
-			if !want[id] && n.unusable(id) {
+			if want[id] || !n.unusable(id) {
+				continue
+			}
+			if f.key.kind == fkTopo || n.floodGaveUp(f, id) {
 				delete(f.out, id)
 			}
 		}
 		n.floodCheck(f)
 	}
+}
+
+// floodGaveUp reports whether a (un)subscription flood may stop waiting
+// for target id, which is unusable: only when id restarted since (its new
+// incarnation learns every subscription through its recovery) or was
+// declared gone. A merely suspected broker may be alive behind a cut or a
+// freeze: it must get the flood before the subscription is confirmed
+// (a publisher attached to it would otherwise not route toward the
+// subscriber), so the flood waits and is re-sent on the next link to it.
+func (n *Node) floodGaveUp(f *flood, id message.BrokerID) bool {
+	p := n.peers[id]
+	if p == nil {
+		return true
+	}
+	if p.gone {
+		return true
+	}
+	if ep, ok := f.epochs[id]; ok && p.epoch > ep {
+		return true
+	}
+	return false
 }
 
 func (n *Node) floodKeys() []floodKey {
@@ -239,12 +288,17 @@ func (n *Node) subFloodMsg(sub message.SubID) func(message.BrokerID, int) messag
 }
 
 func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
-	if !n.member {
-		return
-	}
 	k := floodKey{kind: fkSub, sub: m.Sub}
 	if m.Unsub {
 		k.kind = fkUnsub
+	}
+	if !n.member {
+		// Joining or recovering: the state transfer that follows (JoinReply,
+		// StateReply) is computed by the sender after it installed this
+		// entry, so it brings it; answering keeps the sender's flood from
+		// waiting for a broker that cannot process it yet.
+		n.sendFloodAck(k, from)
+		return
 	}
 	if f, ok := n.floods[k]; ok {
 		f.waiters = append(f.waiters, from)

@@ -59,19 +59,26 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	}
 	p := n.peer(from)
 	known, ok := n.topo.Get(j.ID)
-	if ok && j.Epoch > known.Epoch || ok && j.Epoch == known.Epoch && known.Parent != n.cfg.ID {
-		// A known member restarting (or retrying): it rejoins at its
-		// old place under its new epoch and recovers (StateRequest to its
-		// neighbours); until it says it is joined it is bypassed.
+	if ep, adm := n.admitting[j.ID]; ok && !(adm && ep == j.Epoch) {
+		// A known member (restarted under a new epoch, or retrying a
+		// rejoin): it rejoins at its old place and recovers (StateRequest
+		// to its neighbours); until it says it is joined it is bypassed.
+		if j.Epoch < known.Epoch {
+			n.send(from, &message.JoinReply{Err: fmt.Sprintf("epoch %d of %s is older than the known %d", j.Epoch, j.ID, known.Epoch)})
+			return
+		}
+		if j.Epoch > known.Epoch {
+			n.peerRestarted(j.ID, j.Epoch)
+		}
 		known.Epoch, known.Addr = j.Epoch, j.Addr
 		n.topo.Put(known)
-		n.peerRestarted(j.ID, j.Epoch)
 		p.epoch, p.joined, p.heardHB = j.Epoch, false, true
 		n.routesChanged()
 		n.send(from, &message.JoinReply{Rejoin: true, Parent: known.Parent, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
 		return
 	}
-	retry := ok && known.Parent == n.cfg.ID && j.Epoch == known.Epoch
+	retry := ok
+	n.admitting[j.ID] = j.Epoch
 	j.Parent = n.cfg.ID
 	n.topo.Put(j)
 	p.epoch, p.joined, p.heardHB = j.Epoch, false, true
@@ -94,7 +101,10 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		msg: func(to message.BrokerID, dist int) message.Message {
 			return &message.TopoChange{Origin: key.origin, Seq: key.seq, Hops: n.cfg.Delta - dist, Add: add}
 		},
-		done: func() { n.send(j.ID, &message.JoinConfirm{Origin: n.cfg.ID}) }})
+		done: func() {
+			delete(n.admitting, j.ID)
+			n.send(j.ID, &message.JoinConfirm{Origin: n.cfg.ID})
+		}})
 }
 
 func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
@@ -232,10 +242,11 @@ func (n *Node) rememberTopo(k floodKey) {
 }
 
 func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
+	k := floodKey{kind: fkTopo, origin: m.Origin, seq: m.Seq}
 	if !n.member {
+		n.sendFloodAck(k, from) // the map transfer that follows includes it
 		return
 	}
-	k := floodKey{kind: fkTopo, origin: m.Origin, seq: m.Seq}
 	if f, ok := n.floods[k]; ok {
 		f.waiters = append(f.waiters, from)
 		return
@@ -355,7 +366,7 @@ func (n *Node) checkHoles() {
 				Reason: fmt.Sprintf("more than %d brokers failed in a row beyond %s (seen from %s)", n.cfg.Delta, nb, n.cfg.ID)}
 			n.notice(NoticeGap, nb, g.Reason)
 			n.deliverGap(g)
-			for _, t := range n.floodTargets(nb) {
+			for _, t := range n.floodTargets(nb, false) {
 				n.send(t.id, g)
 			}
 		} else if !hole && n.holes[nb] {
@@ -417,7 +428,7 @@ func (n *Node) onGapFlood(from message.BrokerID, g *message.GapFlood) {
 	if dir == "" {
 		dir = from
 	}
-	for _, t := range n.floodTargets(dir) {
+	for _, t := range n.floodTargets(dir, false) {
 		n.send(t.id, g)
 	}
 }

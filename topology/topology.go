@@ -290,10 +290,15 @@ func (m *Map) ClosestLive(x BrokerID, unusable func(BrokerID) bool) (live Broker
 // owner's tree neighbour dir: dir itself if usable, otherwise, recursively,
 // the frontier of each of dir's other neighbours, at most δ+1 hops from the
 // owner. hole is true when some branch holds δ+1 unusable brokers in a row
-// or ends inside the map with unusable brokers only down to its leaves
-// unreachable (a branch cut off beyond the guarantee). Sorted, no
-// duplicates.
+// (a branch cut off beyond the guarantee). Sorted, no duplicates.
 func (m *Map) Frontier(dir BrokerID, unusable func(BrokerID) bool) (front []BrokerID, hole bool) {
+	front, _, hole = m.FrontierSkipped(dir, unusable)
+	return front, hole
+}
+
+// FrontierSkipped is Frontier that also returns the unusable brokers it
+// walked past (sorted).
+func (m *Map) FrontierSkipped(dir BrokerID, unusable func(BrokerID) bool) (front, skipped []BrokerID, hole bool) {
 	adj := m.adjacency()
 	var walk func(x, from BrokerID, depth int)
 	walk = func(x, from BrokerID, depth int) {
@@ -301,6 +306,7 @@ func (m *Map) Frontier(dir BrokerID, unusable func(BrokerID) bool) (front []Brok
 			front = append(front, x)
 			return
 		}
+		skipped = append(skipped, x)
 		if depth >= m.delta+1 {
 			hole = true
 			return
@@ -312,11 +318,12 @@ func (m *Map) Frontier(dir BrokerID, unusable func(BrokerID) bool) (front []Brok
 		}
 	}
 	if !m.Has(dir) {
-		return nil, false
+		return nil, nil, false
 	}
 	walk(dir, m.self, 1)
 	sort.Slice(front, func(i, j int) bool { return front[i] < front[j] })
-	return front, hole
+	sort.Slice(skipped, func(i, j int) bool { return skipped[i] < skipped[j] })
+	return front, skipped, hole
 }
 
 // Validate checks that the map is a tree around its owner (every parent
