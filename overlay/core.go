@@ -60,7 +60,7 @@ type Node struct {
 	jpWait     int
 	jpAsked    bool
 	rejoin     bool
-	stateWait  map[message.BrokerID]bool // recovery: peers whose StateReply is awaited
+	stateWait  map[message.BrokerID]bool   // recovery: peers whose StateReply is awaited
 	admitting  map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
 	stateWaitT int
 
