@@ -99,6 +99,7 @@ func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
 	if o.Factory, err = nodeFactory(f.node); err != nil {
 		return o, err
 	}
+	o.NoWire = f.node == "flood" // its messages are not in the wire registry
 	return o, o.Validate()
 }
 

@@ -20,6 +20,9 @@ type FuzzOptions struct {
 	Faults  int
 	Factory NodeFactory
 	Trace   io.Writer
+	// NoWire passes messages by reference instead of through the wire
+	// format (for nodes whose messages are not registered, like FloodNode).
+	NoWire bool
 }
 
 // DefaultFuzzOptions: trees of 10–100 brokers, δ from 1 to 3, up to δ
@@ -114,6 +117,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	cfg.Delta = delta
 	cfg.NewNode = o.Factory
 	cfg.Trace = o.Trace
+	cfg.Wire = !o.NoWire
 	cfg.LinkDelay = time.Duration(1+pr.IntN(5)) * time.Millisecond
 	cfg.LinkJitter = time.Duration(pr.IntN(3)) * time.Millisecond
 	cfg.HeartbeatTicks = 2 + pr.IntN(3)

@@ -25,6 +25,9 @@ type Log struct {
 	// Stuck lists liveness failures found after quiescence: a live
 	// subscription never confirmed, a publication never answered.
 	Stuck []string
+	// Errors lists environment-level failures: a message that does not
+	// round-trip through the wire format.
+	Errors []string
 
 	pubIdx map[message.PubID]int
 	subIdx map[string]int // by subscriber name
@@ -156,6 +159,7 @@ type Report struct {
 	Undrained      int
 	Unconfirmed    int // subscriptions never confirmed (not a failure by itself)
 	Stuck          int // liveness failures after quiescence (see Log.Stuck)
+	Errors         int // messages that do not round-trip through the wire format
 	PerSub         []SubReport
 	Details        []string
 }
@@ -177,7 +181,7 @@ type SubReport struct {
 // counts; beyond δ only duplicates, reordering, spurious deliveries and
 // silent loss do.
 func (r Report) Failed(beyond bool) bool {
-	bad := r.Duplicates + r.Reordered + r.Spurious
+	bad := r.Duplicates + r.Reordered + r.Spurious + r.Errors
 	if beyond {
 		return bad+r.SilentLost > 0
 	}
@@ -208,6 +212,8 @@ func (l *Log) Check() Report {
 	r.QueueOverBound = len(l.QueueOverBound)
 	r.Undrained = len(l.Undrained)
 	r.Stuck = len(l.Stuck)
+	r.Errors = len(l.Errors)
+	r.Details = append(r.Details, l.Errors...)
 	r.Details = append(r.Details, l.Stuck...)
 	r.Details = append(r.Details, l.QueueOverBound...)
 	r.Details = append(r.Details, l.Undrained...)

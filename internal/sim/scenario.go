@@ -18,7 +18,8 @@ import (
 //
 //	config key=value ...        before anything else: delta, seed, tick, heartbeat, failure,
 //	                            dack, gone (ticks), delay, jitter, dialtimeout, linkdown
-//	                            (a duration or "never"), maxqueue
+//	                            (a duration or "never"), maxqueue, wire (on|off: messages
+//	                            through the wire format, default on)
 //	tree chain=N | tree random=N [degree=D] | tree B1-B2 B2-B3 ...
 //	                            create the brokers and join them one after another
 //	join B9 via B3 [B2 ...]     a new broker joins now (does not wait)
@@ -107,6 +108,7 @@ func RunScenario(sc *Scenario, factory NodeFactory, trace io.Writer) (*ScenarioR
 	r := &runner{sc: sc, cfg: DefaultConfig(), w: DefaultWorkload()}
 	r.cfg.NewNode = factory
 	r.cfg.Trace = trace
+	r.cfg.Wire = true
 	for _, l := range sc.lines {
 		if err := r.exec(l); err != nil {
 			return nil, fmt.Errorf("sim: %s:%d: %s: %w", sc.Name, l.n, l.words[0], err)
@@ -413,6 +415,11 @@ func (r *runner) config(args []string) error {
 			r.cfg.LinkJitter, err = parseDur(k, v)
 		case "dialtimeout":
 			r.cfg.DialTimeout, err = parseDur(k, v)
+		case "wire":
+			if v != "on" && v != "off" {
+				return fmt.Errorf("wire: %q, want on or off", v)
+			}
+			r.cfg.Wire = v == "on"
 		case "linkdown":
 			if v == "never" {
 				r.cfg.LinkDownAfter = -1
@@ -420,7 +427,7 @@ func (r *runner) config(args []string) error {
 				r.cfg.LinkDownAfter, err = parseDur(k, v)
 			}
 		default:
-			return fmt.Errorf("unknown key %q (want delta, seed, tick, heartbeat, failure, dack, gone, delay, jitter, dialtimeout, linkdown, maxqueue)", k)
+			return fmt.Errorf("unknown key %q (want delta, seed, tick, heartbeat, failure, dack, gone, delay, jitter, dialtimeout, linkdown, maxqueue, wire)", k)
 		}
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@
 package sim
 
 import (
+	"bytes"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -57,6 +59,11 @@ type Config struct {
 	SampleEvery time.Duration
 	// MaxEvents bounds a run: past it the run stops with ErrEventBound.
 	MaxEvents int64
+	// Wire sends every broker message through the wire format (encoded
+	// when sent, decoded when it arrives), as the real transport does: a
+	// receiver never shares memory with the sender, and every message
+	// must round-trip. Costs CPU; off for the large experiments.
+	Wire bool
 
 	NewNode NodeFactory
 	// Trace, when set, receives one readable line per message, fault,
@@ -750,12 +757,28 @@ func (s *Sim) send(b *broker, env Envelope) {
 		s.tracef("%s -> %s %s %+v", b.id, env.To, name, env.Msg)
 	}
 	msg := env.Msg
+	var frame []byte
+	if s.cfg.Wire {
+		var err error
+		if frame, err = wire.AppendFrame(nil, msg); err != nil {
+			s.log.problem(&s.log.Errors, "%s -> %s %s: cannot encode: %v", b.id, env.To, name, err)
+			return
+		}
+	}
 	from := b.id
 	s.scheduleFor(at, t, func() {
 		if s.links[k] != l || !s.alive(l) {
 			s.stats.InFlightLost++
 			s.tracef("%s -> %s LOST in flight %s", from, t.id, name)
 			return
+		}
+		if frame != nil {
+			m, err := wire.NewReader(bytes.NewReader(frame), len(frame)+16).Read()
+			if err != nil {
+				s.log.problem(&s.log.Errors, "%s -> %s %s: cannot decode: %v", from, t.id, name, err)
+				return
+			}
+			msg = m
 		}
 		t.node.Step(from, msg)
 	})

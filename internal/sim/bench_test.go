@@ -1,0 +1,23 @@
+package sim
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkSRDS09 runs the slides' setup without failures (a shorter
+// stream) and reports the simulation speed as virtual seconds per wall
+// second (x_realtime). The full experiment: deltapub sim srds09.
+func BenchmarkSRDS09(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		o := DefaultSRDSOptions()
+		o.Crashes = 0
+		o.Warmup, o.After = 1500*time.Millisecond, time.Second
+		o.Clock = time.Now
+		r := RunSRDS09(o)
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		b.ReportMetric(float64(r.Virtual)/float64(r.Wall), "x_realtime")
+	}
+}
