@@ -341,7 +341,9 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 // withdrawFlood removes sub here and floods its withdrawal away from
 // except, confirming to waiter (if any) and calling done when complete.
 func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID, done func()) {
-	n.table.Delete(sub)
+	if done == nil {
+		n.table.Delete(sub)
+	}
 	n.tombstone(sub)
 	k := floodKey{kind: fkUnsub, sub: sub}
 	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {
@@ -421,7 +423,13 @@ func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsub
 		return
 	}
 	delete(cs.subs, m.Sub)
+	// The local entry keeps delivering until the withdrawal is confirmed:
+	// every publication a broker forwarded toward this one before it
+	// dropped the entry travels ahead of that broker's confirmation on the
+	// same FIFO links, so what was published before the Unsubscribe
+	// arrives before the UnsubAck (docs/protocol.md).
 	n.withdrawFlood(m.Sub, "", "", func() {
+		n.table.Delete(m.Sub)
 		if n.clients[c] == cs {
 			n.toClient(c, &message.UnsubAck{Sub: m.Sub})
 		}
