@@ -507,3 +507,62 @@ func TestSimultaneousDialsKeepOneLink(t *testing.T) {
 		})
 	}
 }
+
+// A restarted broker (same ID, larger epoch) replaces its old link; the
+// handler sees PeerDown of the old link before PeerUp of the new one.
+func TestRestartedPeerReplacesLink(t *testing.T) {
+	a := start(t, "B1", "s", nil)
+	old := start(t, "B2", "s", nil)
+	if _, err := old.ep.Dial(ctx10(t), "B1", a.addr()); err != nil {
+		t.Fatal(err)
+	}
+	first := <-a.rec.upSignal
+	restarted := start(t, "B2", "s", func(c *Config) { c.Epoch = 2 })
+	l, err := restarted.ep.Dial(ctx10(t), "B1", a.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := <-a.rec.upSignal
+	if second == first || second.PeerEpoch() != 2 || a.ep.Link("B2") != second {
+		t.Fatalf("B1's link to B2 is epoch %d", a.ep.Link("B2").PeerEpoch())
+	}
+	a.rec.mu.Lock()
+	downsBeforeUp := len(a.rec.downs)
+	a.rec.mu.Unlock()
+	if downsBeforeUp != 1 {
+		t.Fatalf("the new link came up with %d PeerDowns delivered, want the old link's first", downsBeforeUp)
+	}
+	waitFor(t, "the old incarnation to lose its link", func() bool { _, d := old.rec.counts(); return d == 1 })
+	if err := l.Send(&message.PubAck{Seq: 3}); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, recvN(t, a.rec.msgs, 1), 3)
+}
+
+// A frame longer than the receiver's MaxFrame closes the link; a message
+// too large for the sender's own MaxFrame is refused by Send.
+func TestOversizedFrames(t *testing.T) {
+	a := start(t, "B1", "s", func(c *Config) { c.MaxFrame = 4096 })
+	b := start(t, "B2", "s", nil)
+	l, err := b.ep.Dial(ctx10(t), "B1", a.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Send(&message.Publish{Seq: 1, Payload: make([]byte, 8000)}); err != nil {
+		t.Fatal(err) // B2's own limit is the default 1 MiB
+	}
+	waitFor(t, "B1 to close the link", func() bool { _, d := a.rec.counts(); return d == 1 })
+	if err := a.rec.down(0); !errors.Is(err, wire.ErrFrameTooLarge) {
+		t.Fatalf("B1's PeerDown: %v", err)
+	}
+	if err := func() error {
+		la := start(t, "B3", "s", func(c *Config) { c.MaxFrame = 4096 })
+		lk, err := la.ep.Dial(ctx10(t), "B2", b.addr())
+		if err != nil {
+			return err
+		}
+		return lk.Send(&message.Publish{Seq: 1, Payload: make([]byte, 8000)})
+	}(); err == nil || !strings.Contains(err.Error(), "exceeds MaxFrame") {
+		t.Fatalf("Send of a frame over MaxFrame: %v", err)
+	}
+}
