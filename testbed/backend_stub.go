@@ -20,5 +20,10 @@ func init() {
 	RegisterBackend("inproc", func(Options) Backend {
 		return unavailable{"inproc", "the overlay runtime and the client library"}
 	})
-	RegisterBackend("sim", func(Options) Backend { return unavailable{"sim", "internal/sim"} })
+	RegisterBackend("sim", func(Options) Backend {
+		if simFactory == nil {
+			return unavailable{"sim", "the protocol core's node factory in internal/sim"}
+		}
+		return simBackend{factory: simFactory}
+	})
 }

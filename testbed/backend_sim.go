@@ -1,0 +1,293 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/deltapub/deltapub/internal/sim"
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// simBackend runs the plan in internal/sim: the same protocol core as the
+// brokers, over a seeded in-memory network, in virtual time. It is
+// deterministic in the file's seed. Per-broker message counts come from a
+// counting wrapper around each node; CPU and memory are not simulated.
+type simBackend struct {
+	factory sim.NodeFactory
+}
+
+// simChunk is how much virtual time runs between two looks at ctx and two
+// progress updates.
+const simChunk = 100 * time.Millisecond
+
+// brokerCounters are one broker's message counters across incarnations
+// (the simulator runs in one goroutine: no locks).
+type brokerCounters struct {
+	in, out, ctrl int64
+}
+
+// countingNode counts what a node receives from and sends to peers.
+type countingNode struct {
+	sim.Node
+	c *brokerCounters
+}
+
+func (n countingNode) Step(from message.BrokerID, m message.Message) {
+	n.c.in++
+	n.Node.Step(from, m)
+}
+
+func (n countingNode) Ready() sim.Ready {
+	r := n.Node.Ready()
+	n.c.out += int64(len(r.Messages))
+	for _, e := range r.Messages {
+		if !isPublicationMsg(e.Msg) {
+			n.c.ctrl++
+		}
+	}
+	return r
+}
+
+// isPublicationMsg tells publication traffic from control traffic
+// (heartbeats, DACKs, joins, subscriptions, confirmations). The protocol's
+// publication message is named "Pub" in the type registry.
+func isPublicationMsg(m message.Message) bool {
+	switch m.Type().String() {
+	case "Pub", "Publication", "Forward":
+		return true
+	}
+	return false
+}
+
+// fullMatch is the complete PADRES matcher of package matching. The
+// simulator's own matcher covers only the operators its workloads use and
+// asks workloads with others (float ranges, string prefixes) to set
+// sim.Match; testbed filters use the whole language.
+func fullMatch(f matching.Filter, attrs []matching.Attr) bool {
+	p := matching.Publication{Attrs: attrs}
+	return f.Match(&p)
+}
+
+func init() { sim.Match = fullMatch }
+
+func ticks(d, tick time.Duration) int {
+	n := int((d + tick - 1) / tick)
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
+	spec := p.Spec
+	o := spec.Overlay
+	counters := map[message.BrokerID]*brokerCounters{}
+	base := b.factory
+	cfg := sim.DefaultConfig()
+	cfg.Seed = spec.Seed
+	cfg.Delta = o.Delta
+	cfg.Tick = o.Tick.Duration
+	cfg.HeartbeatTicks = ticks(o.Heartbeat.Duration, cfg.Tick)
+	cfg.FailureTicks = ticks(o.FailureTimeout.Duration, cfg.Tick)
+	cfg.DACKTicks = ticks(o.DACKPeriod.Duration, cfg.Tick)
+	cfg.GoneAfterTicks = ticks(o.GoneAfter.Duration, cfg.Tick)
+	cfg.MaxQueue = o.MaxQueue
+	cfg.LinkDelay, cfg.LinkJitter = o.LinkDelay.Duration, o.LinkJitter.Duration
+	if cfg.DialTimeout < 4*cfg.LinkDelay {
+		cfg.DialTimeout = 4 * cfg.LinkDelay
+	}
+	cfg.SampleEvery = 50 * time.Millisecond
+	// The event bound scales with the experiment; at the bound the run
+	// stops with sim.ErrEventBound (a livelock, or a file far too big).
+	cfg.MaxEvents = 200_000_000
+	cfg.NewNode = func(nc sim.NodeConfig) (sim.Node, error) {
+		n, err := base(nc)
+		if err != nil {
+			return nil, err
+		}
+		c := counters[nc.ID]
+		if c == nil {
+			c = &brokerCounters{}
+			counters[nc.ID] = c
+		}
+		return countingNode{n, c}, nil
+	}
+	s, err := sim.New(cfg)
+	if err != nil {
+		return fmt.Errorf("testbed: sim: %v", err)
+	}
+	tree := sim.NewTree(message.BrokerID(p.Topo.Names[0]))
+	for _, n := range p.Topo.Names[1:] {
+		if err := tree.Add(message.BrokerID(p.Topo.Parent[n]), message.BrokerID(n)); err != nil {
+			return fmt.Errorf("testbed: sim: %v", err)
+		}
+	}
+	// Build the overlay one join at a time; virtual time starts counting
+	// for the experiment once every broker has joined.
+	if err := s.BuildTree(tree, 10*time.Second); err != nil {
+		return fmt.Errorf("testbed: sim: building the overlay: %v", err)
+	}
+	start := s.Now()
+	rec.Note(fmt.Sprintf("sim: overlay of %d brokers built in %v of virtual time before t=0", len(p.Topo.Names), start.Round(time.Millisecond)))
+	// Subscribers: one simulated client per subscription.
+	type subRef struct{ subscriber, sub int }
+	var refs []subRef
+	for si, sb := range p.Subscribers {
+		for k, f := range sb.Parsed {
+			name := fmt.Sprintf("%s.%d", sb.Name, k)
+			if err := s.AddSubscriber(name, message.BrokerID(sb.Broker), f); err != nil {
+				return fmt.Errorf("testbed: sim: %v", err)
+			}
+			refs = append(refs, subRef{si, k})
+		}
+	}
+	// Publishers start at their time, fed by the plan's streams.
+	var pubErr error
+	for _, pb := range p.Publishers {
+		pb := pb
+		st := pb.Stream()
+		every := time.Duration(float64(time.Second) / pb.Rate)
+		s.At(start+pb.Start, func() {
+			gen := func() []matching.Attr {
+				ev, ok := st.Next()
+				if !ok {
+					// The stream is exhausted only if the simulator
+					// publishes past Stop; repeat the last shape.
+					return []matching.Attr{{Name: "class", Value: matching.Value{Kind: matching.KindString, Str: "END"}}}
+				}
+				return ev.Attrs
+			}
+			if err := s.AddPublisher(pb.Name, message.BrokerID(pb.Broker), every, start+pb.Stop, gen); err != nil && pubErr == nil {
+				pubErr = err
+			}
+		})
+	}
+	if len(p.Publishers) > 0 && p.Publishers[0].Payload > 0 {
+		rec.Note("sim: payload bytes are not simulated (delays do not depend on size)")
+	}
+	// Faults.
+	for i, f := range p.Faults {
+		i, f := i, f
+		s.At(start+f.At, func() {
+			var errs []string
+			for _, a := range f.Actions {
+				id := message.BrokerID(a.Broker)
+				var err error
+				switch a.Kind {
+				case ActCrash:
+					err = s.Crash(id)
+				case ActRestart:
+					err = s.Restart(id, tree.Ancestors(id, o.Delta+1)...)
+				case ActFreeze:
+					err = s.Freeze(id)
+				case ActResume:
+					err = s.Resume(id)
+				case ActCut:
+					err = s.Cut(id, message.BrokerID(a.Peer))
+				case ActHeal:
+					err = s.Heal(id, message.BrokerID(a.Peer))
+				}
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("%s: %v", a, err))
+				}
+			}
+			var err error
+			if len(errs) > 0 {
+				err = fmt.Errorf("%v", errs)
+			}
+			rec.FaultApplied(i, s.Now()-start, err)
+		})
+	}
+	// Run in chunks, feeding the recorder as the log grows.
+	log := s.Log()
+	nPubs, nDels, nGaps := 0, 0, 0
+	last := map[message.BrokerID]brokerCounters{}
+	nextSample := spec.Metrics.Sample.Duration
+	feed := func() {
+		for ; nPubs < len(log.Pubs); nPubs++ {
+			pr := log.Pubs[nPubs]
+			rec.Published(pr.ID, pr.ID.Publisher, pr.SentAt-start, pr.Attrs)
+		}
+		for ; nDels < len(log.Deliveries); nDels++ {
+			d := log.Deliveries[nDels]
+			if d.Sub < 0 || d.Sub >= len(refs) {
+				continue
+			}
+			r := refs[d.Sub]
+			rec.Delivered(Delivery{Subscriber: r.subscriber, Sub: r.sub, Pub: d.Pub, PublishedAt: time.Duration(d.PubTime) - start, At: d.At - start})
+		}
+		for ; nGaps < len(log.Gaps); nGaps++ {
+			g := log.Gaps[nGaps]
+			if g.Sub < 0 || g.Sub >= len(refs) {
+				continue
+			}
+			r := refs[g.Sub]
+			rec.Gap(GapRecord{Subscriber: r.subscriber, Sub: r.sub, Source: g.Gap.Source, From: g.Gap.From, To: g.Gap.To, At: g.At - start})
+		}
+	}
+	sample := func(now time.Duration) {
+		qs := s.QueueLens()
+		for _, n := range p.Topo.Names {
+			id := message.BrokerID(n)
+			c := counters[id]
+			if c == nil {
+				c = &brokerCounters{}
+			}
+			prev := last[id]
+			q, up := qs[id]
+			rec.Sample(BrokerSample{At: now, Broker: n, MsgsIn: c.in - prev.in, MsgsOut: c.out - prev.out, Queue: int64(q), CPU: -1, RSS: 0, Up: up})
+			last[id] = *c
+		}
+	}
+	end := spec.End()
+	for t := time.Duration(0); t < end; {
+		if err := ctx.Err(); err != nil {
+			feed()
+			return err
+		}
+		t += simChunk
+		if t > end {
+			t = end
+		}
+		if err := s.RunUntil(start + t); err != nil {
+			feed()
+			return fmt.Errorf("testbed: sim: %v", err)
+		}
+		for nextSample <= t {
+			sample(nextSample)
+			nextSample += spec.Metrics.Sample.Duration
+		}
+		feed()
+		rec.SetElapsed(t)
+		if pubErr != nil {
+			return fmt.Errorf("testbed: sim: %v", pubErr)
+		}
+	}
+	feed()
+	for _, pr := range log.Pubs {
+		if pr.AckedAt >= 0 {
+			rec.Acked(pr.ID)
+		}
+	}
+	for i, sr := range log.Subs {
+		if sr.ConfirmedAt >= 0 && i < len(refs) {
+			rec.Confirmed(refs[i].subscriber, refs[i].sub, sr.ConfirmedAt-start)
+		}
+	}
+	var ctrl int64
+	for _, c := range counters {
+		ctrl += c.ctrl
+	}
+	rec.ControlMessages(ctrl)
+	// The simulator's own checker judges the same log; its figures are
+	// a cross-check of the testbed's oracle (they differ only in the fault
+	// window rules, see docs/testbed.md).
+	rep := log.Check()
+	rec.Note(fmt.Sprintf("sim checker: guaranteed %d, delivered %d, lost %d (silent %d), duplicates %d, reordered %d, spurious %d",
+		rep.Guaranteed, rep.Delivered, rep.Lost, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious))
+	st := s.Stats()
+	rec.Note(fmt.Sprintf("sim: %d events, %v virtual time, max queue %d, %d messages lost in flight with crashed brokers or cut links", st.Events, (st.VirtualTime - start).Round(time.Millisecond), st.MaxQueueSeen, st.InFlightLost))
+	return nil
+}
