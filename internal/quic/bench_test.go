@@ -25,14 +25,36 @@ func (h *countingHandler) PeerMessage(l *Link, m message.Message) {
 	}
 }
 
+// batchCounter counts batches of messages.
+type batchCounter struct{ countingHandler }
+
+func (h *batchCounter) PeerMessages(l *Link, ms []message.Message) {
+	if h.n.Add(int64(len(ms))) == h.target {
+		close(h.done)
+	}
+}
+func (h *batchCounter) ClientMessages(*Session, []message.Message) {}
+
 // BenchmarkLinkThroughput: 250-byte publications over one loopback link,
 // Send from one goroutine, counted by the receiver's handler.
-func BenchmarkLinkThroughput(b *testing.B) {
+func BenchmarkLinkThroughput(b *testing.B) { benchLink(b, false) }
+
+// BenchmarkLinkThroughputBatch: the same with a BatchHandler.
+func BenchmarkLinkThroughputBatch(b *testing.B) { benchLink(b, true) }
+
+func benchLink(b *testing.B, batch bool) {
 	n := b.N
 	if n < 1000 {
 		n = 1000
 	}
-	recv := &countingHandler{recorder: *newRecorder(), target: int64(n), done: make(chan struct{})}
+	var h Handler
+	ch := &countingHandler{recorder: *newRecorder(), target: int64(n), done: make(chan struct{})}
+	recv := ch
+	h = ch
+	if batch {
+		bc := &batchCounter{countingHandler: countingHandler{recorder: *newRecorder(), target: int64(n), done: make(chan struct{})}}
+		recv, h = &bc.countingHandler, bc
+	}
 	cfg := func(id string) Config {
 		return Config{ID: message.BrokerID(id), Listen: "127.0.0.1:0", Secret: []byte("s"), Log: zerolog.Nop()}
 	}
@@ -41,7 +63,7 @@ func BenchmarkLinkThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	bb, err := Listen(cfg("B2"), recv)
+	bb, err := Listen(cfg("B2"), h)
 	if err != nil {
 		b.Fatal(err)
 	}

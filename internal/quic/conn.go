@@ -226,33 +226,51 @@ func (c *peerConn) localReason() (string, bool) {
 	}
 }
 
-// readLoop reads frames and hands each message to deliver until the
-// connection ends; it returns why. Unknown types are skipped (a newer
-// peer's messages); a malformed frame closes the connection with the
-// reason logged and sent to the peer.
-func (c *peerConn) readLoop(what string, deliver func(message.Message)) error {
+// maxBatch bounds the messages handed to a BatchHandler at once.
+const maxBatch = 256
+
+// readLoop reads frames and hands the messages to deliver until the
+// connection ends; it returns why. Messages go out in batches of what was
+// already buffered (at most maxBatch; with batch false, one at a time).
+// Unknown types are skipped (a newer peer's messages); a malformed frame
+// closes the connection with the reason logged and sent to the peer.
+func (c *peerConn) readLoop(what string, batch bool, deliver func([]message.Message)) error {
+	ms := make([]message.Message, 0, maxBatch)
+	flush := func() {
+		if len(ms) > 0 {
+			deliver(ms)
+			clear(ms)
+			ms = ms[:0]
+		}
+	}
 	for {
+		if len(ms) > 0 && (!batch || len(ms) == maxBatch || !c.rd.Ready()) {
+			flush() // before Read may block
+		}
 		m, err := c.rd.Read()
 		if err != nil {
 			if errors.Is(err, wire.ErrUnknownType) {
 				c.log.Debug().Err(err).Msg("skipping a frame of an unknown type (newer peer?)")
 				continue
 			}
+			flush()
 			return c.readFailed(what, err)
 		}
 		switch m := m.(type) {
 		case *message.Refuse:
 			// An orderly close by the peer: its last frame.
+			flush()
 			_ = c.qc.CloseWithError(codeOK, "")
 			c.shutdown(false, codeOK, "peer closed")
 			return fmt.Errorf("%w: %s closed by the peer: %s", ErrClosed, what, m.Reason)
 		case *message.Hello, *message.Welcome, *message.Ready:
+			flush()
 			reason := fmt.Sprintf("protocol violation: %v after the handshake", m.Type())
 			c.log.Warn().Str("reason", reason).Msgf("closing %s", what)
 			c.abort(codeProtocol, reason)
 			return fmt.Errorf("quic: %s: %s", what, reason)
 		}
-		deliver(m)
+		ms = append(ms, m)
 	}
 }
 

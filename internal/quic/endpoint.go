@@ -34,6 +34,17 @@ type Handler interface {
 	ClientDown(c *Session, err error)
 }
 
+// BatchHandler is an optional extension of Handler: if the Handler
+// implements it, messages arrive in batches (everything the link had
+// already received, in order, at most 256) instead of one PeerMessage or
+// ClientMessage call each, so a runtime can move a batch into its input
+// queue with one operation. The slice is reused after the call returns:
+// keep the messages, not the slice.
+type BatchHandler interface {
+	PeerMessages(l *Link, ms []message.Message)
+	ClientMessages(c *Session, ms []message.Message)
+}
+
 // Endpoint is one broker's (or tool's) QUIC presence: a UDP socket that
 // listens (if Config.Listen is set) and dials from the same port.
 type Endpoint struct {
@@ -377,7 +388,12 @@ func (e *Endpoint) acceptClient(qc *quic.Conn, str *quic.Stream, rd *wire.Reader
 	return func() {
 		go s.writeLoop()
 		e.h.ClientUp(s)
-		err := s.readLoop(fmt.Sprintf("client session %d", id), func(m message.Message) { e.h.ClientMessage(s, m) })
+		var err error
+		if bh, ok := e.h.(BatchHandler); ok {
+			err = s.readLoop(fmt.Sprintf("client session %d", id), true, func(ms []message.Message) { bh.ClientMessages(s, ms) })
+		} else {
+			err = s.readLoop(fmt.Sprintf("client session %d", id), false, func(ms []message.Message) { e.h.ClientMessage(s, ms[0]) })
+		}
 		e.dropSession(s)
 		e.h.ClientDown(s, err)
 		<-s.writerDone
@@ -521,7 +537,12 @@ func (e *Endpoint) runLink(l *Link) {
 	}
 	l.log.Info().Bool("dialled", l.dialled).Uint64("epoch", l.epoch).Msg("link up")
 	e.h.PeerUp(l)
-	err := l.readLoop(l.String(), func(m message.Message) { e.h.PeerMessage(l, m) })
+	var err error
+	if bh, ok := e.h.(BatchHandler); ok {
+		err = l.readLoop(l.String(), true, func(ms []message.Message) { bh.PeerMessages(l, ms) })
+	} else {
+		err = l.readLoop(l.String(), false, func(ms []message.Message) { e.h.PeerMessage(l, ms[0]) })
+	}
 	e.unregister(l)
 	l.log.Info().Err(err).Msg("link down")
 	e.h.PeerDown(l, err)

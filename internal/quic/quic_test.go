@@ -566,3 +566,46 @@ func TestOversizedFrames(t *testing.T) {
 		t.Fatalf("Send of a frame over MaxFrame: %v", err)
 	}
 }
+
+// batchRecorder implements BatchHandler.
+type batchRecorder struct {
+	recorder
+	batches atomic.Int64
+}
+
+func (r *batchRecorder) PeerMessages(l *Link, ms []message.Message) {
+	r.batches.Add(1)
+	for _, m := range ms {
+		r.msgs <- m
+	}
+}
+func (r *batchRecorder) ClientMessages(s *Session, ms []message.Message) {
+	for _, m := range ms {
+		r.cmsgs <- m
+	}
+}
+
+func TestBatchHandlerInOrder(t *testing.T) {
+	a := start(t, "B1", "s", nil)
+	br := &batchRecorder{recorder: *newRecorder()}
+	ep, err := Listen(Config{ID: "B2", Listen: "127.0.0.1:0", Secret: []byte("s"), Log: zerolog.Nop()}, br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	l, err := a.ep.Dial(ctx10(t), "B2", ep.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	for i := 1; i <= n; i++ {
+		if err := l.Send(&message.PubAck{Seq: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkSeqs(t, recvN(t, br.msgs, n), 1)
+	if b := br.batches.Load(); b < 1 || b > n {
+		t.Fatalf("%d batches", b)
+	}
+	t.Logf("%d messages in %d batches", n, br.batches.Load())
+}
