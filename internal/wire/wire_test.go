@@ -381,3 +381,31 @@ func TestGenerateCorpus(t *testing.T) {
 	write("FuzzReader", "seed-truncated", stream[:len(stream)/2])
 	write("FuzzReader", "seed-huge-length", []byte{0xff, 0xff, 0xff, 0x7f, 0, 1})
 }
+
+// Frames larger than the read chunk grow the buffer (up to the maximum),
+// and it shrinks back afterwards.
+func TestReaderLargeFrames(t *testing.T) {
+	var stream []byte
+	sizes := []int{10, 200 << 10, 10, 700 << 10, 10, 10}
+	for i, n := range sizes {
+		p := samplePublish(n)
+		p.Seq = uint64(i)
+		stream, _ = AppendFrame(stream, p)
+	}
+	r := NewReader(bytes.NewReader(stream), DefaultMaxFrame)
+	for i, n := range sizes {
+		m, err := r.Read()
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if p := m.(*message.Publish); p.Seq != uint64(i) || len(p.Payload) != n {
+			t.Fatalf("frame %d: seq %d, %d bytes", i, p.Seq, len(p.Payload))
+		}
+	}
+	if _, err := r.Read(); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
+	if len(r.buf) > readChunk {
+		t.Fatalf("buffer stayed at %d bytes after the large frames", len(r.buf))
+	}
+}
