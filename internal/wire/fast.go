@@ -36,7 +36,7 @@ type fastCodec struct {
 	dec func(d *fastDec, m message.Message) bool
 }
 
-var fastCodecs = map[message.Type]fastCodec{
+var fastCodecMap = map[message.Type]fastCodec{
 	message.TypePublish: {
 		enc: func(b []byte, m message.Message) ([]byte, bool) {
 			p, ok := m.(*message.Publish)
@@ -76,6 +76,24 @@ var fastCodecs = map[message.Type]fastCodec{
 			return ok && d.deliver(p)
 		},
 	},
+}
+
+// fastTable is fastCodecMap as an array indexed by type: the lookup is on
+// every frame, and a map lookup costs more than the rest of a small decode.
+var fastTable [256]*fastCodec
+
+func init() {
+	for t, fc := range fastCodecMap {
+		fastTable[t] = &fc
+	}
+}
+
+// fastCodec returns the hand-written codec of t, or nil.
+func fastCodecOf(t message.Type) *fastCodec {
+	if int(t) < len(fastTable) {
+		return fastTable[t]
+	}
+	return nil
 }
 
 // ---- encoding (mirrors msgpack v5 with UseCompactInts) ----
@@ -263,20 +281,29 @@ func appendDeliver(b []byte, m *message.Deliver) []byte {
 
 // ---- decoding ----
 
-// maxInterned bounds the per-Reader table of interned short strings
-// (attribute names, class names, broker IDs): beyond it new strings are
-// simply allocated.
+// Short strings (attribute names, class names, broker IDs, publishers)
+// repeat in almost every message. Each Reader keeps a direct-mapped cache of
+// internCache recent ones (strings up to maxInternedLen bytes) and returns
+// the cached string when the bytes match: no allocation, and cheaper than a
+// map lookup (no full hash). A miss allocates and replaces the slot.
 const (
-	maxInterned    = 4096
+	internCache    = 512
 	maxInternedLen = 32
 )
+
+type interner [internCache]string
+
+func internSlot(b []byte) int {
+	n := len(b)
+	return (n*131 + int(b[0])*31 + int(b[n-1])*7 + int(b[n/2])) & (internCache - 1)
+}
 
 // fastDec reads the canonical msgpack of the hot messages. Every method
 // returns false on anything unexpected (and the caller falls back).
 type fastDec struct {
 	b      []byte
 	i      int
-	intern map[string]string
+	intern *interner // nil: no interning
 }
 
 func (d *fastDec) reset(b []byte) { d.b, d.i = b, 0 }
@@ -385,13 +412,12 @@ func (d *fastDec) str() (string, bool) {
 		return "", true
 	}
 	if len(raw) <= maxInternedLen && d.intern != nil {
-		if s, ok := d.intern[string(raw)]; ok {
-			return s, true
+		slot := &d.intern[internSlot(raw)]
+		if *slot == string(raw) {
+			return *slot, true
 		}
 		s := string(raw)
-		if len(d.intern) < maxInterned {
-			d.intern[s] = s
-		}
+		*slot = s
 		return s, true
 	}
 	return string(raw), true

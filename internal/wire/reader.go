@@ -40,7 +40,7 @@ func NewReader(r io.Reader, maxFrame int) *Reader {
 	}
 	rd := &Reader{r: r, maxFrame: maxFrame, buf: make([]byte, min(readChunk, maxFrame+maxHeader))}
 	rd.dec = msgpack.NewDecoder(&rd.br)
-	rd.fd.intern = make(map[string]string)
+	rd.fd.intern = new(interner)
 	return rd
 }
 
@@ -168,7 +168,7 @@ func (r *Reader) decode(t message.Type, body []byte) (message.Message, error) {
 // DecodeInto decodes a frame body (as returned by ReadFrame) into m, which
 // must be a zero value of the registered struct of the frame's type.
 func (r *Reader) DecodeInto(m message.Message, body []byte) error {
-	if fc, ok := fastCodecs[m.Type()]; ok {
+	if fc := fastCodecOf(m.Type()); fc != nil {
 		r.fd.reset(body)
 		if fc.dec(&r.fd, m) {
 			return nil

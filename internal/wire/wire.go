@@ -120,7 +120,7 @@ func NewEncoder() *Encoder {
 
 // AppendBody appends the msgpack body of m (no frame header) to dst.
 func (e *Encoder) AppendBody(dst []byte, m message.Message) ([]byte, error) {
-	if fc, ok := fastCodecs[m.Type()]; ok {
+	if fc := fastCodecOf(m.Type()); fc != nil {
 		if b, ok := fc.enc(dst, m); ok {
 			return b, nil
 		}
