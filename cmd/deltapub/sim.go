@@ -24,8 +24,8 @@ func init() {
 }
 
 const simUsage = `Usage:
-  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W]
-  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--trace]
+  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick]
+  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--trace]
   deltapub sim run [--trace] FILE
   deltapub sim srds09 [--crashes 1|2|3] [--seed S] [--timeline FILE.csv]
 
@@ -77,12 +77,14 @@ func parseRange(name, v string) (int, int, error) {
 type fuzzFlags struct {
 	brokers, delta, node string
 	faults               int
+	quick                bool
 }
 
 func (f *fuzzFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.brokers, "brokers", "10-100", "broker count per run: MIN-MAX or N")
 	fs.StringVar(&f.delta, "delta", "1-3", "δ per run: MIN-MAX or N")
 	fs.StringVar(&f.node, "node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
+	fs.BoolVar(&f.quick, "quick", false, "shorter runs (downtimes, gone_after, settling), as the fuzz in go test")
 	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run (default: random from 0 to the run's δ; above δ: beyond-δ rules)")
 }
 
@@ -96,6 +98,7 @@ func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
 		return o, err
 	}
 	o.Faults = f.faults
+	o.Quick = f.quick
 	if o.Factory, err = nodeFactory(f.node); err != nil {
 		return o, err
 	}
@@ -107,6 +110,9 @@ func (f *fuzzFlags) replayFlags() string {
 	s := fmt.Sprintf("--brokers %s --delta %s", f.brokers, f.delta)
 	if f.faults >= 0 {
 		s += fmt.Sprintf(" --faults %d", f.faults)
+	}
+	if f.quick {
+		s += " --quick"
 	}
 	if f.node != "overlay" {
 		s += " --node " + f.node

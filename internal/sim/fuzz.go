@@ -20,6 +20,9 @@ type FuzzOptions struct {
 	Faults  int
 	Factory NodeFactory
 	Trace   io.Writer
+	// Quick shortens every phase (downtimes, gone_after, publishing,
+	// settling) about twofold: for the fuzz in the default test run.
+	Quick bool
 	// NoWire passes messages by reference instead of through the wire
 	// format (for nodes whose messages are not registered, like FloodNode).
 	NoWire bool
@@ -124,6 +127,9 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	cfg.FailureTicks = 5 * cfg.HeartbeatTicks
 	cfg.DACKTicks = 2 + pr.IntN(6)
 	cfg.GoneAfterTicks = 30 * cfg.FailureTicks
+	if o.Quick {
+		cfg.GoneAfterTicks = 12 * cfg.FailureTicks
+	}
 	if pr.IntN(2) == 0 {
 		cfg.LinkDownAfter = time.Duration(50+pr.IntN(450)) * time.Millisecond
 	}
@@ -222,7 +228,11 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	// The fault wave.
 	start := s.Now()
 	waveAt := start + time.Duration(300+pr.IntN(1200))*time.Millisecond
-	faults := planFaults(pr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, cfg.GoneAfterTicks, cfg.Tick)
+	maxDown := 2500 * time.Millisecond
+	if o.Quick {
+		maxDown = time.Second
+	}
+	faults := planFaults(pr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.GoneAfterTicks, cfg.Tick)
 	lastHeal := waveAt
 	for _, f := range faults {
 		if f.until > lastHeal {
@@ -249,6 +259,9 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	// Publishers run until well after the last fault is healed, so that
 	// recovery and bypass tear-down happen under traffic.
 	until := lastHeal + time.Duration(500+pr.IntN(1000))*time.Millisecond
+	if o.Quick {
+		until = lastHeal + time.Duration(300+pr.IntN(400))*time.Millisecond
+	}
 	for i, e := range pubEdges {
 		every := time.Duration(10+pr.IntN(60)) * time.Millisecond
 		plan("publisher P%d at %s every %v until %s", i+1, e, every, fmtTime(until))
@@ -285,6 +298,9 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	// Quiescence: publishing stopped, every fault healed; let DACKs purge.
 	settle := 2*time.Second + 10*time.Duration(cfg.DACKTicks)*cfg.Tick + 3*failTimeout
+	if o.Quick {
+		settle = time.Second + 10*time.Duration(cfg.DACKTicks)*cfg.Tick + 3*failTimeout
+	}
 	s.StopPublishers()
 	if err := s.RunFor(settle); err != nil {
 		res.Err = err
@@ -301,7 +317,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 // a path between them, or spread at random; crashes (with restarts, some
 // late enough to be declared gone), freezes (false suspicions) and cuts.
 // Beyond δ every fault is a crash in one row (a partition).
-func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.BrokerID, at, failTimeout time.Duration, goneTicks int, tick time.Duration) []fault {
+func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.BrokerID, at, failTimeout, maxDown time.Duration, goneTicks int, tick time.Duration) []fault {
 	if k == 0 {
 		return nil
 	}
@@ -376,7 +392,7 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 		switch {
 		case k > delta || r < 60:
 			f.kind = "crash"
-			down := time.Duration(100+pr.IntN(2400)) * time.Millisecond
+			down := 100*time.Millisecond + time.Duration(pr.Int64N(int64(maxDown-100*time.Millisecond)))
 			if pr.IntN(10) == 0 {
 				// Down longer than gone_after: declared gone, rejoins as new.
 				down = time.Duration(goneTicks)*tick + time.Duration(pr.IntN(1000))*time.Millisecond
@@ -385,11 +401,17 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 			f.rejoin = t.Neighbours(b)
 		case r < 85:
 			f.kind = "freeze"
-			f.until = f.at + failTimeout/2 + time.Duration(pr.Int64N(int64(5*failTimeout)))
+			// A false suspicion: long enough to be suspected, never gone.
+			f.until = f.at + failTimeout/2 + time.Duration(pr.Int64N(int64(min(5*failTimeout, time.Duration(goneTicks)*tick/2))))
 		default:
 			nb := t.Neighbours(b)
 			f.kind, f.b2 = "cut", nb[pr.IntN(len(nb))]
-			f.until = f.at + time.Duration(100+pr.IntN(2000))*time.Millisecond
+			// Shorter than gone_after/2: a cut peer looks crashed from the
+			// other side, and past gone_after it would be declared gone and
+			// its subscriptions withdrawn while it is alive -- outside the
+			// fault model (a broker down, not a link).
+			gone := time.Duration(goneTicks) * tick
+			f.until = f.at + 100*time.Millisecond + time.Duration(pr.Int64N(int64(min(2*time.Second, gone/2-100*time.Millisecond))))
 		}
 		out = append(out, f)
 	}

@@ -1,0 +1,34 @@
+package sim
+
+import (
+	"flag"
+	"runtime"
+	"testing"
+)
+
+// fuzzRuns is 0 (skipped) until the core passes it; then ~200.
+var fuzzRuns = flag.Int("fuzzruns", 0, "random runs of TestFuzzOverlay (0: skip)")
+
+// The scenario files of testdata/ on the protocol core: each must keep its
+// guarantees and produce exactly its expected outcome.
+func TestScenarios(t *testing.T) { runScenarioFiles(t, "testdata", DefaultFactory) }
+
+// TestFuzzOverlay runs seeded random runs on small trees with faults
+// within δ; every one must pass. A failure prints the seed and the command
+// that replays it.
+func TestFuzzOverlay(t *testing.T) {
+	o := FuzzOptions{BrokersMin: 4, BrokersMax: 12, DeltaMin: 1, DeltaMax: 3, Faults: -1, Quick: true}
+	runs := *fuzzRuns
+	if runs == 0 {
+		t.Skip("enable with -fuzzruns N")
+	}
+	if testing.Short() {
+		runs /= 10
+	}
+	fs := Fuzz(1, runs, o, runtime.GOMAXPROCS(0), func(r FuzzResult) {
+		if r.Failed() {
+			t.Errorf("%s\nreplay: deltapub sim replay --seed %d --brokers 4-12 --delta 1-3 --quick\n%sdetails: %v", r.Summary(), r.Seed, r.PlanText(), r.Report.Details)
+		}
+	})
+	t.Log(fs.Line())
+}
