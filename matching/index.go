@@ -260,9 +260,18 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 			rec.rngIdx = int16(i)
 		}
 	}
+	// The residual predicates: the first numeric one is copied into the
+	// list entry, so the common case (one residual bound, as in a stock
+	// filter with a volume range) is checked without touching the filter.
+	inl := -1
+	nres := 0
 	for i := range preds {
 		if !isEq(&preds[i]) && i != int(rec.rngIdx) {
 			rec.resid = true
+			nres++
+			if inl < 0 && preds[i].op.IsNumeric() {
+				inl = i
+			}
 		}
 	}
 	var slot uint32
@@ -276,7 +285,19 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	if rec.rngIdx >= 0 {
 		c := &preds[rec.rngIdx]
 		ar := g.rangesFor(c.attr)
-		e := entry{bits: c.num, id: id, slot: slot, kind: c.kind, op: c.op, resid: rec.resid}
+		e := entry{bits: c.num, id: id, slot: slot, kind: c.kind, op: c.op}
+		switch {
+		case !rec.resid:
+		case inl >= 0:
+			r := &preds[inl]
+			e.rattr, e.rbits, e.rkind, e.rop = r.attr, r.num, r.kind, r.op
+			e.resid = residInline
+			if nres > 1 {
+				e.resid = residMore
+			}
+		default:
+			e.resid = residMore
+		}
 		switch c.op {
 		case OpGt, OpGe:
 			rec.in = inLower
@@ -489,15 +510,74 @@ func holdsC(c *cpred, v Value) bool {
 }
 
 // entry is one numeric bound in a sortedList, with what a match needs
-// without touching the filter: its id, and whether it has predicates left
-// to check (24 bytes).
+// without touching the filter: its id, whether it has predicates left to
+// check, and a copy of the first numeric one (40 bytes).
 type entry struct {
 	bits  uint64
 	id    uint64
+	rbits uint64 // the inline residual predicate's operand, if rop != OpInvalid
 	slot  uint32
+	rattr uint32
 	kind  Kind
 	op    Op
-	resid bool
+	rkind Kind
+	rop   Op
+	resid uint8 // residNone, residInline or residMore
+}
+
+const (
+	residNone   = iota // nothing left to check
+	residInline        // only the inline predicate is left
+	residMore          // check the filter (the inline predicate, if any, first)
+)
+
+// accept reports whether the filter behind e matches, given that its
+// group's equalities and its access bound hold.
+func (ix *Index) accept(e *entry, pa []pubAttr) bool {
+	if e.resid == residNone {
+		return true
+	}
+	if e.rop != OpInvalid {
+		v, ok := lookup(pa, e.rattr)
+		if !ok {
+			return false
+		}
+		if e.rkind == KindInt && v.Kind == KindInt {
+			c := cmp64(v.Int, int64(e.rbits))
+			var ok bool
+			switch e.rop {
+			case OpLt:
+				ok = c < 0
+			case OpLe:
+				ok = c <= 0
+			case OpGt:
+				ok = c > 0
+			case OpGe:
+				ok = c >= 0
+			case OpNumEq:
+				ok = c == 0
+			default:
+				ok = c != 0
+			}
+			if !ok {
+				return false
+			}
+		} else {
+			var c Value
+			if e.rkind == KindInt {
+				c = Int(int64(e.rbits))
+			} else {
+				c = Float(math.Float64frombits(e.rbits))
+			}
+			if !holds(e.rop, c, v) {
+				return false
+			}
+		}
+		if e.resid == residInline {
+			return true
+		}
+	}
+	return ix.check(e.slot, pa)
 }
 
 func (e *entry) value() Value {
@@ -638,7 +718,7 @@ func (l *sortedList) scanBelow(v Value, ix *Index, pa []pubAttr, dst []uint64) [
 				}
 				continue // equal bounds of > and >= interleave; keep going
 			}
-			if !e.resid || ix.check(e.slot, pa) {
+			if ix.accept(e, pa) {
 				dst = append(dst, e.id)
 			}
 		}
@@ -666,7 +746,7 @@ func (l *sortedList) scanAbove(v Value, ix *Index, pa []pubAttr, dst []uint64) [
 				}
 				continue
 			}
-			if !e.resid || ix.check(e.slot, pa) {
+			if ix.accept(e, pa) {
 				dst = append(dst, e.id)
 			}
 		}
@@ -683,7 +763,7 @@ func (l *sortedList) scanNe(v Value, ix *Index, pa []pubAttr, dst []uint64) []ui
 			if cmpNum(e.value(), v) == 0 {
 				continue
 			}
-			if !e.resid || ix.check(e.slot, pa) {
+			if ix.accept(e, pa) {
 				dst = append(dst, e.id)
 			}
 		}
@@ -714,7 +794,7 @@ func (l *sortedList) scanEq(v Value, ix *Index, pa []pubAttr, dst []uint64) []ui
 			if cmpNum(e.value(), v) != 0 {
 				return dst
 			}
-			if !e.resid || ix.check(e.slot, pa) {
+			if ix.accept(e, pa) {
 				dst = append(dst, e.id)
 			}
 		}
