@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"flag"
 	"testing"
 	"time"
 )
@@ -12,6 +13,9 @@ func BenchmarkSRDS09(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		o := DefaultSRDSOptions()
 		o.Crashes = 0
+		if s := *benchSubs; s > 0 {
+			o.Subs = s
+		}
 		o.Warmup, o.After = 1500*time.Millisecond, time.Second
 		o.Clock = time.Now
 		r := RunSRDS09(o)
@@ -21,3 +25,6 @@ func BenchmarkSRDS09(b *testing.B) {
 		b.ReportMetric(float64(r.Virtual)/float64(r.Wall), "x_realtime")
 	}
 }
+
+// benchSubs overrides the subscription count of BenchmarkSRDS09 (0: 2,600).
+var benchSubs = flag.Int("benchsubs", 0, "subscriptions in BenchmarkSRDS09 (0: the slides' 2,600)")

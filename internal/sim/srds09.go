@@ -56,9 +56,9 @@ type SRDSResult struct {
 	FailureTimeout time.Duration
 	DACKPeriod     time.Duration
 	Timeline       []TimelinePoint
-	PreMean        time.Duration // mean delay before the crash
-	PreMax         time.Duration // max delay before the crash
-	PeakMax        time.Duration // max delay after the crash
+	PreMean        time.Duration // mean delay of deliveries before the crash
+	PreMax         time.Duration // max delay of deliveries before the crash
+	PeakMax        time.Duration // max delay of deliveries after the crash
 	// Recovery is the time from the crash after which every publication is
 	// delivered with a delay no higher than before the crash (+10%).
 	Recovery time.Duration
@@ -172,15 +172,21 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	every := time.Second / time.Duration(o.Rate)
 	for i := 1; i <= o.Publishers; i++ {
 		class := w.Classes[(i-1)%len(w.Classes)]
-		if err := s.AddPublisher(fmt.Sprintf("P%d", i), edges[pr.IntN(len(edges))], every, end,
-			func() []matching.Attr { a := w.Publication(pr); a[0].Value = str(class); return a }); err != nil {
-			res.Err = err
-			return res
-		}
+		name, edge := fmt.Sprintf("P%d", i), edges[pr.IntN(len(edges))]
+		// Publishers start at random phases: not all in the same instant.
+		s.At(start+time.Duration(pr.Int64N(int64(every))), func() {
+			if err := s.AddPublisher(name, edge, every, end,
+				func() []matching.Attr { a := w.Publication(pr); a[0].Value = str(class); return a }); err != nil && res.Err == nil {
+				res.Err = err
+			}
+		})
 	}
 	before := copyCounts(s.Stats().Messages)
 	if err := s.RunUntil(crashAt); err != nil {
 		res.Err = err
+		return res
+	}
+	if res.Err != nil {
 		return res
 	}
 	for _, r := range res.Crashed {
@@ -267,7 +273,9 @@ func (res *SRDSResult) timeline(l *Log, start, crashAt time.Duration, bucket tim
 		if d.Published < start+time.Second {
 			continue
 		}
-		if d.Published < crashAt {
+		// Before the crash: delivered before it (a publication published
+		// just before the crash but delayed by it belongs to the crash).
+		if d.Published+d.Delay < crashAt {
 			preSum += d.Delay
 			preN++
 			if d.Delay > res.PreMax {
