@@ -32,6 +32,11 @@ type PeerLink interface {
 	// TrySend enqueues m without blocking; false when the link's send
 	// queue is full (or the link is closed).
 	TrySend(m message.Message) bool
+	// Send enqueues m, waiting while the queue is full; it fails once the
+	// link is closed.
+	Send(m message.Message) error
+	// Queued is the number of frames waiting to be written.
+	Queued() int
 	Close(reason string)
 }
 
@@ -50,11 +55,16 @@ type ClientSession interface {
 //   - inputs wait in a channel of Limits.InputQueue; when it is full the
 //     transport's reader goroutines block, which pushes back on the senders
 //     through QUIC flow control;
+//   - a broker link more than half full is congested: for a tick, new
+//     Publish requests from local clients are answered
+//     PubAck{Err:"backpressure"} (the client library retries them), so
+//     publishers slow down before links fill up;
 //   - a broker link whose send queue is full gets up to Limits.LinkBlock of
-//     waiting (the whole runtime waits: everything slows down, publishers
-//     included, and while a link is congested new Publish requests are
-//     answered PubAck{Err:"backpressure"}); after that the link is closed
-//     as failed and the core is told LinkDown;
+//     waiting for room (the whole runtime waits: everything slows down);
+//     a link that frees no room in that time is stuck (its peer is frozen
+//     or overwhelmed): it is closed as failed and the core is told
+//     LinkDown (it bypasses the peer if it stays silent, and retransmits
+//     what may have been lost);
 //   - a client whose send queue is full is disconnected ("slow consumer"),
 //     logged and counted, and the core is told ClientClose;
 //   - sessions beyond Limits.MaxClients and subscriptions beyond
@@ -83,6 +93,7 @@ type Runtime struct {
 	sessionIDs map[ClientSession]message.ClientID
 	nextClient message.ClientID
 	congested  time.Time // until then, Publish is answered "backpressure"
+	highWater  int       // a link with more frames queued is congested
 	leaving    bool
 	left       bool
 	joinFailed string
@@ -160,6 +171,7 @@ func NewRuntime(cfg BrokerConfig, epoch uint64, log zerolog.Logger, reg *prometh
 		sessions:   map[message.ClientID]*sessionState{},
 		sessionIDs: map[ClientSession]message.ClientID{},
 	}
+	r.highWater = max(1, cfg.Limits.SendQueue/2)
 	r.m = newRuntimeMetrics(reg, func() float64 { return float64(len(r.in)) })
 	return r, nil
 }
@@ -696,25 +708,41 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 	}
 	if ls.l.TrySend(m) {
 		r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
+		// Above the high-water mark the link is congested: refuse new
+		// publications for a tick (PubAck "backpressure") before the
+		// queue is full and the whole runtime has to wait.
+		if ls.l.Queued() > r.highWater {
+			r.congested = r.now().Add(r.cfg.Tick)
+		}
 		return
 	}
+	// Full, or closed. Wait for room, at most LinkBlock: Send returns as
+	// soon as the writer freed some room, or at once if the link is closed.
 	r.m.linkBlocked.Inc()
 	start := r.now()
-	deadline := start.Add(r.cfg.Limits.LinkBlock)
-	r.congested = deadline.Add(r.cfg.Limits.LinkBlock)
-	wait := 100 * time.Microsecond
-	for r.now().Before(deadline) {
-		time.Sleep(wait)
-		wait = min(2*wait, 5*time.Millisecond)
-		if ls.l.TrySend(m) {
+	r.congested = start.Add(2 * r.cfg.Limits.LinkBlock)
+	errc := make(chan error, 1)
+	l := ls.l
+	go func() { errc <- l.Send(m) }()
+	timer := time.NewTimer(r.cfg.Limits.LinkBlock)
+	defer timer.Stop()
+	select {
+	case err := <-errc:
+		if err == nil {
 			r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
 			return
 		}
+		// The link closed under us; its PeerDown is on its way, but the
+		// core must not wait for it (it would keep sending into the void).
+		r.log.Info().Str("peer", string(peer)).Err(err).Msg("link closed while sending")
+		r.m.unroutable.WithLabelValues("peer").Inc()
+		r.m.linkCloses.WithLabelValues("down").Inc()
+	case <-timer.C:
+		r.log.Warn().Str("peer", string(peer)).Str("waited", r.now().Sub(start).String()).Msg("closing a stuck link: no room in its send queue")
+		l.Close(fmt.Sprintf("slow peer: no room in the send queue for %v", r.cfg.Limits.LinkBlock))
+		r.m.linkCloses.WithLabelValues("slow peer").Inc()
 	}
-	r.log.Warn().Str("peer", string(peer)).Str("waited", r.now().Sub(start).String()).Msg("closing a slow link: its send queue stayed full")
-	ls.l.Close(fmt.Sprintf("slow peer: send queue full for %v", r.cfg.Limits.LinkBlock))
 	delete(r.links, peer)
-	r.m.linkCloses.WithLabelValues("slow peer").Inc()
 	r.node.LinkDown(peer)
 }
 

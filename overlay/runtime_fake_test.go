@@ -73,6 +73,17 @@ func (l *fakeLink) TrySend(m message.Message) bool {
 	}
 }
 
+func (l *fakeLink) Send(m message.Message) error {
+	select {
+	case l.other.in <- m:
+		return nil
+	case <-l.closed:
+		return errors.New("fake link closed")
+	}
+}
+
+func (l *fakeLink) Queued() int { return len(l.other.in) }
+
 func (l *fakeLink) Close(reason string) {
 	l.once.Do(func() {
 		l.reason = reason
