@@ -177,9 +177,12 @@ func Listen(cfg Config, h Handler) (*Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One UDP socket listens and dials: peers see links come from the
+	// listening address. A dial-only endpoint binds an ephemeral port on
+	// every interface.
 	laddr := cfg.Listen
 	if laddr == "" {
-		laddr = "127.0.0.1:0"
+		laddr = "0.0.0.0:0"
 	}
 	ua, err := net.ResolveUDPAddr("udp", laddr)
 	if err != nil {
