@@ -1,0 +1,426 @@
+// Package benchcompare measures deltapub side by side with NATS on
+// loopback, in one run, with the same load generator for both (250-byte
+// payloads; a message counts when the subscriber application's handler
+// sees it): one server 1→1, two servers (deltapub B1–B2 with δ = 1 against
+// a NATS cluster, publisher on A and subscriber on C), deltapub's 3-broker
+// chain on its own, fan-out 1→100 on the far server, end-to-end latency at
+// a fixed rate over the two-server path, and content-based filtering
+// (stock workload) against NATS subjects plus client-side filtering.
+//
+// deltapub brokers run as separate 'deltapub broker' processes
+// (ProcessLauncher) like nats-server does, so that neither system's
+// servers share a Go runtime with the load generator; tests use
+// InProcessLauncher. Every server is killed when its run ends, on every
+// path, and with the harness if it dies (Pdeathsig). Every loop is bounded
+// in count and every run in time (Config.Timeout).
+package benchcompare
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config chooses the sizes of a run. Zero values take the defaults of
+// Defaults (scaled from Messages where noted).
+type Config struct {
+	Messages        int // 1→1, two servers, 3-broker chain (default 1,000,000)
+	FanoutSubs      int // default 100
+	FanoutMessages  int // default Messages/20 (so Messages×5 deliveries)
+	LatencyRate     int // msgs/s, default 10,000
+	LatencyMessages int // default 5 s worth of LatencyRate, at most Messages
+	FilterSubs      int // default 10,000
+	FilterConns     int // subscriber connections for them, default 100
+	FilterPubs      int // default Messages/10
+	Seed            uint64
+	Delta           int           // δ of the deltapub brokers (default 1)
+	Timeout         time.Duration // per run (default 180 s)
+
+	Launcher   BrokerLauncher // how deltapub brokers are started (required)
+	NATSServer string         // nats-server binary; "" runs deltapub only
+	// ProfileDir, if set, receives a CPU profile of each deltapub broker
+	// during each run (ProfileSeconds long, default 5).
+	ProfileDir     string
+	ProfileSeconds int
+	Progress       io.Writer // one line per run; nil: discarded
+}
+
+func (c *Config) fill() error {
+	if c.Messages == 0 {
+		c.Messages = 1_000_000
+	}
+	if c.FanoutSubs == 0 {
+		c.FanoutSubs = 100
+	}
+	if c.FanoutMessages == 0 {
+		c.FanoutMessages = max(1, c.Messages/20)
+	}
+	if c.LatencyRate == 0 {
+		c.LatencyRate = 10_000
+	}
+	if c.LatencyMessages == 0 {
+		c.LatencyMessages = min(5*c.LatencyRate, c.Messages)
+	}
+	if c.FilterSubs == 0 {
+		c.FilterSubs = 10_000
+	}
+	if c.FilterConns == 0 {
+		c.FilterConns = 100
+	}
+	if c.FilterPubs == 0 {
+		c.FilterPubs = max(1, c.Messages/10)
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Delta == 0 {
+		c.Delta = 1
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 180 * time.Second
+	}
+	if c.ProfileSeconds == 0 {
+		c.ProfileSeconds = 5
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	switch {
+	case c.Launcher == nil:
+		return errors.New("benchcompare: no broker launcher")
+	case c.Messages < 1 || c.Messages > 100_000_000:
+		return fmt.Errorf("benchcompare: messages %d out of range [1, 100000000]", c.Messages)
+	case c.FanoutSubs < 1 || c.FanoutSubs > 10_000:
+		return fmt.Errorf("benchcompare: fan-out subscribers %d out of range [1, 10000]", c.FanoutSubs)
+	case c.FanoutMessages < 1 || c.FanoutMessages > 100_000_000:
+		return fmt.Errorf("benchcompare: fan-out messages %d out of range [1, 100000000]", c.FanoutMessages)
+	case c.LatencyRate < 1 || c.LatencyRate > 1_000_000:
+		return fmt.Errorf("benchcompare: latency rate %d out of range [1, 1000000]", c.LatencyRate)
+	case c.LatencyMessages < 10 || c.LatencyMessages > 10_000_000:
+		return fmt.Errorf("benchcompare: latency messages %d out of range [10, 10000000]", c.LatencyMessages)
+	case c.FilterSubs < 1 || c.FilterSubs > 1_000_000:
+		return fmt.Errorf("benchcompare: filter subscriptions %d out of range [1, 1000000]", c.FilterSubs)
+	case c.FilterConns < 1 || c.FilterConns > c.FilterSubs || c.FilterConns > 1000:
+		return fmt.Errorf("benchcompare: filter connections %d out of range [1, min(subscriptions, 1000)]", c.FilterConns)
+	case c.FilterPubs < 1 || c.FilterPubs > 100_000_000:
+		return fmt.Errorf("benchcompare: filter publications %d out of range [1, 100000000]", c.FilterPubs)
+	case c.Delta < 1 || c.Delta > 8:
+		return fmt.Errorf("benchcompare: delta %d out of range [1, 8]", c.Delta)
+	case c.Timeout < time.Second:
+		return fmt.Errorf("benchcompare: timeout %v below 1s", c.Timeout)
+	case c.ProfileSeconds < 1 || c.ProfileSeconds > 120:
+		return fmt.Errorf("benchcompare: profile seconds %d out of range [1, 120]", c.ProfileSeconds)
+	}
+	return nil
+}
+
+// Figures are one system's raw results.
+type Figures struct {
+	Single    Throughput  `json:"single"`
+	TwoServer Throughput  `json:"two_server"`
+	Chain3    *Throughput `json:"three_broker_chain,omitempty"` // deltapub only
+	Fanout    Throughput  `json:"fanout"`
+	Latency   Latency     `json:"latency"`
+	Filtered  Filtered    `json:"filtered"`
+	// Errors names the runs that failed and why (their figures are zero).
+	Errors map[string]string `json:"errors,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs      int    `json:"nproc"`
+	Model     string `json:"cpu_model"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os_arch"`
+}
+
+// Report is the whole comparison; its JSON is what --json writes.
+type Report struct {
+	SingleRatio    float64 `json:"single_throughput_ratio"`
+	TwoServerRatio float64 `json:"two_server_throughput_ratio"`
+	FanoutRatio    float64 `json:"fanout_ratio"`
+	P99Ratio       float64 `json:"p99_latency_ratio"`
+	FilteredRatio  float64 `json:"filtered_ratio"`
+
+	Deltapub Figures  `json:"deltapub"`
+	NATS     *Figures `json:"nats,omitempty"`
+
+	PayloadBytes int       `json:"payload_bytes"`
+	Delta        int       `json:"delta"`
+	NATSVersion  string    `json:"nats_version,omitempty"`
+	Machine      Machine   `json:"machine"`
+	Started      time.Time `json:"started"`
+	Seconds      float64   `json:"seconds"`
+}
+
+// Run measures both systems (deltapub only without cfg.NATSServer).
+// It fails only on a bad configuration or a cancelled ctx; a failed run
+// is recorded in the report's Errors and the others go on.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	rep := &Report{PayloadBytes: PayloadSize, Delta: cfg.Delta, Machine: ThisMachine(), Started: time.Now().UTC()}
+	systems := []system{deltapubSystem{launch: cfg.Launcher, delta: cfg.Delta}}
+	figs := []*Figures{&rep.Deltapub}
+	if cfg.NATSServer != "" {
+		rep.NATS = &Figures{}
+		rep.NATSVersion = NATSVersion
+		systems = append(systems, natsSystem{bin: cfg.NATSServer})
+		figs = append(figs, rep.NATS)
+	}
+	var prof *profiler
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("benchcompare: profile directory: %w", err)
+		}
+		prof = &profiler{dir: cfg.ProfileDir, seconds: cfg.ProfileSeconds, log: cfg.Progress}
+	}
+	type step struct {
+		name  string
+		chain bool // deltapub only
+		run   func(ctx context.Context, sys system, f *Figures) (string, error)
+	}
+	tput := func(t Throughput) string {
+		done := ""
+		if !t.Complete {
+			done = fmt.Sprintf(" INCOMPLETE %d/%d", t.Delivered, t.Expected)
+		}
+		return fmt.Sprintf("%.0f deliveries/s over %.1f s%s", t.Rate, t.Seconds, done)
+	}
+	steps := []step{
+		{"single", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
+			var err error
+			f.Single, err = runThroughput(ctx, sys, 1, 0, 0, 1, cfg.Messages, prof.with("single"))
+			return tput(f.Single), err
+		}},
+		{"two_server", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
+			var err error
+			n := 2
+			if sys.Name() == "NATS" {
+				n = 3 // publisher on A, subscriber on C
+			}
+			f.TwoServer, err = runThroughput(ctx, sys, n, 0, n-1, 1, cfg.Messages, prof.with("two_server"))
+			return tput(f.TwoServer), err
+		}},
+		{"three_broker_chain", true, func(ctx context.Context, sys system, f *Figures) (string, error) {
+			t, err := runThroughput(ctx, sys, 3, 0, 2, 1, cfg.Messages, prof.with("chain3"))
+			f.Chain3 = &t
+			return tput(t), err
+		}},
+		{"fanout", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
+			var err error
+			n := 2
+			if sys.Name() == "NATS" {
+				n = 3
+			}
+			f.Fanout, err = runThroughput(ctx, sys, n, 0, n-1, cfg.FanoutSubs, cfg.FanoutMessages, prof.with("fanout"))
+			return tput(f.Fanout), err
+		}},
+		{"latency", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
+			var err error
+			f.Latency, err = runLatency(ctx, sys, cfg.LatencyRate, cfg.LatencyMessages)
+			l := f.Latency
+			return fmt.Sprintf("p50 %.0f µs, p99 %.0f µs, p99.9 %.0f µs (%d measured, %d lost)", l.P50Us, l.P99Us, l.P999Us, l.Measured, l.Lost), err
+		}},
+		{"filtered", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
+			var err error
+			f.Filtered, err = runFiltered(ctx, sys, cfg.FilterSubs, cfg.FilterConns, cfg.FilterPubs, cfg.Seed, prof.with("filtered"))
+			r := f.Filtered
+			return fmt.Sprintf("%.0f deliveries/s (%d/%d), %.1f MB to subscribers", r.Rate, r.Delivered, r.Expected, float64(r.BytesToSubs)/1e6), err
+		}},
+	}
+	total := 0
+	for _, s := range steps {
+		if s.chain {
+			total++
+		} else {
+			total += len(systems)
+		}
+	}
+	t0 := time.Now()
+	k := 0
+	for _, s := range steps {
+		for i, sys := range systems {
+			if s.chain && i > 0 {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return rep, fmt.Errorf("benchcompare: interrupted: %w", err)
+			}
+			k++
+			rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+			st := time.Now()
+			msg, err := s.run(rctx, sys, figs[i])
+			cancel()
+			if err != nil {
+				if figs[i].Errors == nil {
+					figs[i].Errors = map[string]string{}
+				}
+				figs[i].Errors[s.name] = err.Error()
+				msg = "FAILED: " + err.Error()
+			}
+			fmt.Fprintf(cfg.Progress, "[%d/%d] %-8s %-18s %s (%.0f s)\n", k, total, sys.Name(), s.name, msg, time.Since(st).Seconds())
+		}
+	}
+	rep.Seconds = time.Since(t0).Seconds()
+	if n := rep.NATS; n != nil {
+		d := &rep.Deltapub
+		rep.SingleRatio = ratio(d.Single.Rate, n.Single.Rate)
+		rep.TwoServerRatio = ratio(d.TwoServer.Rate, n.TwoServer.Rate)
+		rep.FanoutRatio = ratio(d.Fanout.Rate, n.Fanout.Rate)
+		rep.P99Ratio = ratio(d.Latency.P99Us, n.Latency.P99Us)
+		rep.FilteredRatio = ratio(d.Filtered.Rate, n.Filtered.Rate)
+	}
+	return rep, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// ThisMachine describes the machine the harness runs on.
+func ThisMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// goal is one of issue 6's targets for a ratio.
+type goal struct {
+	atLeast bool // ratio ≥ bound (else ≤ bound)
+	strict  bool // > rather than ≥
+	bound   float64
+}
+
+func (g goal) String() string {
+	switch {
+	case g.atLeast && g.strict:
+		return fmt.Sprintf("> %g", g.bound)
+	case g.atLeast:
+		return fmt.Sprintf("≥ %g", g.bound)
+	default:
+		return fmt.Sprintf("≤ %g", g.bound)
+	}
+}
+
+func (g goal) met(r float64) bool {
+	switch {
+	case r == 0:
+		return false
+	case g.atLeast && g.strict:
+		return r > g.bound
+	case g.atLeast:
+		return r >= g.bound
+	default:
+		return r <= g.bound
+	}
+}
+
+// WriteTable writes the side-by-side table.
+func (r *Report) WriteTable(w io.Writer) error {
+	var n Figures
+	hasNATS := r.NATS != nil
+	if hasNATS {
+		n = *r.NATS
+	}
+	d := r.Deltapub
+	type row struct {
+		name   string
+		dp, nt float64
+		unit   string
+		g      *goal
+		noNATS bool
+	}
+	g := func(atLeast, strict bool, b float64) *goal { return &goal{atLeast, strict, b} }
+	rows := []row{
+		{name: "single 1→1", dp: d.Single.Rate, nt: n.Single.Rate, unit: "msgs/s", g: g(true, false, 0.5)},
+		{name: "two servers (B1→B2 | A→C)", dp: d.TwoServer.Rate, nt: n.TwoServer.Rate, unit: "msgs/s", g: g(true, false, 0.5)},
+		{name: "3-broker chain B1→B3", unit: "msgs/s", noNATS: true},
+		{name: fmt.Sprintf("fan-out 1→%d, far server", d.Fanout.Subs), dp: d.Fanout.Rate, nt: n.Fanout.Rate, unit: "deliveries/s", g: g(true, false, 0.8)},
+		{name: fmt.Sprintf("latency p50 @ %d/s", d.Latency.Rate), dp: d.Latency.P50Us, nt: n.Latency.P50Us, unit: "µs"},
+		{name: "latency p99", dp: d.Latency.P99Us, nt: n.Latency.P99Us, unit: "µs", g: g(false, false, 2)},
+		{name: "latency p99.9", dp: d.Latency.P999Us, nt: n.Latency.P999Us, unit: "µs"},
+		{name: fmt.Sprintf("filtered, %d subs", d.Filtered.Subs), dp: d.Filtered.Rate, nt: n.Filtered.Rate, unit: "deliveries/s", g: g(true, true, 1)},
+		{name: "  bytes to subscribers", dp: float64(d.Filtered.BytesToSubs) / 1e6, nt: float64(n.Filtered.BytesToSubs) / 1e6, unit: "MB"},
+		{name: "  messages to subscribers", dp: float64(d.Filtered.Carried), nt: float64(n.Filtered.Carried), unit: "msgs"},
+	}
+	if d.Chain3 != nil {
+		rows[2].dp = d.Chain3.Rate
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", "figure (250 B payloads)", "deltapub", "NATS "+r.NATSVersion, "unit", "ratio", "goal")
+	for _, x := range rows {
+		nt, rt, goalS := "—", "—", ""
+		if hasNATS && !x.noNATS {
+			nt = num(x.nt)
+			rv := ratio(x.dp, x.nt)
+			rt = fmt.Sprintf("%.2f", rv)
+			if x.g != nil {
+				goalS = x.g.String() + " "
+				if x.g.met(rv) {
+					goalS += "met"
+				} else {
+					goalS += "MISSED"
+				}
+			}
+		}
+		fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", x.name, num(x.dp), nt, x.unit, rt, goalS)
+	}
+	for _, f := range []*Figures{&d, r.NATS} {
+		if f == nil {
+			continue
+		}
+		for k, v := range f.Errors {
+			fmt.Fprintf(&b, "failed run: %s: %s\n", k, v)
+		}
+	}
+	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; deltapub δ = %d; %.0f s\n", r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Machine.OS, r.Delta, r.Seconds)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// num formats with thousands separators (no decimals above 100).
+func num(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	s := fmt.Sprintf("%.0f", v)
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
