@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/deltapub/deltapub/internal/wire"
@@ -38,6 +39,10 @@ type peerConn struct {
 	frames    int
 	spaceWait chan struct{} // closed by the writer when it takes the queue; nil if nobody waits
 	closedErr error         // non-nil once closing: every send fails with it
+
+	// counters for Stats
+	sentFrames, sentBytes, recvFrames atomic.Uint64
+	writes                            atomic.Uint64
 
 	wake    chan struct{} // cap 1: the queue went from empty to non-empty
 	closing chan struct{} // closed when the conn starts closing
@@ -90,6 +95,7 @@ func (c *peerConn) send(m message.Message, raw []byte, block bool) error {
 				return err
 			}
 			c.frames++
+			c.sentFrames.Add(1)
 			first := c.frames == 1
 			c.mu.Unlock()
 			if first {
@@ -165,6 +171,8 @@ func (c *peerConn) writeLoop() {
 			c.finish()
 			return
 		}
+		c.sentBytes.Add(uint64(len(batch)))
+		c.writes.Add(1)
 		spare = batch
 	}
 }
@@ -270,8 +278,24 @@ func (c *peerConn) readLoop(what string, batch bool, deliver func([]message.Mess
 			c.abort(codeProtocol, reason)
 			return fmt.Errorf("quic: %s: %s", what, reason)
 		}
+		c.recvFrames.Add(1)
 		ms = append(ms, m)
 	}
+}
+
+// Stats are a link's or session's counters since it came up.
+type Stats struct {
+	FramesQueued   uint64 // frames accepted by Send/TrySend/SendFrame
+	BytesWritten   uint64 // bytes written to the stream
+	Writes         uint64 // stream writes (FramesQueued/Writes is the batching factor)
+	FramesReceived uint64 // messages handed to the Handler
+	Queued         int    // frames waiting now
+}
+
+// Stats returns the counters.
+func (c *peerConn) Stats() Stats {
+	return Stats{FramesQueued: c.sentFrames.Load(), BytesWritten: c.sentBytes.Load(), Writes: c.writes.Load(),
+		FramesReceived: c.recvFrames.Load(), Queued: c.queued()}
 }
 
 func (c *peerConn) readFailed(what string, err error) error {

@@ -212,6 +212,11 @@ func TestLinkUpMessagesBothWaysInOrder(t *testing.T) {
 	}
 	checkSeqs(t, recvN(t, b.rec.msgs, n), 1)
 	checkSeqs(t, recvN(t, a.rec.msgs, n), 1)
+	if st := la.Stats(); st.FramesQueued != n || st.Writes == 0 || st.Writes > n || lb.Stats().FramesReceived != n {
+		t.Fatalf("stats %+v / %+v", st, lb.Stats())
+	} else {
+		t.Logf("%d frames in %d writes", st.FramesQueued, st.Writes)
+	}
 	// An orderly close: the last message still arrives, both sides see
 	// PeerDown, the acceptor with the reason.
 	if err := la.Send(&message.PubAck{Seq: 99}); err != nil {
