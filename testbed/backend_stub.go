@@ -14,9 +14,7 @@ func (u unavailable) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 }
 
 func init() {
-	RegisterBackend("process", func(Options) Backend {
-		return unavailable{"process", "the `deltapub broker` command and the client library"}
-	})
+	RegisterBackend("process", func(o Options) Backend { return processBackend{o} })
 	RegisterBackend("inproc", func(Options) Backend {
 		return unavailable{"inproc", "the overlay runtime and the client library"}
 	})

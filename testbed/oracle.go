@@ -64,7 +64,12 @@ type faultTimeline struct {
 	frozenTail map[string]time.Duration // frozen at the end of the run, since
 }
 
-func newTimeline(p *Plan, applied []AppliedFault) *faultTimeline {
+func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTimeline {
+	type step struct {
+		at      time.Duration
+		actions []Action
+	}
+	var steps []step
 	at := make([]time.Duration, len(p.Faults))
 	for i, f := range p.Faults {
 		at[i] = f.At
@@ -74,26 +79,28 @@ func newTimeline(p *Plan, applied []AppliedFault) *faultTimeline {
 			at[a.Index] = a.At
 		}
 	}
-	order := make([]int, len(p.Faults))
-	for i := range order {
-		order[i] = i
+	for i, f := range p.Faults {
+		steps = append(steps, step{at[i], f.Actions})
 	}
-	sort.SliceStable(order, func(a, b int) bool { return at[order[a]] < at[order[b]] })
+	for _, m := range manual {
+		steps = append(steps, step{m.at, []Action{m.a}})
+	}
+	sort.SliceStable(steps, func(a, b int) bool { return steps[a].at < steps[b].at })
 	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}}
 	state := map[string]brokerState{}
 	frozeAt := map[string]time.Duration{}
 	cuts := map[[2]string]bool{}
-	for _, i := range order {
-		for _, a := range p.Faults[i].Actions {
+	for _, st := range steps {
+		for _, a := range st.actions {
 			switch a.Kind {
 			case ActCrash:
 				state[a.Broker] = stCrashed
-				tl.crashes[a.Broker] = append(tl.crashes[a.Broker], at[i])
+				tl.crashes[a.Broker] = append(tl.crashes[a.Broker], st.at)
 			case ActRestart, ActResume:
 				state[a.Broker] = stUp
 			case ActFreeze:
 				state[a.Broker] = stFrozen
-				frozeAt[a.Broker] = at[i]
+				frozeAt[a.Broker] = st.at
 			case ActCut:
 				cuts[pairOf(a.Broker, a.Peer)] = true
 			case ActHeal:
@@ -106,10 +113,10 @@ func newTimeline(p *Plan, applied []AppliedFault) *faultTimeline {
 				n++
 			}
 		}
-		if at[i] == tl.bounds[len(tl.bounds)-1] {
+		if st.at == tl.bounds[len(tl.bounds)-1] {
 			tl.down[len(tl.down)-1] = n
 		} else {
-			tl.bounds = append(tl.bounds, at[i])
+			tl.bounds = append(tl.bounds, st.at)
 			tl.down = append(tl.down, n)
 		}
 	}
@@ -174,7 +181,7 @@ func Judge(p *Plan, r *Recorder) Verdict {
 	defer r.mu.Unlock()
 	delta := p.Spec.Overlay.Delta
 	w := p.Spec.Metrics.FaultWindow.Duration
-	tl := newTimeline(p, r.faults)
+	tl := newTimeline(p, r.faults, r.manual)
 	pubBroker := map[string]string{}
 	for _, pb := range p.Publishers {
 		pubBroker[pb.Name] = pb.Broker

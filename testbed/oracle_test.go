@@ -24,7 +24,7 @@ func idealRun(t *testing.T, p *Plan, skip func(sub int, id message.PubID) bool) 
 			r.Confirmed(si, k, 500*time.Millisecond)
 		}
 	}
-	tl := newTimeline(p, nil)
+	tl := newTimeline(p, nil, nil)
 	for _, pb := range p.Publishers {
 		st := pb.Stream()
 		for ev, ok := st.Next(); ok; ev, ok = st.Next() {

@@ -251,7 +251,7 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	if s.Metrics.Sample.Duration < 10*time.Millisecond {
 		errs.add(L("metrics.sample"), "sample = %v: at least 10ms", s.Metrics.Sample.Duration)
 	}
-	if s.Process.BasePort < 1024 || s.Process.BasePort+2*len(topo.Names) > 65535 {
+	if s.Process.BasePort != 0 && (s.Process.BasePort < 1024 || s.Process.BasePort+2*len(topo.Names) > 65535) {
 		errs.add(L("process.base_port"), "base_port = %d: brokers need ports %d..%d within 1024..65535", s.Process.BasePort, s.Process.BasePort, s.Process.BasePort+2*len(topo.Names))
 	}
 	if err := errs.err(); err != nil {

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ type Recorder struct {
 	gaps    []GapRecord
 	faults  []AppliedFault
 	samples []BrokerSample
+	manual  []manualFault
 	ctrl    int64
 	ctrlOK  bool
 	notes   []string
@@ -172,6 +174,22 @@ func (r *Recorder) FaultApplied(i int, at time.Duration, err error) {
 	r.faults = append(r.faults, af)
 	r.mu.Unlock()
 	r.nFaults.Add(1)
+}
+
+type manualFault struct {
+	at time.Duration
+	a  Action
+}
+
+// ManualFault records a fault injected by hand through the control socket,
+// so that the oracle knows what was down.
+func (r *Recorder) ManualFault(at time.Duration, a Action) {
+	r.mu.Lock()
+	if len(r.manual) < 10000 {
+		r.manual = append(r.manual, manualFault{at, a})
+	}
+	r.mu.Unlock()
+	r.Note(fmt.Sprintf("manual fault at %v: %s", at.Round(time.Millisecond), a))
 }
 
 // Sample records a broker measurement.

@@ -54,8 +54,9 @@ type DelayReport struct {
 }
 
 // PhaseStats are the delays of publications published before a fault
-// (since the previous fault's window ended), during it ([at, at+window))
-// and after it (until the next fault).
+// (since the previous fault's window ended, and delivered before it
+// struck), during it (published in [at, at+window), or earlier but still in
+// flight at the fault) and after it (until the next fault).
 type PhaseStats struct {
 	AtMs   float64 `json:"at_ms"`
 	Fault  string  `json:"fault"`
@@ -126,10 +127,13 @@ func phaseReport(pts []delayPoint, marks []faultMark, windowMs, endMs float64) D
 		}
 		var b, d, a []float64
 		for _, p := range pts {
+			// A publication published before the fault but still in
+			// flight when it struck counts as "during": it is the one the
+			// fault delays.
 			switch {
-			case p.pubMs >= prevEnd && p.pubMs < m.AtMs:
+			case p.pubMs >= prevEnd && p.pubMs < m.AtMs && p.pubMs+p.delayMs < m.AtMs:
 				b = append(b, p.delayMs)
-			case p.pubMs >= m.AtMs && p.pubMs < m.AtMs+windowMs:
+			case p.pubMs >= prevEnd && p.pubMs < m.AtMs+windowMs:
 				d = append(d, p.delayMs)
 			case p.pubMs >= m.AtMs+windowMs && p.pubMs < next:
 				a = append(a, p.delayMs)

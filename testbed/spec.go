@@ -117,7 +117,7 @@ type MetricsSpec struct {
 
 // ProcessSpec tunes the process backend.
 type ProcessSpec struct {
-	BasePort int    `toml:"base_port"` // first UDP/TCP port; brokers use base+2i (QUIC) and base+2i+1 (admin); default 17000
+	BasePort int    `toml:"base_port"` // if set, broker i uses UDP base+2i (QUIC) and TCP base+2i+1 (admin); default 0: free ports picked at start
 	Binary   string `toml:"binary"`    // deltapub binary for the brokers; default: this executable
 }
 
@@ -187,9 +187,6 @@ func (s *Spec) defaults() {
 	}
 	if s.Metrics.FaultWindow.Duration == 0 {
 		s.Metrics.FaultWindow.Duration = 4 * o.FailureTimeout.Duration
-	}
-	if s.Process.BasePort == 0 {
-		s.Process.BasePort = 17000
 	}
 }
 

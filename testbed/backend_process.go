@@ -1,0 +1,441 @@
+package testbed
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// processBackend runs every broker as a `deltapub broker` process on
+// 127.0.0.1; the clients run in the testbed process over real QUIC.
+//
+// No broker outlives a run: each is started with Pdeathsig = SIGKILL (the
+// kernel kills it when the testbed dies, even by SIGKILL), from one OS
+// thread that stays locked for the whole run (Pdeathsig fires when the
+// forking *thread* exits, so the thread must not be recycled), in its own
+// process group (a Ctrl-C reaches the testbed, which stops the brokers
+// itself), and stopAll kills every one on every exit path.
+type processBackend struct{ o Options }
+
+func (b processBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
+	bin := b.o.Binary
+	if bin == "" {
+		bin = p.Spec.Process.Binary
+	}
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("testbed: process mode: cannot find the deltapub binary: %v", err)
+		}
+		bin = exe
+	}
+	h, err := newProcHost(p, bin, b.o.Out)
+	if err != nil {
+		return err
+	}
+	return runRealtime(ctx, p, rec, h, b.o)
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when the process has exited
+	frozen bool
+	log    *os.File
+	cpu    float64 // utime+stime seconds at the last sample
+	cpuAt  time.Time
+	in     int64 // counters at the last sample
+	out    int64
+	ctrl   int64
+	epochN int
+}
+
+type procHost struct {
+	p     *Plan
+	bin   string
+	logs  string
+	mu    sync.Mutex
+	procs map[string]*proc
+	port  map[string]int // QUIC (UDP) port
+	aport map[string]int // admin (TCP) port
+	// ctrlDone is the control messages of incarnations that ended.
+	ctrlDone int64
+	spawn    chan func()
+	stopOnce sync.Once
+	http     *http.Client
+}
+
+func newProcHost(p *Plan, bin, out string) (*procHost, error) {
+	h := &procHost{p: p, bin: bin, procs: map[string]*proc{}, port: map[string]int{}, aport: map[string]int{},
+		spawn: make(chan func()), http: &http.Client{Timeout: 2 * time.Second}}
+	if out != "" {
+		h.logs = filepath.Join(out, "logs")
+		if err := os.MkdirAll(h.logs, 0o755); err != nil {
+			return nil, fmt.Errorf("testbed: %v", err)
+		}
+	}
+	// Ports: fixed from process.base_port (checked free before anything
+	// starts, so a clash is one clear error rather than a broker dying at
+	// join time), or free ones picked now. A picked port could be taken by
+	// someone else before the broker binds it; the broker then fails to
+	// start and the run says so.
+	for i, n := range p.Topo.Names {
+		if base := p.Spec.Process.BasePort; base != 0 {
+			h.port[n], h.aport[n] = base+2*i, base+2*i+1
+		}
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", h.port[n]))
+		if err != nil {
+			return nil, fmt.Errorf("testbed: process mode: UDP port %d for %s is busy (change process.base_port, or drop it to pick free ports): %v", h.port[n], n, err)
+		}
+		t, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", h.aport[n]))
+		if err != nil {
+			u.Close()
+			return nil, fmt.Errorf("testbed: process mode: TCP port %d (admin of %s) is busy (change process.base_port, or drop it to pick free ports): %v", h.aport[n], n, err)
+		}
+		h.port[n] = u.LocalAddr().(*net.UDPAddr).Port
+		h.aport[n] = t.Addr().(*net.TCPAddr).Port
+		u.Close()
+		t.Close()
+	}
+	ready := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine, after every child is gone
+		close(ready)
+		for f := range h.spawn {
+			f()
+		}
+	}()
+	<-ready
+	return h, nil
+}
+
+func (h *procHost) addr(n string) string  { return fmt.Sprintf("127.0.0.1:%d", h.port[n]) }
+func (h *procHost) admin(n string) string { return fmt.Sprintf("127.0.0.1:%d", h.aport[n]) }
+
+func (h *procHost) clientAddr(n string) string { return h.addr(n) }
+
+func (h *procHost) start(ctx context.Context, name string, joinpoints []string) error {
+	h.mu.Lock()
+	if old := h.procs[name]; old != nil {
+		select {
+		case <-old.done:
+		default:
+			h.mu.Unlock()
+			return fmt.Errorf("%s is still running", name)
+		}
+	}
+	h.mu.Unlock()
+	o := h.p.Spec.Overlay
+	args := []string{"broker", "--preset", "testbed", "--id", name,
+		"--listen", h.addr(name), "--admin", h.admin(name),
+		"--delta", strconv.Itoa(o.Delta), "--tick", o.Tick.Duration.String(),
+		"--heartbeat", o.Heartbeat.Duration.String(), "--failure-timeout", o.FailureTimeout.Duration.String(),
+		"--dack-period", o.DACKPeriod.Duration.String(), "--gone-after", o.GoneAfter.Duration.String(),
+		"--max-queue", strconv.Itoa(o.MaxQueue), "--log-format", "json"}
+	if len(joinpoints) > 0 {
+		addrs := make([]string, len(joinpoints))
+		for i, j := range joinpoints {
+			addrs[i] = h.addr(j)
+		}
+		args = append(args, "--join", strings.Join(addrs, ","))
+	}
+	var logf *os.File
+	if h.logs != "" {
+		f, err := os.OpenFile(filepath.Join(h.logs, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		logf = f
+	}
+	cmd := exec.Command(h.bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if logf != nil {
+		cmd.Stdout, cmd.Stderr = logf, logf
+	}
+	errc := make(chan error, 1)
+	h.spawn <- func() { errc <- cmd.Start() }
+	if err := <-errc; err != nil {
+		if logf != nil {
+			logf.Close()
+		}
+		return err
+	}
+	pr := &proc{cmd: cmd, done: make(chan struct{}), log: logf}
+	go func() {
+		_ = cmd.Wait()
+		if logf != nil {
+			logf.Close()
+		}
+		close(pr.done)
+	}()
+	h.mu.Lock()
+	if old := h.procs[name]; old != nil {
+		h.ctrlDone += old.ctrl
+		pr.epochN = old.epochN + 1
+	}
+	h.procs[name] = pr
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *procHost) get(name string) (*proc, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pr := h.procs[name]
+	if pr == nil {
+		return nil, fmt.Errorf("%s was never started", name)
+	}
+	return pr, nil
+}
+
+func (h *procHost) waitJoined(ctx context.Context, name string, timeout time.Duration) error {
+	pr, err := h.get(name)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for i := 0; time.Now().Before(deadline); i++ {
+		select {
+		case <-pr.done:
+			return fmt.Errorf("the broker process exited: %s", h.logTail(name))
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if m, err := h.metrics(name); err == nil && m["deltapub_joined"] == 1 {
+			return nil
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("not joined after %v: %s", timeout, h.logTail(name))
+}
+
+// logTail is the end of a broker's log, for error messages.
+func (h *procHost) logTail(name string) string {
+	if h.logs == "" {
+		return "(no log kept)"
+	}
+	b, err := os.ReadFile(filepath.Join(h.logs, name+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 600 {
+		b = b[len(b)-600:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (h *procHost) signal(name string, sig syscall.Signal) (*proc, error) {
+	pr, err := h.get(name)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-pr.done:
+		return nil, fmt.Errorf("%s is not running", name)
+	default:
+	}
+	if err := pr.cmd.Process.Signal(sig); err != nil {
+		return nil, err
+	}
+	return pr, nil
+}
+
+func (h *procHost) crash(name string) error {
+	pr, err := h.signal(name, syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-pr.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("%s did not die within 5s of SIGKILL", name)
+	}
+}
+
+func (h *procHost) freeze(name string) error {
+	pr, err := h.signal(name, syscall.SIGSTOP)
+	if err == nil {
+		h.mu.Lock()
+		pr.frozen = true
+		h.mu.Unlock()
+	}
+	return err
+}
+
+func (h *procHost) resume(name string) error {
+	pr, err := h.signal(name, syscall.SIGCONT)
+	if err == nil {
+		h.mu.Lock()
+		pr.frozen = false
+		h.mu.Unlock()
+	}
+	return err
+}
+
+var errNoLinkControl = errors.New("cut and heal need the sim mode: broker processes offer no control over single links")
+
+func (h *procHost) cut(a, b string) error  { return errNoLinkControl }
+func (h *procHost) heal(a, b string) error { return errNoLinkControl }
+
+func (h *procHost) stopAll() {
+	h.stopOnce.Do(func() {
+		h.mu.Lock()
+		procs := make([]*proc, 0, len(h.procs))
+		for _, pr := range h.procs {
+			procs = append(procs, pr)
+		}
+		h.mu.Unlock()
+		for _, pr := range procs {
+			select {
+			case <-pr.done:
+				continue
+			default:
+			}
+			// SIGKILL works on stopped processes too.
+			_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		for _, pr := range procs {
+			select {
+			case <-pr.done:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		close(h.spawn)
+	})
+}
+
+// metrics scrapes the broker's /metrics and sums every sample per metric
+// name (labels summed away).
+func (h *procHost) metrics(name string) (map[string]float64, error) {
+	resp, err := h.http.Get("http://" + h.admin(name) + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	return parseMetrics(io.LimitReader(resp.Body, 8<<20))
+}
+
+// parseMetrics reads the Prometheus text format, summing the samples of
+// each metric over its labels.
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		sp := bytes.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		name := line[:sp]
+		if i := bytes.IndexByte(name, '{'); i >= 0 {
+			name = name[:i]
+		}
+		v, err := strconv.ParseFloat(string(line[sp+1:]), 64)
+		if err != nil {
+			continue
+		}
+		out[string(name)] += v
+	}
+	return out, sc.Err()
+}
+
+// clkTck is the kernel's clock tick for /proc CPU times (USER_HZ, 100 on
+// every Linux architecture Go supports).
+const clkTck = 100
+
+// procCPU returns utime+stime in seconds and the RSS in bytes of pid.
+func procCPU(pid int) (float64, int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("bad /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 22 {
+		return 0, 0, fmt.Errorf("short /proc stat")
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	rssPages, _ := strconv.ParseInt(f[21], 10, 64)
+	return (ut + st) / clkTck, rssPages * int64(os.Getpagesize()), nil
+}
+
+func (h *procHost) sample(name string) BrokerSample {
+	s := BrokerSample{CPU: -1, MsgsIn: -1, MsgsOut: -1, Queue: -1}
+	pr, err := h.get(name)
+	if err != nil {
+		return s
+	}
+	select {
+	case <-pr.done:
+		return BrokerSample{Up: false}
+	default:
+	}
+	h.mu.Lock()
+	frozen := pr.frozen
+	h.mu.Unlock()
+	s.Up = !frozen
+	now := time.Now()
+	if cpu, rss, err := procCPU(pr.cmd.Process.Pid); err == nil {
+		if !pr.cpuAt.IsZero() {
+			s.CPU = 100 * (cpu - pr.cpu) / now.Sub(pr.cpuAt).Seconds()
+		} else {
+			s.CPU = 0
+		}
+		pr.cpu, pr.cpuAt, s.RSS = cpu, now, rss
+	}
+	if frozen {
+		return s // its admin endpoint cannot answer
+	}
+	m, err := h.metrics(name)
+	if err != nil {
+		return s
+	}
+	in, out := int64(m["deltapub_peer_messages_in_total"]), int64(m["deltapub_peer_messages_out_total"])
+	s.MsgsIn, s.MsgsOut = in-pr.in, out-pr.out
+	s.Queue = int64(m["deltapub_queue_length"])
+	h.mu.Lock()
+	pr.in, pr.out = in, out
+	pr.ctrl = int64(m["deltapub_control_messages_sent_total"])
+	h.mu.Unlock()
+	return s
+}
+
+func (h *procHost) controlMessages() (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.ctrlDone
+	for _, pr := range h.procs {
+		n += pr.ctrl
+	}
+	return n, true
+}

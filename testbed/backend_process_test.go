@@ -1,0 +1,84 @@
+package testbed
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestProcessEndToEnd runs the CI example with real broker processes on
+// 127.0.0.1: two adjacent crashes and a restart, verdict PASS, and no
+// broker left behind (checked in Cleanup).
+func TestProcessEndToEnd(t *testing.T) {
+	bin := needBinary(t)
+	p, err := Load("examples/ci.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	sum, err := Run(ctx, p, "process", dir, Options{Binary: bin}, nil)
+	if err != nil {
+		t.Fatalf("seed %d: %v\n%s", p.Spec.Seed, err, logs(dir))
+	}
+	if sum.Verdict.Verdict != "PASS" || sum.Verdict.ExpectedDeliveries == 0 {
+		t.Fatalf("seed %d: %s\n%s", p.Spec.Seed, FormatSummary(sum, dir), logs(dir))
+	}
+	if sum.MemoryTotalMB == nil || *sum.MemoryTotalMB <= 0 {
+		t.Errorf("no broker memory measured")
+	}
+	if len(sum.Faults) != 2 || sum.Faults[0].Err != "" || sum.Faults[1].Err != "" {
+		t.Errorf("faults not applied cleanly: %+v", sum.Faults)
+	}
+}
+
+// TestProcessInterrupted cancels a run half-way (as Ctrl-C does): Run
+// returns the cancellation, writes the results it has, and kills every
+// broker (checked in Cleanup).
+func TestProcessInterrupted(t *testing.T) {
+	bin := needBinary(t)
+	p, err := Load("examples/ci.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		// Cancel once publishing is under way (bounded: 30 s).
+		for i := 0; i < 600; i++ {
+			if b, err := os.ReadFile(filepath.Join(dir, "control.addr")); err == nil && len(b) > 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+	}()
+	sum, err := Run(ctx, p, "process", dir, Options{Binary: bin}, nil)
+	if err == nil {
+		t.Fatal("an interrupted run returned no error")
+	}
+	if sum == nil || sum.Verdict.Verdict != "FAIL" {
+		t.Fatalf("interrupted run: summary %+v", sum)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "summary.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func logs(dir string) string {
+	var b strings.Builder
+	files, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		if len(data) > 1500 {
+			data = data[len(data)-1500:]
+		}
+		b.WriteString("--- " + f + "\n" + string(data) + "\n")
+	}
+	return b.String()
+}

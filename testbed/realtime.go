@@ -1,0 +1,402 @@
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// host is what the real-time modes differ in: how a broker is started,
+// killed, frozen and measured. The driver below does the rest (clients,
+// schedule, faults, sampling) the same way for both.
+type host interface {
+	// start launches broker name (restart: again, after a crash, with a new
+	// epoch) joining through joinpoints (broker names, tried in order).
+	start(ctx context.Context, name string, joinpoints []string) error
+	// waitJoined returns once name is a full member, or an error at the
+	// deadline.
+	waitJoined(ctx context.Context, name string, timeout time.Duration) error
+	crash(name string) error
+	freeze(name string) error
+	resume(name string) error
+	cut(a, b string) error
+	heal(a, b string) error
+	// clientAddr is where clients of name connect.
+	clientAddr(name string) string
+	// sample measures name since the previous sample.
+	sample(name string) BrokerSample
+	// controlMessages is the total of control messages sent by every
+	// broker, or false when unknown.
+	controlMessages() (int64, bool)
+	// stopAll ends every broker; it is called on every exit path and must
+	// be safe to call twice.
+	stopAll()
+}
+
+// joinpointsFor lists where a broker (re)joins: its ancestors nearest
+// first (up to δ+1 of them, so a join survives δ crashed ancestors), then,
+// for the root, its children.
+func joinpointsFor(t *Topology, name string, delta int) []string {
+	var out []string
+	for n := t.Parent[name]; n != "" && len(out) < delta+1; n = t.Parent[n] {
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		out = append(out, t.Children[name]...)
+	}
+	return out
+}
+
+// maxJoinWait bounds how long the overlay build waits for one broker.
+const maxJoinWait = 20 * time.Second
+
+// runRealtime runs a plan in wall-clock time on a host.
+func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options) (err error) {
+	defer h.stopAll()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	logf := func(format string, args ...any) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, "testbed: "+format+"\n", args...)
+		}
+	}
+	// Build the overlay, one broker at a time in breadth-first order, so
+	// each joinpoint is a member before anyone joins through it.
+	buildStart := time.Now()
+	for _, n := range p.Topo.Names {
+		var jps []string
+		if n != p.Topo.Names[0] {
+			jps = joinpointsFor(p.Topo, n, p.Spec.Overlay.Delta)
+		}
+		if err := h.start(ctx, n, jps); err != nil {
+			return fmt.Errorf("testbed: starting %s: %w", n, err)
+		}
+		if err := h.waitJoined(ctx, n, maxJoinWait); err != nil {
+			return fmt.Errorf("testbed: %s did not join: %w", n, err)
+		}
+	}
+	logf("overlay of %d brokers built in %v", len(p.Topo.Names), time.Since(buildStart).Round(time.Millisecond))
+	rec.Note(fmt.Sprintf("overlay of %d brokers built in %v before t=0", len(p.Topo.Names), time.Since(buildStart).Round(time.Millisecond)))
+
+	start := time.Now()
+	since := func(t time.Time) time.Duration { return t.Sub(start) }
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var clients []*client.Client
+	var clientsMu sync.Mutex
+	defer func() {
+		clientsMu.Lock()
+		for _, c := range clients {
+			c.Close()
+		}
+		clientsMu.Unlock()
+	}()
+	connect := func(name, broker string) (*client.Client, error) {
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		defer ccancel()
+		c, err := client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: 65536})
+		if err != nil {
+			return nil, err
+		}
+		clientsMu.Lock()
+		clients = append(clients, c)
+		clientsMu.Unlock()
+		return c, nil
+	}
+
+	// Subscribers: one client session each, one goroutine per subscription
+	// draining its deliveries.
+	for si, sb := range p.Subscribers {
+		c, err := connect(sb.Name, sb.Broker)
+		if err != nil {
+			return fmt.Errorf("testbed: subscriber %s at %s: %w", sb.Name, sb.Broker, err)
+		}
+		for k, f := range sb.Parsed {
+			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+			sub, err := c.Subscribe(sctx, f)
+			scancel()
+			if err != nil {
+				return fmt.Errorf("testbed: subscriber %s at %s: subscribe %s: %w", sb.Name, sb.Broker, sb.Filters[k], err)
+			}
+			wg.Add(1)
+			go func(si, k int, sub *client.Subscription) {
+				defer wg.Done()
+				select {
+				case <-sub.Confirmed():
+					rec.Confirmed(si, k, time.Since(start))
+				case <-ctx.Done():
+				}
+			}(si, k, sub)
+			wg.Add(1)
+			go func(si, k int, sub *client.Subscription) {
+				defer wg.Done()
+				for d := range sub.C {
+					if d.Gap != nil {
+						rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
+						continue
+					}
+					rec.Delivered(Delivery{Subscriber: si, Sub: k, Pub: d.Pub, PublishedAt: since(d.PublishedAt), At: since(d.ReceivedAt)})
+				}
+			}(si, k, sub)
+		}
+	}
+
+	// Publishers: one goroutine each publishes on schedule; a second one
+	// collects the acknowledgements in order.
+	for _, pb := range p.Publishers {
+		c, err := connect(pb.Name, pb.Broker)
+		if err != nil {
+			return fmt.Errorf("testbed: publisher %s at %s: %w", pb.Name, pb.Broker, err)
+		}
+		type inflight struct {
+			id   message.PubID
+			done <-chan error
+		}
+		acks := make(chan inflight, 4096) // bounded: at the bound the publisher waits for acks
+		wg.Add(2)
+		go func(pb *Publisher) {
+			defer wg.Done()
+			defer close(acks)
+			st := pb.Stream()
+			payload := pb.PayloadBytes()
+			for ev, ok := st.Next(); ok; ev, ok = st.Next() {
+				wait := time.Until(start.Add(ev.At))
+				if wait > 0 {
+					select {
+					case <-time.After(wait):
+					case <-ctx.Done():
+						return
+					}
+				}
+				id := message.PubID{Publisher: pb.Name, Epoch: 1, Seq: ev.Seq}
+				rec.Published(id, pb.Name, time.Since(start), ev.Attrs)
+				done, err := c.PublishAsync(ctx, matching.Publication{Attrs: ev.Attrs, Payload: payload})
+				if err != nil {
+					if ctx.Err() == nil {
+						rec.Note(fmt.Sprintf("publisher %s stopped at seq %d: %v", pb.Name, ev.Seq, err))
+					}
+					return
+				}
+				select {
+				case acks <- inflight{id, done}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}(pb)
+		go func() {
+			defer wg.Done()
+			for a := range acks {
+				select {
+				case err := <-a.done:
+					if err == nil {
+						rec.Acked(a.id)
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+
+	// Faults, from the plan and from the control socket.
+	ctl, ctlErr := startControl(ctx, o.Out, p, h, rec, start)
+	if ctlErr != nil {
+		rec.Note("control socket: " + ctlErr.Error())
+	} else {
+		defer ctl.Close()
+		logf("control socket: %s (scripts/crash.sh etc.)", ctl.Addr())
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, f := range p.Faults {
+			wait := time.Until(start.Add(f.At))
+			if wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return
+				}
+			}
+			errs := applyActions(ctx, p, h, f.Actions)
+			var err error
+			if len(errs) > 0 {
+				err = errors.New(strings.Join(errs, "; "))
+			}
+			rec.FaultApplied(i, time.Since(start), err)
+			logf("t=%v applied %s%s", time.Since(start).Round(time.Millisecond), f, errSuffix(err))
+		}
+	}()
+
+	// Sampling until the end.
+	end := start.Add(p.Spec.End())
+	period := p.Spec.Metrics.Sample.Duration
+	next := start.Add(period)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		rec.SetElapsed(now.Sub(start))
+		if !now.Before(next) {
+			at := now.Sub(start)
+			for _, n := range p.Topo.Names {
+				s := h.sample(n)
+				s.At, s.Broker = at, n
+				rec.Sample(s)
+			}
+			next = next.Add(period)
+		}
+		if !now.Before(end) {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			cancel()
+			return ctx.Err()
+		}
+	}
+	if n, ok := h.controlMessages(); ok {
+		rec.ControlMessages(n)
+	}
+	cancel()
+	clientsMu.Lock()
+	for _, c := range clients {
+		c.Close()
+	}
+	clientsMu.Unlock()
+	return nil
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (error: " + err.Error() + ")"
+}
+
+func applyActions(ctx context.Context, p *Plan, h host, acts []Action) []string {
+	var errs []string
+	var restarted []string
+	for _, a := range acts {
+		var err error
+		switch a.Kind {
+		case ActCrash:
+			err = h.crash(a.Broker)
+		case ActRestart:
+			err = h.start(ctx, a.Broker, joinpointsFor(p.Topo, a.Broker, p.Spec.Overlay.Delta))
+			if err == nil {
+				restarted = append(restarted, a.Broker)
+			}
+		case ActFreeze:
+			err = h.freeze(a.Broker)
+		case ActResume:
+			err = h.resume(a.Broker)
+		case ActCut:
+			err = h.cut(a.Broker, a.Peer)
+		case ActHeal:
+			err = h.heal(a.Broker, a.Peer)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", a, err))
+		}
+	}
+	_ = restarted // a restarted broker rejoins in the background; the oracle judges what follows
+	return errs
+}
+
+// control is the testbed's control socket: a TCP listener on 127.0.0.1
+// taking one command per line ("crash B2", "restart B2", "freeze B3",
+// "resume B3", "cut B1 B2", "heal B1 B2", "brokers"), answering "ok" or
+// "error: …". Its address is written to OUT/control.addr for the scripts.
+type control struct {
+	ln net.Listener
+}
+
+func (c *control) Addr() string { return c.ln.Addr().String() }
+func (c *control) Close()       { c.ln.Close() }
+
+// maxControlLine bounds one command line.
+const maxControlLine = 1024
+
+func startControl(ctx context.Context, out string, p *Plan, h host, rec *Recorder, start time.Time) (*control, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	c := &control{ln: ln}
+	if out != "" {
+		if err := os.WriteFile(filepath.Join(out, "control.addr"), []byte(ln.Addr().String()+"\n"), 0o644); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	var mu sync.Mutex // one command at a time
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(conn net.Conn) {
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(time.Minute))
+				r := bufio.NewReader(io.LimitReader(conn, 64*maxControlLine))
+				for {
+					line, err := r.ReadString('\n')
+					line = strings.TrimSpace(line)
+					if line != "" {
+						mu.Lock()
+						reply := c.do(ctx, p, h, rec, start, line)
+						mu.Unlock()
+						fmt.Fprintln(conn, reply)
+					}
+					if err != nil {
+						return
+					}
+				}
+			}(conn)
+		}
+	}()
+	return c, nil
+}
+
+func (c *control) do(ctx context.Context, p *Plan, h host, rec *Recorder, start time.Time, line string) string {
+	f := strings.Fields(line)
+	if len(f) == 1 && f[0] == "brokers" {
+		return strings.Join(p.Topo.Names, " ")
+	}
+	kinds := map[string]int{ActCrash: 1, ActRestart: 1, ActFreeze: 1, ActResume: 1, ActCut: 2, ActHeal: 2}
+	n, ok := kinds[f[0]]
+	if !ok || len(f) != n+1 {
+		return "error: want crash|restart|freeze|resume BROKER, cut|heal BROKER BROKER, or brokers"
+	}
+	for _, b := range f[1:] {
+		if !p.Topo.Has(b) {
+			return fmt.Sprintf("error: unknown broker %q", b)
+		}
+	}
+	a := Action{Kind: f[0], Broker: f[1]}
+	if n == 2 {
+		a.Peer = f[2]
+	}
+	errs := applyActions(ctx, p, h, []Action{a})
+	rec.ManualFault(time.Since(start), a)
+	if len(errs) > 0 {
+		return "error: " + strings.Join(errs, "; ")
+	}
+	return "ok"
+}
