@@ -109,8 +109,9 @@ type LimitsConfig struct {
 	SendQueue int `toml:"send_queue"`
 	// LinkBlock is how long the runtime waits for room on a full link.
 	LinkBlock time.Duration `toml:"link_block"`
-	// InputQueue bounds the runtime's input channel (messages from all
-	// links and clients). When full, the transport's readers wait, which
+	// InputQueue bounds the runtime's input channel: events from all links
+	// and clients, each a message or a batch of up to 256 messages that a
+	// link had buffered. When full, the transport's readers wait, which
 	// pushes back on the senders through QUIC flow control.
 	InputQueue int `toml:"input_queue"`
 }
@@ -151,7 +152,7 @@ func DefaultBrokerConfig() BrokerConfig {
 			MaxSubsPerClient: 1_000,
 			SendQueue:        8_192, // ~80 ms of traffic at 100,000 msgs/s
 			LinkBlock:        500 * time.Millisecond,
-			InputQueue:       8_192,
+			InputQueue:       1_024,
 		},
 		Log: LogConfig{Level: "info", Format: "json"},
 	}

@@ -47,9 +47,11 @@ type flood struct {
 	except  message.BrokerID // the direction it came from
 	budget  int              // topology floods: hops it may still travel; -1 = unlimited
 	waiters []message.BrokerID
-	out     map[message.BrokerID]bool
-	acked   map[message.BrokerID]bool
-	epochs  map[message.BrokerID]uint64 // incarnation of each target when first sent
+	// targets lists every broker the flood was sent to, with its
+	// incarnation when first sent and whether its answer is awaited (a
+	// small slice: a flood has a handful of targets).
+	targets []ftarget
+	nOut    int
 	msg     func(to message.BrokerID, dist int) message.Message
 	done    func() // called at this broker when complete (local origin)
 }
@@ -63,6 +65,34 @@ const (
 	maxTopoSeen   = 1 << 12
 	maxGapSeen    = 1 << 12
 )
+
+type ftarget struct {
+	id    message.BrokerID
+	epoch uint64
+	out   bool
+}
+
+func (f *flood) find(id message.BrokerID) *ftarget {
+	for i := range f.targets {
+		if f.targets[i].id == id {
+			return &f.targets[i]
+		}
+	}
+	return nil
+}
+
+func (f *flood) isOut(id message.BrokerID) bool {
+	t := f.find(id)
+	return t != nil && t.out
+}
+
+// answered marks id as no longer awaited.
+func (f *flood) answered(id message.BrokerID) {
+	if t := f.find(id); t != nil && t.out {
+		t.out = false
+		f.nOut--
+	}
+}
 
 type target struct {
 	id   message.BrokerID
@@ -115,15 +145,11 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 // startFlood registers f and sends it to its targets; it completes at once
 // when there are none.
 func (n *Node) startFlood(f *flood) {
-	f.out = map[message.BrokerID]bool{}
-	f.acked = map[message.BrokerID]bool{}
-	f.epochs = map[message.BrokerID]uint64{}
 	n.floods[f.key] = f
 	for _, t := range n.floodTargets(f.except, f.key.kind != fkTopo) {
 		if f.budget >= 0 && t.dist > f.budget {
 			continue
 		}
-		f.out[t.id] = true
 		n.sendFlood(f, t)
 	}
 	n.floodCheck(f)
@@ -131,8 +157,12 @@ func (n *Node) startFlood(f *flood) {
 
 func (n *Node) sendFlood(f *flood, t target) {
 	p := n.peer(t.id)
-	if _, ok := f.epochs[t.id]; !ok {
-		f.epochs[t.id] = p.epoch
+	if ft := f.find(t.id); ft == nil {
+		f.targets = append(f.targets, ftarget{id: t.id, epoch: p.epoch, out: true})
+		f.nOut++
+	} else if !ft.out {
+		ft.out = true
+		f.nOut++
 	}
 	if !p.up {
 		n.dial(Peer{ID: t.id}, false)
@@ -142,7 +172,7 @@ func (n *Node) sendFlood(f *flood, t target) {
 }
 
 func (n *Node) floodCheck(f *flood) {
-	if len(f.out) > 0 {
+	if f.nOut > 0 {
 		return
 	}
 	delete(n.floods, f.key)
@@ -170,11 +200,10 @@ func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
 
 func (n *Node) floodAck(k floodKey, from message.BrokerID) {
 	f, ok := n.floods[k]
-	if !ok || !f.out[from] {
+	if !ok || !f.isOut(from) {
 		return
 	}
-	delete(f.out, from)
-	f.acked[from] = true
+	f.answered(from)
 	n.floodCheck(f)
 }
 
@@ -184,7 +213,7 @@ func (n *Node) floodsResend(id message.BrokerID) {
 	n.geometry()
 	for _, k := range n.floodKeys() {
 		f := n.floods[k]
-		if f.out[id] {
+		if f.isOut(id) {
 			n.send(id, f.msg(id, n.dist[id]))
 		}
 	}
@@ -198,14 +227,12 @@ func (n *Node) floodsReroute() {
 		if !ok {
 			continue
 		}
-		for id := range f.out {
-			if p := n.peers[id]; p != nil {
-				if ep, ok := f.epochs[id]; ok && p.epoch > ep {
-					// Restarted since: its new incarnation learns every
-					// subscription through its recovery.
-					delete(f.out, id)
-					f.acked[id] = true
-				}
+		for i := range f.targets {
+			t := &f.targets[i]
+			if p := n.peers[t.id]; p != nil && t.out && p.epoch > t.epoch {
+				// Restarted since: its new incarnation learns every
+				// subscription through its recovery.
+				f.answered(t.id)
 			}
 		}
 		ts := n.floodTargets(f.except, f.key.kind != fkTopo)
@@ -215,17 +242,17 @@ func (n *Node) floodsReroute() {
 				continue
 			}
 			want[t.id] = true
-			if !f.out[t.id] && !f.acked[t.id] {
-				f.out[t.id] = true
+			if f.find(t.id) == nil {
 				n.sendFlood(f, t)
 			}
 		}
-		for id := range f.out {
-			if want[id] || !n.unusable(id) {
+		for i := range f.targets {
+			t := &f.targets[i]
+			if !t.out || want[t.id] || !n.unusable(t.id) {
 				continue
 			}
-			if f.key.kind == fkTopo || n.floodGaveUp(f, id) {
-				delete(f.out, id)
+			if f.key.kind == fkTopo || n.floodGaveUp(f, t.id) {
+				f.answered(t.id)
 			}
 		}
 		n.floodCheck(f)
@@ -247,7 +274,7 @@ func (n *Node) floodGaveUp(f *flood, id message.BrokerID) bool {
 	if p.gone {
 		return true
 	}
-	if ep, ok := f.epochs[id]; ok && p.epoch > ep {
+	if t := f.find(id); t != nil && p.epoch > t.epoch {
 		return true
 	}
 	return false
@@ -349,7 +376,10 @@ func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID,
 	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {
 		// The subscription's own flood is still pending: answer its
 		// waiters now (the withdrawal follows on the same links).
-		f.out = nil
+		for i := range f.targets {
+			f.targets[i].out = false
+		}
+		f.nOut = 0
 		n.floodCheck(f)
 	}
 	if f, ok := n.floods[k]; ok {

@@ -7,7 +7,9 @@ import (
 	"github.com/deltapub/deltapub/routing"
 )
 
-func newMatcher() routing.Matcher { return nil }
+// newMatcher is the routing table's matcher: the matching package's index
+// (no linear scan over the subscriptions per publication).
+func newMatcher() routing.Matcher { return matching.NewIndex() }
 
 // qentry is one publication in the message queue: kept until it is safe
 // for every recipient (PROTOCOL §5).
@@ -49,6 +51,10 @@ func (n *Node) geometry() {
 	}
 	n.routeVer++
 }
+
+// pathTo returns the tree path from this broker to r (both included;
+// cached by the map, not to be modified).
+func (n *Node) pathTo(r message.BrokerID) []message.BrokerID { return n.topo.Path(n.cfg.ID, r) }
 
 // direction returns the tree neighbour toward b ("" when unknown/self).
 func (n *Node) direction(b message.BrokerID) message.BrokerID {
@@ -334,7 +340,7 @@ func (n *Node) purge() {
 				if e.safe[i] {
 					continue
 				}
-				path := n.topo.Path(n.cfg.ID, r)
+				path := n.pathTo(r)
 				if len(path) > 1 && dack.Safe(path[1:], e.stamp, report) {
 					e.safe[i] = true
 				} else {

@@ -141,6 +141,7 @@ type event struct {
 	sess ClientSession
 	peer message.BrokerID
 	msg  message.Message
+	msgs []message.Message // a batch (evPeerMsg, evClientMsg) when msg is nil
 	err  error
 	addr string
 	call func()
@@ -260,6 +261,12 @@ func (r *Runtime) PeerMessage(l PeerLink, m message.Message) {
 	r.put(event{kind: evPeerMsg, link: l, msg: m})
 }
 
+// PeerMessages reports a batch of messages received on l, in order (one
+// channel operation for the batch). ms is not kept.
+func (r *Runtime) PeerMessages(l PeerLink, ms []message.Message) {
+	r.put(event{kind: evPeerMsg, link: l, msgs: slices.Clone(ms)})
+}
+
 // PeerDown reports that l is gone.
 func (r *Runtime) PeerDown(l PeerLink, err error) { r.put(event{kind: evPeerDown, link: l, err: err}) }
 
@@ -269,6 +276,12 @@ func (r *Runtime) ClientUp(s ClientSession) { r.put(event{kind: evClientUp, sess
 // ClientMessage reports a request of a client session.
 func (r *Runtime) ClientMessage(s ClientSession, m message.Message) {
 	r.put(event{kind: evClientMsg, sess: s, msg: m})
+}
+
+// ClientMessages reports a batch of requests of a client session, in
+// order. ms is not kept.
+func (r *Runtime) ClientMessages(s ClientSession, ms []message.Message) {
+	r.put(event{kind: evClientMsg, sess: s, msgs: slices.Clone(ms)})
 }
 
 // ClientDown reports the end of a client session.
@@ -439,28 +452,11 @@ func (r *Runtime) handle(ev event) {
 	case evPeerUp, evDialed:
 		r.linkUp(ev.link)
 	case evPeerMsg:
-		peer := ev.link.Peer()
-		ls := r.links[peer]
-		if ls == nil || ls.l != ev.link {
-			if ls != nil {
-				// A message of a link that was replaced: that link is
-				// closed, and what was in flight on it may be lost.
-				r.log.Debug().Str("peer", string(peer)).Str("type", ev.msg.Type().String()).Msg("message on a replaced link ignored")
-				return
-			}
-			r.linkUp(ev.link) // PeerUp raced with the first message
-			ls = r.links[peer]
-			if ls == nil {
-				return
-			}
+		if ev.msg != nil {
+			r.peerMessages(ev.link, []message.Message{ev.msg})
+		} else {
+			r.peerMessages(ev.link, ev.msgs)
 		}
-		if !ls.announced {
-			// Not a member yet: nothing to do with a peer's message. The
-			// peer retries what matters (joins, heartbeats).
-			return
-		}
-		r.m.peerMsgsIn.WithLabelValues(ev.msg.Type().String()).Inc()
-		r.node.Step(peer, ev.msg)
 	case evPeerDown:
 		peer := ev.link.Peer()
 		ls := r.links[peer]
@@ -504,12 +500,21 @@ func (r *Runtime) handle(ev event) {
 	case evClientMsg:
 		c, ok := r.sessionIDs[ev.sess]
 		if !ok {
-			c, ok = r.clientUp(ev.sess)
-			if !ok {
-				return
-			}
+			// A session closed by the runtime (slow consumer, limit):
+			// what it still sends is ignored.
+			return
 		}
-		r.clientMessage(c, r.sessions[c], ev.msg)
+		if ev.msg != nil {
+			r.clientMessage(c, r.sessions[c], ev.msg)
+			return
+		}
+		for _, m := range ev.msgs {
+			ss := r.sessions[c]
+			if ss == nil {
+				return // disconnected while answering an earlier message
+			}
+			r.clientMessage(c, ss, m)
+		}
 	case evClientDown:
 		c, ok := r.sessionIDs[ev.sess]
 		if !ok {
@@ -519,6 +524,30 @@ func (r *Runtime) handle(ev event) {
 		r.node.ClientClose(c)
 	case evCall:
 		ev.call()
+	}
+}
+
+// peerMessages steps the core with messages received on l.
+func (r *Runtime) peerMessages(l PeerLink, msgs []message.Message) {
+	peer := l.Peer()
+	ls := r.links[peer]
+	if ls == nil || ls.l != l {
+		// A link closed on the core's request, or replaced: what was in
+		// flight on it is lost, as for any link that goes down.
+		r.log.Debug().Str("peer", string(peer)).Int("messages", len(msgs)).Msg("messages on a closed link ignored")
+		return
+	}
+	if !ls.announced {
+		// Not a member yet: nothing to do with a peer's message. The peer
+		// retries what matters (joins, heartbeats).
+		return
+	}
+	for _, m := range msgs {
+		r.m.peerMsgsIn.WithLabelValues(m.Type().String()).Inc()
+		r.node.Step(peer, m)
+		if r.links[peer] != ls {
+			return // closed while stepping (a slow link): the rest is lost with it
+		}
 	}
 }
 

@@ -54,3 +54,12 @@ func (h quicHandler) ClientMessage(s *quic.Session, m message.Message) {
 	h.rt.ClientMessage(s, m)
 }
 func (h quicHandler) ClientDown(s *quic.Session, err error) { h.rt.ClientDown(s, err) }
+
+// quicHandler is also a quic.BatchHandler: what a link had already
+// buffered arrives as one batch, one channel operation in the runtime.
+var _ quic.BatchHandler = quicHandler{}
+
+func (h quicHandler) PeerMessages(l *quic.Link, ms []message.Message) { h.rt.PeerMessages(l, ms) }
+func (h quicHandler) ClientMessages(s *quic.Session, ms []message.Message) {
+	h.rt.ClientMessages(s, ms)
+}

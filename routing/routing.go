@@ -37,6 +37,7 @@ type Entry struct {
 	Local  bool
 	Client message.ClientID
 	key    uint64
+	from   int32 // interned From (index into Table.froms)
 }
 
 // Table is the routing table. Not safe for concurrent use.
@@ -46,6 +47,12 @@ type Table struct {
 	m     Matcher
 	next  uint64
 	buf   []uint64
+	// froms interns the from-pointers so that Recipients deduplicates
+	// with a generation array instead of a scan or a map per publication.
+	fromIdx map[message.BrokerID]int32
+	froms   []message.BrokerID
+	mark    []uint32
+	gen     uint32
 	// Max bounds the number of entries; Insert fails beyond it (the
 	// subscriber is answered with an error, nothing is dropped silently).
 	Max int
@@ -56,7 +63,8 @@ func New(m Matcher) *Table {
 	if m == nil {
 		m = newLinear()
 	}
-	return &Table{byID: map[message.SubID]*Entry{}, byKey: map[uint64]*Entry{}, m: m, Max: 1 << 22}
+	return &Table{byID: map[message.SubID]*Entry{}, byKey: map[uint64]*Entry{}, m: m, Max: 1 << 22,
+		fromIdx: map[message.BrokerID]int32{}}
 }
 
 // Len is the number of entries.
@@ -79,6 +87,16 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	}
 	t.next++
 	e.key = t.next
+	fi, ok := t.fromIdx[e.From]
+	if !ok {
+		// Bounded by the brokers within δ+1 hops (from-pointers never
+		// point farther), so the interning table stays small.
+		fi = int32(len(t.froms))
+		t.fromIdx[e.From] = fi
+		t.froms = append(t.froms, e.From)
+		t.mark = append(t.mark, 0)
+	}
+	e.from = fi
 	if err := t.m.Insert(e.key, e.Filter); err != nil {
 		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
 	}
@@ -143,6 +161,13 @@ func SubLess(a, b message.SubID) bool {
 // local instead).
 func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst []message.BrokerID, local func(*Entry)) []message.BrokerID {
 	start := len(dst)
+	t.gen++
+	if t.gen == 0 { // wrapped: reset the marks
+		for i := range t.mark {
+			t.mark[i] = 0
+		}
+		t.gen = 1
+	}
 	t.Match(p, func(e *Entry) {
 		if e.Local {
 			if local != nil {
@@ -153,11 +178,10 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 		if e.Dir == except && except != "" {
 			return
 		}
-		for _, r := range dst[start:] {
-			if r == e.From {
-				return
-			}
+		if t.mark[e.from] == t.gen {
+			return
 		}
+		t.mark[e.from] = t.gen
 		dst = append(dst, e.From)
 	})
 	s := dst[start:]

@@ -24,6 +24,9 @@ type Map struct {
 	// adj is rebuilt lazily from nodes after every change (changes are
 	// rare: joins, leaves, restarts); nil means stale.
 	adj map[BrokerID][]BrokerID
+	// selfPaths caches paths from the owner (the hot case: next hops,
+	// from-pointers, the safety rule); reset with adj.
+	selfPaths map[BrokerID][]BrokerID
 	// version increases on every change, so callers can cache what they
 	// derive from the map (next hops, from-pointers).
 	version uint64
@@ -77,7 +80,7 @@ func (m *Map) Remove(id BrokerID) {
 	m.changed()
 }
 
-func (m *Map) changed() { m.adj = nil; m.version++ }
+func (m *Map) changed() { m.adj = nil; m.selfPaths = nil; m.version++ }
 
 func (m *Map) adjacency() map[BrokerID][]BrokerID {
 	if m.adj != nil {
@@ -108,8 +111,24 @@ func (m *Map) Neighbours(id BrokerID) []BrokerID { return m.adjacency()[id] }
 func (m *Map) Parent(id BrokerID) BrokerID { return m.nodes[id].Parent }
 
 // Path returns the tree path from a to b, both ends included, or nil when
-// either is unknown or they are not connected inside the map.
+// either is unknown or they are not connected inside the map. The result
+// may be shared: callers must not modify it.
 func (m *Map) Path(a, b BrokerID) []BrokerID {
+	if a != m.self {
+		return m.path(a, b)
+	}
+	if p, ok := m.selfPaths[b]; ok {
+		return p
+	}
+	p := m.path(a, b)
+	if m.selfPaths == nil {
+		m.selfPaths = map[BrokerID][]BrokerID{}
+	}
+	m.selfPaths[b] = p
+	return p
+}
+
+func (m *Map) path(a, b BrokerID) []BrokerID {
 	if !m.Has(a) || !m.Has(b) {
 		return nil
 	}
