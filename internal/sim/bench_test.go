@@ -28,3 +28,10 @@ func BenchmarkSRDS09(b *testing.B) {
 
 // benchSubs overrides the subscription count of BenchmarkSRDS09 (0: 2,600).
 var benchSubs = flag.Int("benchsubs", 0, "subscriptions in BenchmarkSRDS09 (0: the slides' 2,600)")
+
+// BenchmarkFuzzRun is one default-size fuzz run (seed 1017: 77 brokers).
+func BenchmarkFuzzRun(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		FuzzRun(1017, DefaultFuzzOptions())
+	}
+}

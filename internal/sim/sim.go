@@ -11,7 +11,6 @@
 package sim
 
 import (
-	"bytes"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -198,6 +197,7 @@ type Sim struct {
 	log      *Log
 	stats    Stats
 	err      error
+	enc      *wire.Encoder // for Config.Wire
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
 	onNotice func(b message.BrokerID, n Notice)
 }
@@ -760,7 +760,10 @@ func (s *Sim) send(b *broker, env Envelope) {
 	var frame []byte
 	if s.cfg.Wire {
 		var err error
-		if frame, err = wire.AppendFrame(nil, msg); err != nil {
+		if s.enc == nil {
+			s.enc = wire.NewEncoder()
+		}
+		if frame, err = s.enc.AppendFrame(nil, msg); err != nil {
 			s.log.problem(&s.log.Errors, "%s -> %s %s: cannot encode: %v", b.id, env.To, name, err)
 			return
 		}
@@ -773,7 +776,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 			return
 		}
 		if frame != nil {
-			m, err := wire.NewReader(bytes.NewReader(frame), len(frame)+16).Read()
+			m, _, err := wire.Decode(frame, len(frame)+16)
 			if err != nil {
 				s.log.problem(&s.log.Errors, "%s -> %s %s: cannot decode: %v", from, t.id, name, err)
 				return
