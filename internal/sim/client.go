@@ -90,6 +90,7 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 			s.tracef("client %s <- %s Deliver %+v", c.name, b.id, d)
 		}
 		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: c.sub, SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: s.now + s.cfg.ClientDelay, PubTime: d.Time})
+		s.checkOnline(c, d)
 		return
 	}
 	inc := b.inc
@@ -294,3 +295,43 @@ func (s *Sim) CheckLiveness() {
 		}
 	}
 }
+
+// online is the continuous part of the checkers: exactly once and
+// per-source FIFO, checked as each delivery is recorded, so that the
+// trace shows a violation at the instant it happens (the full verdict is
+// still Log.Check after the run).
+type online struct {
+	got  map[message.PubID]bool
+	last map[message.Source]uint64
+}
+
+func (s *Sim) checkOnline(c *client, d *message.Deliver) {
+	if s.online == nil {
+		s.online = map[int]*online{}
+	}
+	o := s.online[c.sub]
+	if o == nil {
+		o = &online{got: map[message.PubID]bool{}, last: map[message.Source]uint64{}}
+		s.online[c.sub] = o
+	}
+	violation := ""
+	if o.got[d.Pub] {
+		violation = "duplicate"
+	} else if last, ok := o.last[d.Pub.Source()]; ok && d.Pub.Seq <= last {
+		violation = fmt.Sprintf("reorder (after seq %d)", last)
+	}
+	o.got[d.Pub] = true
+	if d.Pub.Seq > o.last[d.Pub.Source()] {
+		o.last[d.Pub.Source()] = d.Pub.Seq
+	}
+	if violation != "" {
+		if s.firstViolation < 0 {
+			s.firstViolation = s.now
+		}
+		s.tracef("CHECK %s: %s delivered to %s at %s", violation, d.Pub, c.name, c.edge.id)
+	}
+}
+
+// FirstViolation is when the first duplicate or reordered delivery
+// happened, or -1.
+func (s *Sim) FirstViolation() time.Duration { return s.firstViolation }

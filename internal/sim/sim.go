@@ -198,6 +198,9 @@ type Sim struct {
 	stats    Stats
 	err      error
 	enc      *wire.Encoder // for Config.Wire
+	online   map[int]*online
+	// firstViolation is the first duplicate or reorder seen online, or -1.
+	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
 	onNotice func(b message.BrokerID, n Notice)
 }
@@ -215,6 +218,8 @@ func New(cfg Config) (*Sim, error) {
 		cuts:    map[linkKey]bool{},
 		clients: map[message.ClientID]*client{},
 		log:     newLog(),
+
+		firstViolation: -1,
 	}
 	s.stats.Messages = map[string]int64{}
 	s.stats.Notices = map[string]int64{}
