@@ -57,17 +57,62 @@ func (f Filter) Satisfiable() bool {
 }
 
 func satisfiable(p *Predicate) bool {
-	for _, w := range candidates(p.Value, p.Value) {
-		if holds(p.Op, p.Value, w) {
-			return true
-		}
+	switch p.Op {
+	case OpStrLt:
+		return p.Value.Kind == KindString && p.Value.Str != "" // "" is below every other string
+	case OpLt:
+		_, ok := predD(p.Value)
+		return p.Value.IsNumber() && ok
+	case OpGt:
+		_, ok := succD(p.Value)
+		return p.Value.IsNumber() && ok
 	}
-	return false
+	if p.Op.IsString() {
+		return p.Value.Kind == KindString
+	}
+	if p.Op.IsNumeric() {
+		return p.Value.IsNumber()
+	}
+	return p.Op == OpIsPresent && (p.Value.Kind == KindString || p.Value.IsNumber())
 }
 
-// implies reports whether every value satisfying pb satisfies pa.
+// stringFamily reports whether p holds only for strings (else only for
+// numbers).
+func stringFamily(p *Predicate) bool {
+	return p.Op.IsString() || p.Op == OpIsPresent && p.Value.Kind == KindString
+}
+
+// implies reports whether every value satisfying pb satisfies pa; pb is
+// satisfiable.
 func implies(pb, pa *Predicate) bool {
-	for _, w := range candidates(pb.Value, pa.Value) {
+	if stringFamily(pb) != stringFamily(pa) {
+		return false // a witness of pb is of the wrong type for pa
+	}
+	if pb.Op == OpEq || pb.Op == OpNumEq {
+		// One value (an int and an equal float are the same number).
+		return holds(pa.Op, pa.Value, pb.Value)
+	}
+	if pa.Op == OpIsPresent {
+		return true // same family
+	}
+	var cands []Value
+	if stringFamily(pb) {
+		cs, ds := "", ""
+		if pb.Value.Kind == KindString {
+			cs = pb.Value.Str
+		}
+		if pa.Value.Kind == KindString {
+			ds = pa.Value.Str
+		}
+		for _, s := range stringCandidates(cs, ds) {
+			if holds(pb.Op, pb.Value, Str(s)) && !holds(pa.Op, pa.Value, Str(s)) {
+				return false
+			}
+		}
+		return true
+	}
+	cands = numberCandidates(pb.Value, pa.Value)
+	for _, w := range cands {
 		if holds(pb.Op, pb.Value, w) && !holds(pa.Op, pa.Value, w) {
 			return false
 		}
@@ -80,20 +125,19 @@ var (
 	maxD = Float(math.MaxFloat64)
 )
 
-// candidates returns values among which a witness of "pb holds and pa does
-// not" (or of "p holds") is found whenever one exists.
+// numberCandidates returns numbers among which a witness of "pb holds
+// and pa does not" is found whenever one exists, for numeric-family
+// predicates with operands c and d.
 //
-// Numbers: every numeric predicate's value set is a union of at most two
-// intervals of D (the int64 and finite float64 values, ordered exactly)
-// whose end points lie in {minD, maxD, c, pred(c), succ(c)} for its
-// operand c. The set "pb and not pa" is then a union of intervals whose
-// lower ends lie among those points for both operands, so if it is not
-// empty it contains one of them.
-//
-// Strings: see stringCandidates.
-func candidates(c, d Value) []Value {
-	out := make([]Value, 0, 32)
-	out = append(out, minD, maxD, Int(0))
+// Every numeric predicate's value set is a union of at most two intervals
+// of D (the int64 and finite float64 values, ordered exactly) whose end
+// points lie in {minD, maxD, c, pred(c), succ(c)} for its operand c. The
+// set "pb and not pa" is then a union of intervals whose lower ends lie
+// among those points for both operands, so if it is not empty it
+// contains one of them.
+func numberCandidates(c, d Value) []Value {
+	out := make([]Value, 0, 9)
+	out = append(out, minD, maxD)
 	for _, x := range [2]Value{c, d} {
 		if x.IsNumber() {
 			out = append(out, x)
@@ -105,15 +149,8 @@ func candidates(c, d Value) []Value {
 			}
 		}
 	}
-	cs, ds := "", ""
-	if c.Kind == KindString {
-		cs = c.Str
-	}
-	if d.Kind == KindString {
-		ds = d.Str
-	}
-	for _, s := range stringCandidates(cs, ds) {
-		out = append(out, Str(s))
+	if len(out) == 2 {
+		out = append(out, Int(0))
 	}
 	return out
 }
