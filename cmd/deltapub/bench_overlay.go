@@ -1,0 +1,480 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/internal/quic/baseline"
+	"github.com/deltapub/deltapub/matching"
+)
+
+func init() {
+	registerBench("overlay", "3-broker chain over QUIC: throughput, latency at 1,000/s, RSS, vs a bare QUIC relay chain", benchOverlay)
+}
+
+const benchOverlayUsage = `Usage: deltapub bench overlay [--json] [--count N] [--latency-rate R] [--latency-duration D]
+
+Starts three brokers as separate processes on 127.0.0.1 (a chain B1–B2–B3,
+δ = 2, testbed preset), a publisher at B1 and a subscriber at B3 (in this
+process), and measures with 250-byte publications:
+  throughput   --count publications published as fast as acknowledgements
+               allow, first publish to last delivery;
+  latency      p50/p99 publisher-to-subscriber at --latency-rate per second;
+  memory       RSS of each broker at rest (joined, subscription in place);
+  baseline     a bare quic-go relay chain of the same shape (publisher → 3
+               relays that decode and re-encode → subscriber, batched writes,
+               no protocol: internal/quic/baseline), measured in the same run
+               after the brokers have stopped; ratio = throughput / baseline.
+With --json, prints one JSON object.
+
+Flags:
+`
+
+type overlayBenchReport struct {
+	Messages          int       `json:"messages"`
+	ThroughputMsgsPS  float64   `json:"throughput_msgs_per_s"`
+	BaselineMsgsPS    float64   `json:"baseline_msgs_per_s"`
+	Ratio             float64   `json:"ratio"`
+	LatencyRate       float64   `json:"latency_rate"`
+	LatencySamples    int       `json:"latency_samples"`
+	P50ms             float64   `json:"p50_ms"`
+	P99ms             float64   `json:"p99_ms"`
+	P999ms            float64   `json:"p999_ms"`
+	BrokerRSSMBAtRest float64   `json:"broker_rss_mb_at_rest"`
+	BrokersRSSMB      []float64 `json:"brokers_rss_mb_at_rest"`
+	BrokersRSSMBAfter []float64 `json:"brokers_rss_mb_after_load"`
+	PayloadBytes      int       `json:"payload_bytes"`
+	FrameBytes        int       `json:"frame_bytes"`
+	CPUProfiles       []string  `json:"cpu_profiles,omitempty"`
+}
+
+func benchOverlay(args []string) int {
+	fs := flag.NewFlagSet("bench overlay", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, benchOverlayUsage); fs.PrintDefaults() }
+	jsonOut := fs.Bool("json", false, "print one JSON object")
+	count := fs.Int("count", 200_000, "publications in the throughput run (and in the baseline)")
+	latRate := fs.Float64("latency-rate", 1000, "publications per second in the latency run")
+	latDur := fs.Duration("latency-duration", 5*time.Second, "length of the latency run")
+	noBaseline := fs.Bool("no-baseline", false, "skip the bare QUIC baseline")
+	profileDir := fs.String("cpuprofile", "", "write a CPU profile of each broker during the throughput run to this `directory`")
+	keepLogs := fs.String("logs", "", "keep the brokers' logs in this `directory`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 || *count < 1000 || *latRate <= 0 || *latDur <= 0 {
+		fmt.Fprintln(os.Stderr, "deltapub bench overlay: bad arguments (--count ≥ 1000, positive rate and duration; see --help)")
+		return 2
+	}
+	progress := func(format string, a ...any) {
+		if !*jsonOut {
+			fmt.Fprintf(os.Stderr, format+"\n", a...)
+		}
+	}
+	rep, err := runOverlayBench(*count, *latRate, *latDur, !*noBaseline, *profileDir, *keepLogs, progress)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub bench overlay:", err)
+		return 1
+	}
+	if *jsonOut {
+		b, _ := json.Marshal(rep)
+		fmt.Println(string(b))
+		return 0
+	}
+	fmt.Printf("3-broker chain, %d-byte frames (%d B payload)\n", rep.FrameBytes, rep.PayloadBytes)
+	fmt.Printf("  throughput   %10.0f msgs/s (%d publications B1 → B3)\n", rep.ThroughputMsgsPS, rep.Messages)
+	if rep.BaselineMsgsPS > 0 {
+		fmt.Printf("  baseline     %10.0f msgs/s (bare QUIC relay chain, 3 relays)   ratio %.2f\n", rep.BaselineMsgsPS, rep.Ratio)
+	}
+	fmt.Printf("  latency      p50 %.3f ms  p99 %.3f ms  p99.9 %.3f ms  (%d samples at %.0f/s)\n", rep.P50ms, rep.P99ms, rep.P999ms, rep.LatencySamples, rep.LatencyRate)
+	fmt.Printf("  broker RSS   %.1f MB at rest (each: %v), after load %v\n", rep.BrokerRSSMBAtRest, rep.BrokersRSSMB, rep.BrokersRSSMBAfter)
+	for _, p := range rep.CPUProfiles {
+		fmt.Printf("  cpu profile  %s  (go tool pprof -top %s)\n", p, p)
+	}
+	return 0
+}
+
+// benchBroker is one broker child process.
+type benchBroker struct {
+	id, addr, admin string
+	cmd             *exec.Cmd
+	done            chan struct{}
+}
+
+func freeAddr(network string) (string, error) {
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		return c.LocalAddr().String(), nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func runOverlayBench(count int, latRate float64, latDur time.Duration, withBaseline bool, profileDir, logDir string,
+	progress func(string, ...any)) (*overlayBenchReport, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "deltapub-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if logDir == "" {
+		logDir = tmp
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	secret := filepath.Join(tmp, "secret")
+	if err := os.WriteFile(secret, []byte("bench overlay secret\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	// Start the chain; every broker is killed on the way out.
+	var brokers []*benchBroker
+	defer func() {
+		for _, b := range brokers {
+			_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, b := range brokers {
+			select {
+			case <-b.done:
+			case <-time.After(3 * time.Second):
+				_ = b.cmd.Process.Kill()
+				<-b.done
+			}
+		}
+	}()
+	for i := 1; i <= 3; i++ {
+		b := &benchBroker{id: fmt.Sprintf("B%d", i), done: make(chan struct{})}
+		if b.addr, err = freeAddr("udp"); err != nil {
+			return nil, err
+		}
+		if b.admin, err = freeAddr("tcp"); err != nil {
+			return nil, err
+		}
+		args := []string{"broker", "--preset", "testbed", "--id", b.id, "--listen", b.addr, "--admin", b.admin,
+			"--delta", "2", "--secret-file", secret, "--log-level", "warn", "--log-format", "json"}
+		if i > 1 {
+			args = append(args, "--join", brokers[i-2].addr)
+		}
+		logf, err := os.Create(filepath.Join(logDir, b.id+".log"))
+		if err != nil {
+			return nil, err
+		}
+		b.cmd = exec.Command(exe, args...)
+		b.cmd.Stdout, b.cmd.Stderr = logf, logf
+		if err := b.cmd.Start(); err != nil {
+			logf.Close()
+			return nil, err
+		}
+		go func() { b.cmd.Wait(); logf.Close(); close(b.done) }()
+		brokers = append(brokers, b)
+		if err := waitHealthy(b, 15*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	progress("brokers up: %s, %s, %s", brokers[0].addr, brokers[1].addr, brokers[2].addr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	subc, err := client.Connect(ctx, brokers[2].addr, client.Options{DeliveryBuffer: 1 << 16})
+	if err != nil {
+		return nil, err
+	}
+	defer subc.Close()
+	filter, err := matching.ParseFilter("[class,eq,'STOCK']")
+	if err != nil {
+		return nil, err
+	}
+	sub, err := subc.Subscribe(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.WaitConfirmed(ctx); err != nil {
+		return nil, err
+	}
+	pubc, err := client.Connect(ctx, brokers[0].addr, client.Options{MaxInFlight: 8192})
+	if err != nil {
+		return nil, err
+	}
+	defer pubc.Close()
+
+	rep := &overlayBenchReport{Messages: count, LatencyRate: latRate}
+	for _, b := range brokers {
+		rep.BrokersRSSMB = append(rep.BrokersRSSMB, rssMB(b.cmd.Process.Pid))
+	}
+	rep.BrokerRSSMBAtRest = mean(rep.BrokersRSSMB)
+
+	proto := baseline.Publication(250)
+	pub := matching.Publication{Attrs: proto.Attrs, Payload: proto.Payload}
+	rep.PayloadBytes = len(pub.Payload)
+	rep.FrameBytes = 250
+
+	// The subscriber side: deliveries arrive in publication order (one
+	// publisher); the k-th delivery is the k-th publication.
+	warm := 5000
+	latN := int(latRate * latDur.Seconds())
+	total := warm + count + latN
+	type mark struct{ at time.Time }
+	delivered := make(chan mark, 16)
+	latencies := make([]time.Duration, 0, latN)
+	var subErr error
+	var subWG sync.WaitGroup
+	subWG.Add(1)
+	go func() {
+		defer subWG.Done()
+		for k := 1; k <= total; k++ {
+			d, ok := <-sub.C
+			if !ok {
+				subErr = fmt.Errorf("subscription ended after %d deliveries: %v", k-1, sub.Err())
+				close(delivered)
+				return
+			}
+			if d.Gap != nil {
+				subErr = fmt.Errorf("gap notice: %+v", *d.Gap)
+				close(delivered)
+				return
+			}
+			switch {
+			case k == warm || k == warm+count:
+				delivered <- mark{d.ReceivedAt}
+			case k > warm+count:
+				latencies = append(latencies, d.ReceivedAt.Sub(d.PublishedAt))
+			}
+		}
+		close(delivered)
+	}()
+	waitMark := func(what string) (time.Time, error) {
+		select {
+		case m, ok := <-delivered:
+			if !ok {
+				return time.Time{}, fmt.Errorf("%s: %v", what, subErr)
+			}
+			return m.at, nil
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+	}
+
+	// Acknowledgements are waited for in order by one goroutine, so the
+	// publishing loop only waits when MaxInFlight publications are
+	// unacknowledged.
+	acks := make(chan (<-chan error), 1<<14)
+	ackErr := make(chan error, 1)
+	go func() {
+		var first error
+		for ch := range acks {
+			if err := <-ch; err != nil && first == nil {
+				first = err
+			}
+		}
+		ackErr <- first
+	}()
+	publish := func(n int, rate float64) error {
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			if rate > 0 {
+				if d := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); d > 0 {
+					time.Sleep(d)
+				}
+			}
+			ch, err := pubc.PublishAsync(ctx, pub)
+			if err != nil {
+				return err
+			}
+			acks <- ch
+		}
+		return nil
+	}
+
+	progress("warm-up: %d publications", warm)
+	if err := publish(warm, 0); err != nil {
+		return nil, err
+	}
+	if _, err := waitMark("warm-up"); err != nil {
+		return nil, err
+	}
+
+	progress("throughput: %d publications as fast as acknowledgements allow", count)
+	var profWG sync.WaitGroup
+	if profileDir != "" {
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			return nil, err
+		}
+		secs := max(1, min(10, count/40_000))
+		for _, b := range brokers {
+			path := filepath.Join(profileDir, b.id+".pprof")
+			rep.CPUProfiles = append(rep.CPUProfiles, path)
+			profWG.Add(1)
+			go func() {
+				defer profWG.Done()
+				if err := fetchToFile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.admin, secs), path); err != nil {
+					fmt.Fprintln(os.Stderr, "deltapub bench overlay: profile:", err)
+				}
+			}()
+		}
+	}
+	t0 := time.Now()
+	if err := publish(count, 0); err != nil {
+		return nil, err
+	}
+	t1, err := waitMark("throughput")
+	if err != nil {
+		return nil, err
+	}
+	rep.ThroughputMsgsPS = float64(count) / t1.Sub(t0).Seconds()
+	profWG.Wait()
+
+	progress("latency: %d publications at %.0f/s", latN, latRate)
+	if err := publish(latN, latRate); err != nil {
+		return nil, err
+	}
+	close(acks)
+	subWG.Wait()
+	if subErr != nil {
+		return nil, subErr
+	}
+	if err := <-ackErr; err != nil {
+		return nil, fmt.Errorf("publication not acknowledged: %w", err)
+	}
+	slices.Sort(latencies)
+	pct := func(p float64) float64 {
+		if len(latencies) == 0 {
+			return 0
+		}
+		i := min(len(latencies)-1, int(p*float64(len(latencies))))
+		return float64(latencies[i]) / float64(time.Millisecond)
+	}
+	rep.LatencySamples = len(latencies)
+	rep.P50ms, rep.P99ms, rep.P999ms = pct(0.50), pct(0.99), pct(0.999)
+	for _, b := range brokers {
+		rep.BrokersRSSMBAfter = append(rep.BrokersRSSMBAfter, rssMB(b.cmd.Process.Pid))
+	}
+
+	// The baseline runs alone: stop the brokers and clients first.
+	pubc.Close()
+	subc.Close()
+	for _, b := range brokers {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, b := range brokers {
+		select {
+		case <-b.done:
+		case <-time.After(5 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+		}
+	}
+	brokers = nil
+	if withBaseline {
+		progress("baseline: bare QUIC relay chain, %d messages", count)
+		res, err := baseline.Run(ctx, baseline.Options{Messages: count, Relays: 3, Size: 250})
+		if err != nil {
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+		rep.BaselineMsgsPS = res.MsgsPerSec
+		if res.MsgsPerSec > 0 {
+			rep.Ratio = rep.ThroughputMsgsPS / res.MsgsPerSec
+		}
+	}
+	return rep, nil
+}
+
+func waitHealthy(b *benchBroker, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	c := http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-b.done:
+			return fmt.Errorf("broker %s exited at start", b.id)
+		default:
+		}
+		if resp, err := c.Get("http://" + b.admin + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("broker %s did not join within %v", b.id, d)
+}
+
+func fetchToFile(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// rssMB reads a process's resident set size from /proc (0 elsewhere).
+func rssMB(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err == nil {
+				return float64(int(kb/1024*10)) / 10
+			}
+		}
+	}
+	return 0
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return float64(int(s/float64(len(xs))*10)) / 10
+}
