@@ -43,9 +43,13 @@ type Entry struct {
 // Table is the routing table. Not safe for concurrent use.
 type Table struct {
 	byID  map[message.SubID]*Entry
-	byKey map[uint64]*Entry
+	// slots holds the entries by matcher key; keys are slot numbers,
+	// reused after a Delete (free), so the slice is bounded by the
+	// largest table size ever reached.
+	slots []*Entry
+	meta  []slotMeta // dense copy of what Recipients reads, by slot (cache-friendly)
+	free  []uint64
 	m     Matcher
-	next  uint64
 	buf   []uint64
 	// froms interns the from-pointers so that Recipients deduplicates
 	// with a generation array instead of a scan or a map per publication.
@@ -58,12 +62,33 @@ type Table struct {
 	Max int
 }
 
+// slotMeta is the part of an entry Recipients needs, kept in a dense
+// array: visiting hundreds of matching entries per publication then
+// touches one small array instead of chasing a pointer per entry.
+type slotMeta struct {
+	from, dir int32 // interned broker names (-1: none)
+	local     bool
+}
+
+// intern returns the small index of a broker name, adding it if absent.
+// Bounded by the brokers within δ+1 hops plus the tree neighbours.
+func (t *Table) intern(b message.BrokerID) int32 {
+	fi, ok := t.fromIdx[b]
+	if !ok {
+		fi = int32(len(t.froms))
+		t.fromIdx[b] = fi
+		t.froms = append(t.froms, b)
+		t.mark = append(t.mark, 0)
+	}
+	return fi
+}
+
 // New returns an empty table using m (nil: a linear scan).
 func New(m Matcher) *Table {
 	if m == nil {
 		m = newLinear()
 	}
-	return &Table{byID: map[message.SubID]*Entry{}, byKey: map[uint64]*Entry{}, m: m, Max: 1 << 22,
+	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
 		fromIdx: map[message.BrokerID]int32{}}
 }
 
@@ -85,24 +110,28 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	if len(t.byID) >= t.Max {
 		return false, fmt.Errorf("routing: table full (%d entries)", t.Max)
 	}
-	t.next++
-	e.key = t.next
-	fi, ok := t.fromIdx[e.From]
-	if !ok {
-		// Bounded by the brokers within δ+1 hops (from-pointers never
-		// point farther), so the interning table stays small.
-		fi = int32(len(t.froms))
-		t.fromIdx[e.From] = fi
-		t.froms = append(t.froms, e.From)
-		t.mark = append(t.mark, 0)
+	if n := len(t.free); n > 0 {
+		e.key = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		e.key = uint64(len(t.slots))
+		t.slots = append(t.slots, nil)
+		t.meta = append(t.meta, slotMeta{})
 	}
+	fi := t.intern(e.From)
 	e.from = fi
 	if err := t.m.Insert(e.key, e.Filter); err != nil {
+		t.free = append(t.free, e.key)
 		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
 	}
 	p := &e
 	t.byID[e.Sub] = p
-	t.byKey[e.key] = p
+	t.slots[e.key] = p
+	m := slotMeta{from: fi, dir: -1, local: e.Local}
+	if e.Dir != "" {
+		m.dir = t.intern(e.Dir)
+	}
+	t.meta[e.key] = m
 	return true, nil
 }
 
@@ -114,20 +143,22 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 	}
 	t.m.Delete(e.key)
 	delete(t.byID, sub)
-	delete(t.byKey, e.key)
+	t.slots[e.key] = nil
+	t.free = append(t.free, e.key)
 	return *e, true
 }
 
-// Match calls fn for every entry matching p, in insertion order. fn must
-// not modify the table.
+// Match calls fn for every entry matching p, in the matcher's
+// (deterministic) order. fn must not modify the table.
 func (t *Table) Match(p *matching.Publication, fn func(*Entry)) {
+	// No sort: the matcher's order is deterministic for a given history
+	// of inserts and deletes, which is all determinism needs.
 	t.buf = t.m.Match(p, t.buf[:0])
-	if len(t.buf) > 1 {
-		sort.Slice(t.buf, func(i, j int) bool { return t.buf[i] < t.buf[j] })
-	}
 	for _, k := range t.buf {
-		if e := t.byKey[k]; e != nil {
-			fn(e)
+		if k < uint64(len(t.slots)) {
+			if e := t.slots[k]; e != nil {
+				fn(e)
+			}
 		}
 	}
 }
@@ -168,22 +199,30 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 		}
 		t.gen = 1
 	}
-	t.Match(p, func(e *Entry) {
-		if e.Local {
+	ex := int32(-2) // matches no dir
+	if except != "" {
+		if i, ok := t.fromIdx[except]; ok {
+			ex = i
+		}
+	}
+	t.buf = t.m.Match(p, t.buf[:0])
+	for _, k := range t.buf {
+		if k >= uint64(len(t.meta)) || t.slots[k] == nil {
+			continue
+		}
+		m := t.meta[k]
+		if m.local {
 			if local != nil {
-				local(e)
+				local(t.slots[k])
 			}
-			return
+			continue
 		}
-		if e.Dir == except && except != "" {
-			return
+		if m.dir == ex || t.mark[m.from] == t.gen {
+			continue
 		}
-		if t.mark[e.from] == t.gen {
-			return
-		}
-		t.mark[e.from] = t.gen
-		dst = append(dst, e.From)
-	})
+		t.mark[m.from] = t.gen
+		dst = append(dst, t.froms[m.from])
+	}
 	s := dst[start:]
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return dst
