@@ -42,7 +42,7 @@ type Entry struct {
 
 // Table is the routing table. Not safe for concurrent use.
 type Table struct {
-	byID  map[message.SubID]*Entry
+	byID map[message.SubID]*Entry
 	// slots holds the entries by matcher key; keys are slot numbers,
 	// reused after a Delete (free), so the slice is bounded by the
 	// largest table size ever reached.
