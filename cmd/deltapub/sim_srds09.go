@@ -3,22 +3,33 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deltapub/deltapub/internal/sim"
 )
 
 func simSRDS09(args []string) int {
-	fs := newFlagSet("sim srds09", "deltapub sim srds09 [--crashes 0|1|2|3] [--seed S] [--subs N] [--timeline FILE.csv]")
+	fs := newFlagSet("sim srds09", "deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--brokers N] [--timeline FILE.csv] [--node overlay|flood]")
 	o := sim.DefaultSRDSOptions()
-	fs.IntVar(&o.Crashes, "crashes", o.Crashes, "simultaneous crashes of adjacent brokers R1..Rk (0: the no-failure overhead run)")
+	crashes := fs.String("crashes", "1", "simultaneous crashes of adjacent brokers R1..Rk, or a comma-separated list of runs (0: the no-failure overhead run)")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed of the experiment (tree, clients, filters)")
 	fs.IntVar(&o.Subs, "subs", o.Subs, "subscriptions")
 	fs.IntVar(&o.Brokers, "brokers", o.Brokers, "brokers")
 	node := fs.String("node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
-	timeline := fs.String("timeline", "", "write the delivery delay timeline (CSV, time relative to the crash) to this file")
+	timeline := fs.String("timeline", "", "write the delivery delay timeline (CSV, time relative to the crash) to this file; with several runs, -K is added before the extension")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	var ks []int
+	for _, f := range strings.Split(*crashes, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 0 || k > o.Delta {
+			fmt.Fprintf(os.Stderr, "deltapub sim srds09: --crashes %q: want numbers in 0..%d\n", *crashes, o.Delta)
+			return 2
+		}
+		ks = append(ks, k)
 	}
 	var err error
 	if o.Factory, err = nodeFactory(*node); err != nil {
@@ -26,28 +37,50 @@ func simSRDS09(args []string) int {
 		return 2
 	}
 	o.Clock = time.Now
-	res := sim.RunSRDS09(o)
-	fmt.Print(res.Text())
-	if res.Err != nil {
-		return 1
-	}
-	if *timeline != "" {
-		f, err := os.Create(*timeline)
-		if err == nil {
-			err = res.TimelineCSV(f)
-			if cerr := f.Close(); err == nil {
-				err = cerr
+	rc := 0
+	var summary []string
+	for _, k := range ks {
+		o.Crashes = k
+		res := sim.RunSRDS09(o)
+		fmt.Print(res.Text())
+		fmt.Println()
+		if res.Err != nil || res.Report.Failed(false) {
+			rc = 1
+		}
+		if res.Err == nil {
+			summary = append(summary, fmt.Sprintf("crashes=%d lost=%d dup=%d reord=%d recovery=%v (bound %v) pre_mean=%v peak=%v drain=%v control/delivery=%.3f speed=%.0fx",
+				k, res.Report.Lost, res.Report.Duplicates, res.Report.Reordered, res.Recovery.Round(time.Millisecond), res.Bound,
+				res.PreMean.Round(10*time.Microsecond), res.PeakMax.Round(time.Millisecond), res.DrainTime, res.ControlPerDeliv, float64(res.Virtual)/float64(res.Wall)))
+		}
+		if *timeline != "" {
+			name := *timeline
+			if len(ks) > 1 {
+				ext := ""
+				if i := strings.LastIndexByte(name, '.'); i > 0 {
+					name, ext = name[:i], name[i:]
+				}
+				name = fmt.Sprintf("%s-%d%s", name, k, ext)
+			}
+			f, err := os.Create(name)
+			if err == nil {
+				err = res.TimelineCSV(f)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "deltapub sim srds09: timeline:", err)
+				return 1
 			}
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub sim srds09: timeline:", err)
-			return 1
+	}
+	if len(ks) > 1 {
+		fmt.Println("summary:")
+		for _, s := range summary {
+			fmt.Println("  " + s)
 		}
 	}
-	if res.Report.Failed(false) {
-		return 1
-	}
-	return 0
+	return rc
 }
 
 func nodeFactory(name string) (sim.NodeFactory, error) {
