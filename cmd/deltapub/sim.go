@@ -27,7 +27,7 @@ const simUsage = `Usage:
   deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick]
   deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--trace]
   deltapub sim run [--trace] FILE
-  deltapub sim srds09 [--crashes 1|2|3] [--seed S] [--timeline FILE.csv]
+  deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--timeline FILE.csv]
 
 fuzz    runs N random scenarios (random tree, δ, filters, clients, faults placed
         adversarially) and checks every guarantee; one line per failing run, then
@@ -85,7 +85,7 @@ func (f *fuzzFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.delta, "delta", "1-3", "δ per run: MIN-MAX or N")
 	fs.StringVar(&f.node, "node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
 	fs.BoolVar(&f.quick, "quick", false, "shorter runs (downtimes, gone_after, settling), as the fuzz in go test")
-	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run (default: random from 0 to the run's δ; above δ: beyond-δ rules)")
+	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run; -1: random from 0 to the run's δ; above δ: judged by the beyond-δ rules")
 }
 
 func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
@@ -130,7 +130,7 @@ func newFlagSet(name, usage string) *flag.FlagSet {
 }
 
 func simFuzz(args []string) int {
-	fs := newFlagSet("sim fuzz", "deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W]")
+	fs := newFlagSet("sim fuzz", "deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick]")
 	runs := fs.Int("runs", 100, "number of random runs")
 	seed := fs.Int64("seed", 0, "seed of the first run (run i uses seed+i); 0: pick one and print it")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "parallel runs (each run stays deterministic from its seed)")
@@ -188,7 +188,7 @@ func simFuzz(args []string) int {
 }
 
 func simReplay(args []string) int {
-	fs := newFlagSet("sim replay", "deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--trace]")
+	fs := newFlagSet("sim replay", "deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--trace]")
 	seed := fs.Int64("seed", 0, "the seed of the run to replay (required)")
 	trace := fs.Bool("trace", false, "print every message, fault, delivery and notice")
 	var ff fuzzFlags
