@@ -15,9 +15,7 @@ func (u unavailable) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 
 func init() {
 	RegisterBackend("process", func(o Options) Backend { return processBackend{o} })
-	RegisterBackend("inproc", func(Options) Backend {
-		return unavailable{"inproc", "the overlay runtime and the client library"}
-	})
+	RegisterBackend("inproc", func(o Options) Backend { return inprocBackend{o} })
 	RegisterBackend("sim", func(Options) Backend {
 		if simFactory == nil {
 			return unavailable{"sim", "the protocol core's node factory in internal/sim"}

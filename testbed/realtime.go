@@ -394,7 +394,9 @@ func (c *control) do(ctx context.Context, p *Plan, h host, rec *Recorder, start 
 		a.Peer = f[2]
 	}
 	errs := applyActions(ctx, p, h, []Action{a})
-	rec.ManualFault(time.Since(start), a)
+	if len(errs) == 0 {
+		rec.ManualFault(time.Since(start), a)
+	}
 	if len(errs) > 0 {
 		return "error: " + strings.Join(errs, "; ")
 	}

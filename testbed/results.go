@@ -81,6 +81,7 @@ type FaultSummary struct {
 	AppliedMs float64 `json:"applied_ms"`
 	Actions   string  `json:"actions"`
 	Err       string  `json:"error,omitempty"`
+	Manual    bool    `json:"manual,omitempty"` // injected through the control socket
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -211,6 +212,12 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 		sum.Faults = append(sum.Faults, fs)
 		marks = append(marks, faultMark{fs.AppliedMs, f.String()})
 	}
+	for _, m := range r.manual {
+		sum.Faults = append(sum.Faults, FaultSummary{AtMs: ms(m.at), AppliedMs: ms(m.at), Actions: m.a.String(), Manual: true})
+		marks = append(marks, faultMark{ms(m.at), m.a.String()})
+	}
+	sort.SliceStable(sum.Faults, func(i, j int) bool { return sum.Faults[i].AppliedMs < sum.Faults[j].AppliedMs })
+	sort.SliceStable(marks, func(i, j int) bool { return marks[i].AtMs < marks[j].AtMs })
 	pts := make([]delayPoint, len(r.dels))
 	for i, d := range r.dels {
 		pts[i] = delayPoint{ms(d.PublishedAt), ms(d.At - d.PublishedAt)}

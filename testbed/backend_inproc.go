@@ -1,0 +1,356 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/deltapub/deltapub/internal/quic"
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
+)
+
+// inprocBackend runs every broker inside the testbed process: the same
+// runtime and core as `deltapub broker`, each on its own QUIC endpoint on
+// 127.0.0.1, with the clients over real QUIC as in process mode.
+//
+// The testbed owns each broker's endpoint, which is what makes a crash
+// possible without a process to kill: the endpoint is closed at once (no
+// leave, no goodbye from the core; QUIC tells the peers the connection is
+// closed, so they may learn of the failure sooner than after a SIGKILL),
+// then the runtime is stopped and its state dropped. A freeze blocks the
+// runtime's goroutine (a call into it that waits for the resume): it
+// processes nothing and its input queue fills, as under SIGSTOP. CPU and
+// memory cannot be attributed to one broker in a shared process: they are
+// reported as unknown.
+type inprocBackend struct{ o Options }
+
+func (b inprocBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
+	h, err := newInprocHost(p)
+	if err != nil {
+		return err
+	}
+	rec.Note("inproc: brokers share this process; per-broker CPU and memory are not measured")
+	return runRealtime(ctx, p, rec, h, b.o)
+}
+
+type inprocBroker struct {
+	rt      *overlay.Runtime
+	reg     *prometheus.Registry
+	ep      *quic.Endpoint
+	cancel  context.CancelFunc
+	done    chan struct{}
+	unfreez chan struct{} // non-nil while frozen; closed by resume
+	in, out int64
+	ctrl    int64
+}
+
+type inprocHost struct {
+	p        *Plan
+	mu       sync.Mutex
+	brokers  map[string]*inprocBroker
+	port     map[string]int
+	ctrlDone int64
+	stopOnce sync.Once
+}
+
+func newInprocHost(p *Plan) (*inprocHost, error) {
+	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, port: map[string]int{}}
+	for i, n := range p.Topo.Names {
+		port := 0
+		if base := p.Spec.Process.BasePort; base != 0 {
+			port = base + 2*i
+		}
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return nil, fmt.Errorf("testbed: inproc mode: UDP port %d for %s is busy: %v", port, n, err)
+		}
+		h.port[n] = u.LocalAddr().(*net.UDPAddr).Port
+		u.Close()
+	}
+	return h, nil
+}
+
+func (h *inprocHost) addr(n string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fmt.Sprintf("127.0.0.1:%d", h.port[n])
+}
+func (h *inprocHost) clientAddr(n string) string { return h.addr(n) }
+
+// runtimeHandler feeds a runtime from its QUIC endpoint (the same adapter
+// as overlay's own, which is not exported).
+type runtimeHandler struct{ rt *overlay.Runtime }
+
+func (x runtimeHandler) PeerUp(l *quic.Link)                              { x.rt.PeerUp(l) }
+func (x runtimeHandler) PeerMessage(l *quic.Link, m message.Message)      { x.rt.PeerMessage(l, m) }
+func (x runtimeHandler) PeerMessages(l *quic.Link, ms []message.Message)  { x.rt.PeerMessages(l, ms) }
+func (x runtimeHandler) PeerDown(l *quic.Link, err error)                 { x.rt.PeerDown(l, err) }
+func (x runtimeHandler) ClientUp(s *quic.Session)                         { x.rt.ClientUp(s) }
+func (x runtimeHandler) ClientMessage(s *quic.Session, m message.Message) { x.rt.ClientMessage(s, m) }
+func (x runtimeHandler) ClientMessages(s *quic.Session, ms []message.Message) {
+	x.rt.ClientMessages(s, ms)
+}
+func (x runtimeHandler) ClientDown(s *quic.Session, err error) { x.rt.ClientDown(s, err) }
+
+type endpointTransport struct{ ep *quic.Endpoint }
+
+func (t endpointTransport) Dial(ctx context.Context, peer message.BrokerID, addr string) (overlay.PeerLink, error) {
+	l, err := t.ep.Dial(ctx, peer, addr)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string) error {
+	h.mu.Lock()
+	if old := h.brokers[name]; old != nil {
+		select {
+		case <-old.done:
+			h.ctrlDone += old.ctrl
+		default:
+			h.mu.Unlock()
+			return fmt.Errorf("%s is still running", name)
+		}
+		// A restarted broker listens on a fresh port: internal/quic's
+		// Endpoint.Close leaves its UDP socket bound (quic-go does not
+		// close a socket it was given), so the old port stays taken. The
+		// broker announces its address when it rejoins.
+		u, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			h.mu.Unlock()
+			return err
+		}
+		h.port[name] = u.LocalAddr().(*net.UDPAddr).Port
+		u.Close()
+	}
+	h.mu.Unlock()
+	cfg, err := overlay.Preset("testbed")
+	if err != nil {
+		return err
+	}
+	o := h.p.Spec.Overlay
+	cfg.ID, cfg.Listen, cfg.Delta = name, h.addr(name), o.Delta
+	cfg.Tick, cfg.Heartbeat, cfg.FailureTimeout = o.Tick.Duration, o.Heartbeat.Duration, o.FailureTimeout.Duration
+	cfg.DACKPeriod, cfg.GoneAfter, cfg.Limits.MaxQueue = o.DACKPeriod.Duration, o.GoneAfter.Duration, o.MaxQueue
+	cfg.Join = nil
+	for _, j := range joinpoints {
+		cfg.Join = append(cfg.Join, h.addr(j))
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := zerolog.Nop()
+	epoch := cfg.EpochAt(time.Now())
+	reg := prometheus.NewRegistry()
+	rt, err := overlay.NewRuntime(cfg, epoch, log, reg)
+	if err != nil {
+		return err
+	}
+	ep, err := quic.Listen(quic.Config{
+		ID: message.BrokerID(name), Epoch: epoch, Addr: cfg.AdvertisedAddr(), Listen: cfg.Listen,
+		MaxFrame: cfg.Limits.MaxFrame, SendQueue: cfg.Limits.SendQueue, Log: log,
+	}, runtimeHandler{rt})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	b := &inprocBroker{rt: rt, reg: reg, ep: ep, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		_ = rt.Run(rctx, endpointTransport{ep})
+		ep.Close()
+	}()
+	h.mu.Lock()
+	h.brokers[name] = b
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *inprocHost) get(name string) (*inprocBroker, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.brokers[name]
+	if b == nil {
+		return nil, fmt.Errorf("%s was never started", name)
+	}
+	select {
+	case <-b.done:
+		return nil, fmt.Errorf("%s is not running", name)
+	default:
+	}
+	return b, nil
+}
+
+func (h *inprocHost) waitJoined(ctx context.Context, name string, timeout time.Duration) error {
+	b, err := h.get(name)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if b.rt.Joined() {
+			return nil
+		}
+		select {
+		case <-b.done:
+			return errors.New("the broker stopped")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not joined after %v", timeout)
+}
+
+func (h *inprocHost) crash(name string) error {
+	b, err := h.get(name)
+	if err != nil {
+		return err
+	}
+	h.unfreeze(b)
+	b.ep.Close() // first: nothing more leaves this broker, not even a leave
+	b.cancel()
+	select {
+	case <-b.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s did not stop within 10s", name)
+	}
+}
+
+func (h *inprocHost) unfreeze(b *inprocBroker) {
+	h.mu.Lock()
+	if b.unfreez != nil {
+		close(b.unfreez)
+		b.unfreez = nil
+	}
+	h.mu.Unlock()
+}
+
+func (h *inprocHost) freeze(name string) error {
+	b, err := h.get(name)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if b.unfreez != nil {
+		h.mu.Unlock()
+		return fmt.Errorf("%s is already frozen", name)
+	}
+	ch := make(chan struct{})
+	b.unfreez = ch
+	h.mu.Unlock()
+	entered := make(chan struct{})
+	go func() {
+		_ = b.rt.Do(context.Background(), func(*overlay.Node) {
+			close(entered)
+			<-ch // the runtime goroutine waits here: frozen
+		})
+	}()
+	select {
+	case <-entered:
+		return nil
+	case <-b.done:
+		return fmt.Errorf("%s stopped", name)
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("%s did not freeze within 5s (runtime busy)", name)
+	}
+}
+
+func (h *inprocHost) resume(name string) error {
+	b, err := h.get(name)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	frozen := b.unfreez != nil
+	h.mu.Unlock()
+	if !frozen {
+		return fmt.Errorf("%s is not frozen", name)
+	}
+	h.unfreeze(b)
+	return nil
+}
+
+func (h *inprocHost) cut(a, b string) error  { return errNoLinkControl }
+func (h *inprocHost) heal(a, b string) error { return errNoLinkControl }
+
+func (h *inprocHost) stopAll() {
+	h.stopOnce.Do(func() {
+		h.mu.Lock()
+		var bs []*inprocBroker
+		for _, b := range h.brokers {
+			bs = append(bs, b)
+		}
+		h.mu.Unlock()
+		for _, b := range bs {
+			h.unfreeze(b)
+			b.ep.Close()
+			b.cancel()
+		}
+		for _, b := range bs {
+			select {
+			case <-b.done:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	})
+}
+
+// gather sums the broker's metrics by name.
+func gather(reg *prometheus.Registry) map[string]float64 {
+	out := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				out[mf.GetName()] += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[mf.GetName()] += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func (h *inprocHost) sample(name string) BrokerSample {
+	s := BrokerSample{CPU: -1, MsgsIn: -1, MsgsOut: -1, Queue: -1}
+	b, err := h.get(name)
+	if err != nil {
+		return BrokerSample{Up: false}
+	}
+	h.mu.Lock()
+	frozen := b.unfreez != nil
+	h.mu.Unlock()
+	s.Up = !frozen
+	m := gather(b.reg)
+	in, out := int64(m["deltapub_peer_messages_in_total"]), int64(m["deltapub_peer_messages_out_total"])
+	s.MsgsIn, s.MsgsOut = in-b.in, out-b.out
+	s.Queue = int64(m["deltapub_queue_length"])
+	h.mu.Lock()
+	b.in, b.out, b.ctrl = in, out, int64(m["deltapub_control_messages_sent_total"])
+	h.mu.Unlock()
+	return s
+}
+
+func (h *inprocHost) controlMessages() (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.ctrlDone
+	for _, b := range h.brokers {
+		n += b.ctrl
+	}
+	return n, true
+}
