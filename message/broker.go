@@ -127,6 +127,11 @@ type SubFlood struct {
 	Filter matching.Filter `msgpack:"f"`
 	From   BrokerID        `msgpack:"o"`
 	Unsub  bool            `msgpack:"u,omitempty"`
+	// Mark (with Unsub) is the first phase of a client's unsubscription:
+	// the entry is marked withdrawing but still routed, and the flood is
+	// confirmed back to the edge; only then is the removal (Unsub without
+	// Mark) flooded. See docs/protocol.md.
+	Mark bool `msgpack:"m,omitempty"`
 }
 
 // SubConfirm travels back toward the subscriber's edge once every broker
@@ -134,6 +139,7 @@ type SubFlood struct {
 type SubConfirm struct {
 	Sub   SubID `msgpack:"s"`
 	Unsub bool  `msgpack:"u,omitempty"`
+	Mark  bool  `msgpack:"m,omitempty"`
 }
 
 // Pub is a publication in flight between brokers. Stamps holds the stamps

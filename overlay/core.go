@@ -51,18 +51,19 @@ type Node struct {
 	peers map[message.BrokerID]*peer
 
 	// Membership.
-	member     bool // has a map (bootstrapped, or a JoinReply arrived)
-	joined     bool // full member: routable
-	leaving    bool
-	left       bool
-	joinpoints []Peer
-	jpIdx      int
-	jpWait     int
-	jpAsked    bool
-	rejoin     bool
-	stateWait  map[message.BrokerID]bool   // recovery: peers whose StateReply is awaited
-	admitting  map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
-	stateWaitT int
+	member       bool // has a map (bootstrapped, or a JoinReply arrived)
+	joined       bool // full member: routable
+	leaving      bool
+	left         bool
+	joinpoints   []Peer
+	jpIdx        int
+	jpWait       int
+	jpAsked      bool
+	rejoin       bool
+	stateWait    map[message.BrokerID]bool   // recovery: peers whose StateReply is awaited
+	admitting    map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
+	pendingState map[message.BrokerID]bool   // StateRequests not answered yet (see answerStateRequests)
+	stateWaitT   int
 
 	// Publication forwarding.
 	queue     []*qentry
@@ -104,21 +105,22 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	self := message.MapNode{ID: cfg.ID, Addr: cfg.Addr, Epoch: cfg.Epoch}
 	n := &Node{
-		cfg:        cfg,
-		self:       self,
-		topo:       topology.New(self, cfg.Delta),
-		table:      routing.New(newMatcher()),
-		store:      dack.NewStore(cfg.ID, cfg.Epoch),
-		peers:      map[message.BrokerID]*peer{},
-		seen:       map[message.Source]*srcState{},
-		hops:       map[message.BrokerID]hopInfo{},
-		holes:      map[message.BrokerID]bool{},
-		gapSeen:    map[gapKey]bool{},
-		floods:     map[floodKey]*flood{},
-		tombstones: map[message.SubID]bool{},
-		topoSeen:   map[floodKey]bool{},
-		clients:    map[message.ClientID]*clientState{},
-		admitting:  map[message.BrokerID]uint64{},
+		cfg:          cfg,
+		self:         self,
+		topo:         topology.New(self, cfg.Delta),
+		table:        routing.New(newMatcher()),
+		store:        dack.NewStore(cfg.ID, cfg.Epoch),
+		peers:        map[message.BrokerID]*peer{},
+		seen:         map[message.Source]*srcState{},
+		hops:         map[message.BrokerID]hopInfo{},
+		holes:        map[message.BrokerID]bool{},
+		gapSeen:      map[gapKey]bool{},
+		floods:       map[floodKey]*flood{},
+		tombstones:   map[message.SubID]bool{},
+		topoSeen:     map[floodKey]bool{},
+		clients:      map[message.ClientID]*clientState{},
+		admitting:    map[message.BrokerID]uint64{},
+		pendingState: map[message.BrokerID]bool{},
 	}
 	n.counters.Control = map[string]uint64{}
 	n.geoVer = ^uint64(0)
@@ -139,6 +141,7 @@ func (n *Node) becomeJoined() {
 		return
 	}
 	n.joined = true
+	defer n.answerStateRequests()
 	n.notice(NoticeJoined, "", "")
 	for _, id := range n.sortedPeers() {
 		if p := n.peers[id]; p.up {
@@ -384,6 +387,9 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 		k := floodKey{kind: fkSub, sub: m.Sub}
 		if m.Unsub {
 			k.kind = fkUnsub
+			if m.Mark {
+				k.kind = fkMark
+			}
 		}
 		n.floodAck(k, from)
 	case *message.Pub:

@@ -14,6 +14,7 @@ const (
 	fkSub floodKind = iota + 1
 	fkUnsub
 	fkTopo
+	fkMark // first phase of a client's unsubscription (still routed)
 )
 
 // floodKey names one flood with echo: a subscription, an unsubscription,
@@ -193,6 +194,8 @@ func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
 		n.send(to, &message.SubConfirm{Sub: k.sub})
 	case fkUnsub:
 		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true})
+	case fkMark:
+		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true, Mark: true})
 	case fkTopo:
 		n.send(to, &message.TopoAck{Origin: k.origin, Seq: k.seq})
 	}
@@ -318,6 +321,9 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	k := floodKey{kind: fkSub, sub: m.Sub}
 	if m.Unsub {
 		k.kind = fkUnsub
+		if m.Mark {
+			k.kind = fkMark
+		}
 	}
 	if !n.member {
 		// Joining or recovering: the state transfer that follows (JoinReply,
@@ -334,6 +340,17 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	dir := n.direction(from)
 	if dir == "" {
 		dir = from
+	}
+	if m.Unsub && m.Mark {
+		if _, ok := n.table.Get(m.Sub); !ok {
+			n.sendFloodAck(k, from)
+			return
+		}
+		n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from},
+			msg: func(message.BrokerID, int) message.Message {
+				return &message.SubFlood{Sub: m.Sub, Unsub: true, Mark: true}
+			}})
+		return
 	}
 	if m.Unsub {
 		if _, ok := n.table.Get(m.Sub); !ok {
@@ -368,9 +385,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 // withdrawFlood removes sub here and floods its withdrawal away from
 // except, confirming to waiter (if any) and calling done when complete.
 func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID, done func()) {
-	if done == nil {
-		n.table.Delete(sub)
-	}
+	n.table.Delete(sub)
 	n.tombstone(sub)
 	k := floodKey{kind: fkUnsub, sub: sub}
 	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {
@@ -453,17 +468,28 @@ func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsub
 		return
 	}
 	delete(cs.subs, m.Sub)
-	// The local entry keeps delivering until the withdrawal is confirmed:
-	// every publication a broker forwarded toward this one before it
-	// dropped the entry travels ahead of that broker's confirmation on the
-	// same FIFO links, so what was published before the Unsubscribe
-	// arrives before the UnsubAck (docs/protocol.md).
-	n.withdrawFlood(m.Sub, "", "", func() {
-		n.table.Delete(m.Sub)
-		if n.clients[c] == cs {
-			n.toClient(c, &message.UnsubAck{Sub: m.Sub})
-		}
-	})
+	// Two phases. The first marks the subscription withdrawing everywhere
+	// (still routed) and is confirmed back here; every publication
+	// accepted by its edge before the Unsubscribe was forwarded toward us
+	// ahead of that edge's confirmation, on the same FIFO links, by brokers
+	// that still route toward us, so it arrives before the confirmation
+	// completes. Then the local entry is dropped, the client gets its
+	// UnsubAck, and the removal is flooded (docs/protocol.md).
+	sub := m.Sub
+	k := floodKey{kind: fkMark, sub: sub}
+	if _, ok := n.floods[k]; ok {
+		return
+	}
+	n.startFlood(&flood{key: k, budget: -1,
+		msg: func(message.BrokerID, int) message.Message {
+			return &message.SubFlood{Sub: sub, Unsub: true, Mark: true}
+		},
+		done: func() {
+			n.withdrawFlood(sub, "", "", nil)
+			if n.clients[c] == cs {
+				n.toClient(c, &message.UnsubAck{Sub: sub})
+			}
+		}})
 }
 
 func (n *Node) dropClientSubs(c message.ClientID) {

@@ -127,7 +127,12 @@ func (n *Node) hop(r message.BrokerID) hopInfo {
 
 // onPub processes a publication from peer from.
 func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
-	if !n.member {
+	if !n.joined {
+		// Joining or recovering: the routing state is incomplete, so
+		// neither forward nor record it as seen (that would make the
+		// retransmission after our recovery a "duplicate"); the sender
+		// keeps it queued (we report nothing) and retransmits it when it
+		// switches to us, once we say we are joined.
 		return
 	}
 	n.store.Arrive(m.Stamps)

@@ -163,7 +163,40 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		p.epoch, p.joined, p.heardHB = m.Node.Epoch, false, true
 	}
 	n.routesChanged()
-	n.send(from, &message.StateReply{Map: n.topo.Within(from, n.cfg.Delta+1), Subs: n.subsFor(from)})
+	n.pendingState[from] = true
+	n.answerStateRequests()
+}
+
+// answerStateRequests answers every pending StateRequest whose answer is
+// complete here: the requester needs the subscriptions of our other
+// directions, so while we are recovering ourselves we answer only once no
+// state is awaited from a direction other than the requester's (in a tree
+// these dependencies point away from each other: no deadlock between two
+// neighbours recovering at once).
+func (n *Node) answerStateRequests() {
+	if len(n.pendingState) == 0 {
+		return
+	}
+	ids := make([]message.BrokerID, 0, len(n.pendingState))
+	for id := range n.pendingState {
+		ids = append(ids, id)
+	}
+	sortIDs(ids)
+	for _, id := range ids {
+		dir := n.direction(id)
+		ready := true
+		for w := range n.stateWait {
+			if n.direction(w) != dir {
+				ready = false
+				break
+			}
+		}
+		if !ready {
+			continue
+		}
+		delete(n.pendingState, id)
+		n.send(id, &message.StateReply{Map: n.topo.Within(id, n.cfg.Delta+1), Subs: n.subsFor(id)})
+	}
 }
 
 func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
@@ -184,6 +217,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 	delete(n.stateWait, from)
 	n.checkRecovery()
 	n.routesChanged()
+	n.answerStateRequests()
 }
 
 // checkRecovery replaces awaited peers that turned out failed by the live
