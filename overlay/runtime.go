@@ -543,6 +543,7 @@ func (r *Runtime) peerMessages(l PeerLink, msgs []message.Message) {
 		return
 	}
 	for _, m := range msgs {
+		r.log.Trace().Str("from", string(peer)).Str("type", m.Type().String()).Msg("step")
 		r.m.peerMsgsIn.WithLabelValues(m.Type().String()).Inc()
 		r.node.Step(peer, m)
 		if r.links[peer] != ls {
@@ -735,6 +736,7 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 		r.log.Debug().Str("peer", string(peer)).Str("type", m.Type().String()).Msg("no link for a core output (link just went down)")
 		return
 	}
+	r.log.Trace().Str("to", string(peer)).Str("type", m.Type().String()).Msg("send")
 	if ls.l.TrySend(m) {
 		r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
 		// Above the high-water mark the link is congested: refuse new
@@ -749,7 +751,6 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 	// soon as the writer freed some room, or at once if the link is closed.
 	r.m.linkBlocked.Inc()
 	start := r.now()
-	r.congested = start.Add(2 * r.cfg.Limits.LinkBlock)
 	errc := make(chan error, 1)
 	l := ls.l
 	go func() { errc <- l.Send(m) }()
@@ -758,7 +759,10 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 	select {
 	case err := <-errc:
 		if err == nil {
+			// Room came, but the link is the bottleneck: refuse new
+			// publications for as long as we had to wait.
 			r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
+			r.congested = r.now().Add(max(r.cfg.Tick, r.now().Sub(start)))
 			return
 		}
 		// The link closed under us; its PeerDown is on its way, but the

@@ -16,7 +16,8 @@ import (
 type fakeNet struct {
 	mu        sync.Mutex
 	endpoints map[string]*fakeEndpoint
-	queue     int // frames per link direction
+	links     []*fakeLink // dialling sides of every link made
+	queue     int         // frames per link direction
 }
 
 func newFakeNet(queue int) *fakeNet {
@@ -24,11 +25,33 @@ func newFakeNet(queue int) *fakeNet {
 }
 
 type fakeEndpoint struct {
-	net    *fakeNet
-	id     message.BrokerID
-	addr   string
-	rt     *Runtime
-	frozen bool // guarded by net.mu: messages to a frozen endpoint wait
+	net     *fakeNet
+	id      message.BrokerID
+	addr    string
+	rt      *Runtime
+	crashed bool // guarded by net.mu: cut off from everyone, for good
+}
+
+// crash cuts the endpoint at addr off the network for good, as a crash
+// looks from outside: its links break, it can neither dial nor be dialled.
+// (Its runtime goes on running in isolation until the test stops it.)
+func (n *fakeNet) crash(addr string) {
+	n.mu.Lock()
+	ep := n.endpoints[addr]
+	delete(n.endpoints, addr)
+	var cut []*fakeLink
+	if ep != nil {
+		ep.crashed = true
+		for _, l := range n.links {
+			if l.local == ep || l.other.local == ep {
+				cut = append(cut, l)
+			}
+		}
+	}
+	n.mu.Unlock()
+	for _, l := range cut {
+		l.Close("crash")
+	}
 }
 
 func (n *fakeNet) add(id message.BrokerID, addr string, rt *Runtime) *fakeEndpoint {
@@ -108,7 +131,11 @@ func (l *fakeLink) read() {
 func (ep *fakeEndpoint) Dial(ctx context.Context, peer message.BrokerID, addr string) (PeerLink, error) {
 	ep.net.mu.Lock()
 	remote := ep.net.endpoints[addr]
+	crashed := ep.crashed
 	ep.net.mu.Unlock()
+	if crashed {
+		return nil, errors.New("fake: crashed")
+	}
 	if remote == nil {
 		return nil, fmt.Errorf("fake: nobody at %s", addr)
 	}
@@ -120,6 +147,9 @@ func (ep *fakeEndpoint) Dial(ctx context.Context, peer message.BrokerID, addr st
 	a := &fakeLink{peer: remote.id, local: ep, in: make(chan message.Message, ep.net.queue), closed: closed, once: once}
 	b := &fakeLink{peer: ep.id, local: remote, in: make(chan message.Message, ep.net.queue), closed: closed, once: once}
 	a.other, b.other = b, a
+	ep.net.mu.Lock()
+	ep.net.links = append(ep.net.links, a)
+	ep.net.mu.Unlock()
 	remote.rt.PeerUp(b)
 	ep.rt.PeerUp(a)
 	go a.read()

@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -27,7 +29,11 @@ func startTestBroker(t *testing.T, net *fakeNet, id, addr string, join []string,
 	if edit != nil {
 		edit(&cfg)
 	}
-	rt, err := NewRuntime(cfg, 1, zerolog.Nop(), nil)
+	log := zerolog.Nop()
+	if os.Getenv("DELTAPUB_TEST_LOG") != "" {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).With().Str("broker", id).Logger().Level(zerolog.TraceLevel)
+	}
+	rt, err := NewRuntime(cfg, 1, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +165,107 @@ func TestRuntimeResolvesJoinpointAndShutsDown(t *testing.T) {
 		b1.shutdown(t)
 		if _, err := b1.rt.State(t.Context()); err == nil {
 			t.Error("State answered after Run returned")
+		}
+	})
+}
+
+// chainOnFakeNet starts brokers B1..Bn in a chain (each joining the
+// previous) on a fake network and waits (virtual time) until all joined.
+func chainOnFakeNet(t *testing.T, net *fakeNet, n int, edit func(*BrokerConfig)) []*testBroker {
+	t.Helper()
+	var bs []*testBroker
+	for i := 1; i <= n; i++ {
+		var join []string
+		if i > 1 {
+			join = []string{fmt.Sprintf("10.0.0.%d:1", i-1)}
+		}
+		b := startTestBroker(t, net, fmt.Sprintf("B%d", i), fmt.Sprintf("10.0.0.%d:1", i), join, edit)
+		for tries := 0; !b.rt.Joined(); tries++ {
+			if tries > 1000 {
+				t.Fatalf("B%d did not join within 10 s of virtual time", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+// TestRuntimeDeliversThroughAChain runs the real core in runtimes on the
+// in-memory transport: a subscriber at the last broker, a publisher at the
+// first, publications delivered exactly once and in order, each
+// acknowledged. With a crash, the middle broker is cut off half-way
+// (δ = 1 in the 4-broker chain lets B1 bypass B2).
+func TestRuntimeDeliversThroughAChain(t *testing.T) {
+	t.Run("no failure", func(t *testing.T) { runChainDelivery(t, 3, 0, 50) })
+	t.Run("crash of B2", func(t *testing.T) { runChainDelivery(t, 4, 2, 200) })
+}
+
+func runChainDelivery(t *testing.T, brokers, crash, n int) {
+	synctest.Test(t, func(t *testing.T) {
+		net := newFakeNet(1024)
+		bs := chainOnFakeNet(t, net, brokers, func(c *BrokerConfig) { c.Delta = 1 })
+		defer func() {
+			for i := len(bs) - 1; i >= 0; i-- {
+				bs[i].shutdown(t)
+			}
+		}()
+		subS := newFakeSession(4096)
+		last := bs[len(bs)-1]
+		last.rt.ClientUp(subS)
+		f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: matching.Str("T")}}}
+		last.rt.ClientMessage(subS, &message.Subscribe{Req: 1, Filter: f})
+		for confirmed := false; !confirmed; {
+			a, ok := recv(t, subS).(*message.SubAck)
+			if ok && a.Err != "" {
+				t.Fatalf("subscription refused: %s", a.Err)
+			}
+			confirmed = ok && a.Confirmed
+		}
+		pubS := newFakeSession(4096)
+		bs[0].rt.ClientUp(pubS)
+		bs[0].rt.ClientMessage(pubS, &message.ClientHello{Publisher: "p", Epoch: 1})
+		for i := 1; i <= n; i++ {
+			if crash > 0 && i == n/2 {
+				net.crash(fmt.Sprintf("10.0.0.%d:1", crash))
+			}
+			bs[0].rt.ClientMessage(pubS, &message.Publish{Seq: uint64(i), Time: 1,
+				Attrs: []matching.Attr{{Name: "class", Value: matching.Str("T")}, {Name: "n", Value: matching.Int(int64(i))}}})
+			time.Sleep(5 * time.Millisecond) // virtual: 200 publications/s
+		}
+		for want := uint64(1); want <= uint64(n); {
+			var m message.Message
+			select {
+			case m = <-subS.out:
+			case <-time.After(time.Minute):
+				t.Fatalf("no delivery within a minute after %d of %d", want-1, n)
+			}
+			switch m := m.(type) {
+			case *message.Deliver:
+				if m.Pub.Seq != want || m.Pub.Publisher != "p" {
+					t.Fatalf("delivery %v, want p/1/%d", m.Pub, want)
+				}
+				want++
+			case *message.Gap:
+				t.Fatalf("unexpected gap %+v", m)
+			}
+		}
+		var acked uint64
+		for acked < uint64(n) {
+			a, ok := recv(t, pubS).(*message.PubAck)
+			if ok {
+				if a.Err != "" {
+					t.Fatalf("publication %d refused: %s", a.Seq, a.Err)
+				}
+				acked = max(acked, a.Seq)
+			}
+		}
+		time.Sleep(time.Second) // virtual: retransmissions would have arrived
+		synctest.Wait()
+		select {
+		case m := <-subS.out:
+			t.Errorf("unexpected message after the %d deliveries: %T %+v", n, m, m)
+		default:
 		}
 	})
 }
