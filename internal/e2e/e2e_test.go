@@ -520,3 +520,90 @@ func fetchState(t *testing.T, admin string) stateView {
 	}
 	return st
 }
+
+// run runs deltapub to completion (at most 30 s) and returns its exit
+// code, stdout and stderr.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, deltapub, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("deltapub %v: %v", args, err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// TestBrokerConfiguration: flags override the file, --print-config shows
+// the result, a bad file or value fails at start naming the field.
+func TestBrokerConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	os.WriteFile(good, []byte("id = \"B9\"\nlisten = \"127.0.0.1:7009\"\ndelta = 3\n[limits]\nmax_queue = 777\n"), 0o600)
+	code, out, errs := run(t, "broker", "--config", good, "--delta", "4", "--print-config")
+	if code != 0 || !strings.Contains(out, `id = "B9"`) || !strings.Contains(out, "delta = 4") || !strings.Contains(out, "max_queue = 777") {
+		t.Errorf("--print-config: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)
+	}
+	// The printed configuration is itself a valid configuration file.
+	printed := filepath.Join(dir, "printed.toml")
+	os.WriteFile(printed, []byte(out), 0o600)
+	if code, out2, errs := run(t, "broker", "--config", printed, "--print-config"); code != 0 || out2 != out {
+		t.Errorf("printed config does not read back: exit %d, %s\n%s", code, errs, out2)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("id = \"B9\"\nlisten = \"127.0.0.1:7009\"\n[limits]\nmax_queu = 3\n"), 0o600)
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"broker", "--config", bad}, "limits.max_queu"},
+		{[]string{"broker", "--config", good, "--heartbeat", "2s", "--failure-timeout", "3s"}, "failure_timeout"},
+		{[]string{"broker", "--listen", "127.0.0.1:7009"}, "id"},
+		{[]string{"broker", "--id", "B1", "--listen", "127.0.0.1:7009", "--secret-file", filepath.Join(dir, "nope")}, "secret_file"},
+	} {
+		code, _, errs := run(t, tc.args...)
+		if code != 2 || !strings.Contains(errs, "config: "+tc.field+":") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, errs, tc.field)
+		}
+	}
+}
+
+// TestBrokerInspectAndStop: ctl reads a running pair of brokers, and
+// SIGTERM makes a leaf leave the overlay and exit 0.
+func TestBrokerInspectAndStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test: skipped in -short mode")
+	}
+	secret := writeSecret(t, "inspect secret")
+	bs := chain(t, 2, secret)
+	code, out, errs := run(t, "ctl", "--admin", bs[0].admin, "topology", "--dot")
+	if code != 0 || !strings.Contains(out, `"B1" -- "B2"`) {
+		t.Errorf("ctl topology --dot: exit %d, %s%s", code, out, errs)
+	}
+	code, out, errs = run(t, "ctl", "--admin", bs[1].admin, "peers")
+	if code != 0 || !strings.Contains(out, "B1") || !strings.Contains(out, "tree") {
+		t.Errorf("ctl peers: exit %d, %s%s", code, out, errs)
+	}
+	for _, what := range []string{"state", "topology", "subs", "queue"} {
+		if code, out, errs := run(t, "ctl", "--admin", bs[1].admin, what); code != 0 || out == "" {
+			t.Errorf("ctl %s: exit %d, %s%s", what, code, out, errs)
+		}
+	}
+	if code, _, _ := run(t, "ctl", "--admin", bs[1].admin, "nonsense"); code != 2 {
+		t.Errorf("ctl nonsense: exit %d, want 2", code)
+	}
+	bs[1].signal(t, syscall.SIGTERM)
+	if err := bs[1].wait(t, 15*time.Second); err != nil {
+		t.Errorf("B2 after SIGTERM: %v, want exit 0", err)
+	}
+	b, _ := os.ReadFile(bs[1].log)
+	if !bytes.Contains(b, []byte("left the overlay")) {
+		t.Errorf("B2 did not log its leave:\n%s", tail(b, 1500))
+	}
+}
