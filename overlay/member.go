@@ -10,20 +10,46 @@ import (
 )
 
 // subsFor returns the routing state broker x needs from this broker: every
-// subscription not lying in x's direction, with From recomputed for x
-// (PROTOCOL §3), sorted by SubID.
+// subscription whose subscriber is not behind x as seen from here, with
+// From recomputed for x (PROTOCOL §3), sorted by SubID. For a neighbour,
+// "behind x" is "its direction is x". For a broker farther away (a
+// recovering broker asking across failed ones) it is "x lies on the path
+// from here to From": a From strictly before x on that path is the
+// subscriber's own edge (a pointer stops short of δ+1 hops only there), so
+// subscriptions of the failed brokers in between, and of branches off the
+// path, are included.
 func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 	n.geometry()
-	xdir := n.side[x]
 	d := n.dist[x]
 	var out []message.SubState
 	for _, e := range n.table.Entries() {
-		if !e.Local && e.Dir == xdir {
+		if e.Local {
+			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.cfg.ID})
 			continue
 		}
-		from := n.cfg.ID
-		if !e.Local {
-			from = n.topo.FromFor(e.From, d)
+		if d <= 1 {
+			if e.Dir == x {
+				continue
+			}
+			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.topo.FromFor(e.From, d)})
+			continue
+		}
+		behind := false
+		pf := n.pathTo(e.From)
+		for _, b := range pf[min(1, len(pf)):] {
+			if b == x {
+				behind = true
+				break
+			}
+		}
+		if behind {
+			continue
+		}
+		from := e.From
+		if p := n.topo.Path(x, from); len(p) > n.cfg.Delta+2 {
+			from = p[n.cfg.Delta+1]
+		} else if p == nil {
+			from = n.cfg.ID
 		}
 		out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: from})
 	}
