@@ -105,8 +105,32 @@ func runPub(args []string) int {
 		}
 	}
 	start := time.Now()
-	results := make(chan error, n)
-	sent := 0
+	// One goroutine collects the outcomes in publication order (the
+	// broker acknowledges in order); the channel holds at most what the
+	// client allows in flight, so memory stays bounded for any --count.
+	pending := make(chan (<-chan error), *inFlight)
+	type tally struct {
+		acked int
+		first error
+	}
+	tallied := make(chan tally, 1)
+	go func() {
+		var t tally
+		for done := range pending {
+			var err error
+			select {
+			case err = <-done:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			if err == nil {
+				t.acked++
+			} else if t.first == nil {
+				t.first = err
+			}
+		}
+		tallied <- t
+	}()
 	var sendErr error
 	for i := 1; i <= n; i++ {
 		if *rate > 0 {
@@ -129,27 +153,11 @@ func runPub(args []string) int {
 			sendErr = err
 			break
 		}
-		sent++
-		go func() {
-			select {
-			case err := <-done:
-				results <- err
-			case <-ctx.Done():
-				results <- ctx.Err()
-			}
-		}()
+		pending <- done
 	}
-	acked := 0
-	var firstErr error
-	for i := 0; i < sent; i++ {
-		if err := <-results; err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-		} else {
-			acked++
-		}
-	}
+	close(pending)
+	t := <-tallied
+	acked, firstErr := t.acked, t.first
 	elapsed := time.Since(start)
 	fmt.Printf("acknowledged %d of %d publications in %.3fs (publisher %s, epoch %d)\n", acked, n, elapsed.Seconds(), c.Publisher(), c.Epoch())
 	if sendErr == nil {
