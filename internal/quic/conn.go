@@ -290,12 +290,13 @@ type Stats struct {
 	Writes         uint64 // stream writes (FramesQueued/Writes is the batching factor)
 	FramesReceived uint64 // messages handed to the Handler
 	Queued         int    // frames waiting now
+	GSO            bool   // quic-go sends with UDP generic segmentation offload
 }
 
 // Stats returns the counters.
 func (c *peerConn) Stats() Stats {
 	return Stats{FramesQueued: c.sentFrames.Load(), BytesWritten: c.sentBytes.Load(), Writes: c.writes.Load(),
-		FramesReceived: c.recvFrames.Load(), Queued: c.queued()}
+		FramesReceived: c.recvFrames.Load(), Queued: c.queued(), GSO: c.qc.ConnectionState().GSO}
 }
 
 func (c *peerConn) readFailed(what string, err error) error {
