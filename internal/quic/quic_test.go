@@ -93,10 +93,10 @@ func (r *recorder) down(i int) error {
 	return r.downs[i]
 }
 
-// waitFor polls cond until it holds or 10 s pass.
+// waitFor polls cond until it holds or 30 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -114,7 +114,8 @@ type node struct {
 func start(t *testing.T, id string, secret string, mod func(*Config)) *node {
 	t.Helper()
 	lb := &logBuf{}
-	cfg := Config{ID: message.BrokerID(id), Epoch: 1, Listen: "127.0.0.1:0",
+	// Generous handshake timeout: CI machines can be very busy.
+	cfg := Config{ID: message.BrokerID(id), Epoch: 1, Listen: "127.0.0.1:0", HandshakeTimeout: 20 * time.Second,
 		Log: zerolog.New(lb).Level(zerolog.DebugLevel).With().Str("broker", id).Logger()}
 	if secret != "" {
 		cfg.Secret = []byte(secret)
@@ -146,7 +147,7 @@ func start(t *testing.T, id string, secret string, mod func(*Config)) *node {
 func (n *node) addr() string { return n.ep.Addr().String() }
 
 func ctx10(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
