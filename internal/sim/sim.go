@@ -11,7 +11,6 @@
 package sim
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"io"
@@ -301,7 +300,7 @@ func (s *Sim) RunUntilCond(max time.Duration, cond func() bool) (bool, error) {
 }
 
 func (s *Sim) stepOne() {
-	e := heap.Pop(&s.q).(*event)
+	e := s.q.pop()
 	s.now = e.at
 	s.stats.Events++
 	if s.stats.Events > s.cfg.MaxEvents {

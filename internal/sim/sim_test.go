@@ -165,3 +165,20 @@ func TestCheckerCatchesManglingNode(t *testing.T) {
 		t.Fatalf("online check silent (first violation %v)", s.FirstViolation())
 	}
 }
+
+func TestEventHeapOrder(t *testing.T) {
+	var h eventHeap
+	seq := uint64(0)
+	for i := 0; i < 1000; i++ {
+		seq++
+		h.push(&event{at: time.Duration((i * 7919) % 97), seq: seq})
+	}
+	var last *event
+	for len(h) > 0 {
+		e := h.pop()
+		if last != nil && e.before(last) {
+			t.Fatalf("out of order: %v/%d after %v/%d", e.at, e.seq, last.at, last.seq)
+		}
+		last = e
+	}
+}
