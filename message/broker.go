@@ -171,6 +171,10 @@ type StateRequest struct {
 type StateReply struct {
 	Map  []MapNode  `msgpack:"m"`
 	Subs []SubState `msgpack:"s"`
+	// NotMember: the sender is itself joining (a restarted broker that has
+	// not found a joined joinpoint yet) and has no state to give; ask the
+	// brokers behind it.
+	NotMember bool `msgpack:"n,omitempty"`
 }
 
 // Routable tells the peers of a restarted broker that its recovery is

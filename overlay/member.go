@@ -178,7 +178,11 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 }
 
 func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
-	if !n.member || m.Node.ID != from {
+	if m.Node.ID != from {
+		return
+	}
+	if !n.member {
+		n.send(from, &message.StateReply{NotMember: true})
 		return
 	}
 	p := n.peer(from)
@@ -226,7 +230,13 @@ func (n *Node) answerStateRequests() {
 }
 
 func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
-	if !n.member || n.stateWait == nil {
+	if !n.member || n.stateWait == nil || !n.stateWait[from] {
+		return
+	}
+	if m.NotMember {
+		delete(n.stateWait, from)
+		n.askBehind(from)
+		n.checkRecovery()
 		return
 	}
 	if topology.Validate(m.Map) == nil {
@@ -265,23 +275,7 @@ func (n *Node) checkRecovery() {
 			continue
 		}
 		delete(n.stateWait, id)
-		dir := n.direction(id)
-		if dir == "" {
-			continue
-		}
-		front, _ := n.topo.Frontier(dir, n.unusable)
-		for _, f := range front {
-			if n.dist[f] > n.dist[id] || f == id {
-				if f != id && !n.stateWait[f] {
-					n.stateWait[f] = true
-					if n.peer(f).up {
-						n.send(f, &message.StateRequest{Node: n.self})
-					} else {
-						n.dial(Peer{ID: f}, false)
-					}
-				}
-			}
-		}
+		n.askBehind(id)
 	}
 	if len(n.stateWait) == 0 || n.stateWaitT > n.cfg.GoneAfterTicks {
 		if len(n.stateWait) > 0 {
@@ -289,6 +283,28 @@ func (n *Node) checkRecovery() {
 		}
 		n.stateWait = nil
 		n.becomeJoined()
+	}
+}
+
+// askBehind sends a StateRequest to the closest usable brokers behind id
+// (which cannot answer: failed, or not a member itself).
+func (n *Node) askBehind(id message.BrokerID) {
+	dir := n.direction(id)
+	if dir == "" {
+		return
+	}
+	n.geometry()
+	front, _ := n.topo.Frontier(dir, func(b message.BrokerID) bool { return b == id || n.unusable(b) })
+	for _, f := range front {
+		if f == id || n.dist[f] <= n.dist[id] || n.stateWait[f] {
+			continue
+		}
+		n.stateWait[f] = true
+		if n.peer(f).up {
+			n.send(f, &message.StateRequest{Node: n.self})
+		} else {
+			n.dial(Peer{ID: f}, false)
+		}
 	}
 }
 
