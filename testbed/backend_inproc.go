@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -62,17 +61,21 @@ type inprocHost struct {
 
 func newInprocHost(p *Plan) (*inprocHost, error) {
 	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, port: map[string]int{}}
-	for i, n := range p.Topo.Names {
-		port := 0
-		if base := p.Spec.Process.BasePort; base != 0 {
-			port = base + 2*i
+	if base := p.Spec.Process.BasePort; base != 0 {
+		for i, n := range p.Topo.Names {
+			h.port[n] = base + 2*i
+			if !portFree(h.port[n]) {
+				return nil, fmt.Errorf("testbed: inproc mode: port %d for %s is busy", h.port[n], n)
+			}
 		}
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+	} else {
+		ports, err := pickPorts(len(p.Topo.Names))
 		if err != nil {
-			return nil, fmt.Errorf("testbed: inproc mode: UDP port %d for %s is busy: %v", port, n, err)
+			return nil, err
 		}
-		h.port[n] = u.LocalAddr().(*net.UDPAddr).Port
-		u.Close()
+		for i, n := range p.Topo.Names {
+			h.port[n] = ports[i]
+		}
 	}
 	return h, nil
 }
@@ -123,13 +126,12 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 		// Endpoint.Close leaves its UDP socket bound (quic-go does not
 		// close a socket it was given), so the old port stays taken. The
 		// broker announces its address when it rejoins.
-		u, err := net.ListenPacket("udp", "127.0.0.1:0")
+		ports, err := pickPorts(1)
 		if err != nil {
 			h.mu.Unlock()
 			return err
 		}
-		h.port[name] = u.LocalAddr().(*net.UDPAddr).Port
-		u.Close()
+		h.port[name] = ports[0]
 	}
 	h.mu.Unlock()
 	cfg, err := overlay.Preset("testbed")

@@ -89,26 +89,24 @@ func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 	}
 	// Ports: fixed from process.base_port (checked free before anything
 	// starts, so a clash is one clear error rather than a broker dying at
-	// join time), or free ones picked now. A picked port could be taken by
-	// someone else before the broker binds it; the broker then fails to
-	// start and the run says so.
-	for i, n := range p.Topo.Names {
-		if base := p.Spec.Process.BasePort; base != 0 {
+	// join time), or free ones picked now outside the kernel's ephemeral
+	// range (so our own outgoing connections cannot take them before the
+	// brokers bind them).
+	if base := p.Spec.Process.BasePort; base != 0 {
+		for i, n := range p.Topo.Names {
 			h.port[n], h.aport[n] = base+2*i, base+2*i+1
+			if !portFree(h.port[n], h.aport[n]) {
+				return nil, fmt.Errorf("testbed: process mode: port %d or %d for %s is busy (change process.base_port, or drop it to pick free ports)", h.port[n], h.aport[n], n)
+			}
 		}
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", h.port[n]))
+	} else {
+		ports, err := pickPorts(2 * len(p.Topo.Names))
 		if err != nil {
-			return nil, fmt.Errorf("testbed: process mode: UDP port %d for %s is busy (change process.base_port, or drop it to pick free ports): %v", h.port[n], n, err)
+			return nil, err
 		}
-		t, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", h.aport[n]))
-		if err != nil {
-			u.Close()
-			return nil, fmt.Errorf("testbed: process mode: TCP port %d (admin of %s) is busy (change process.base_port, or drop it to pick free ports): %v", h.aport[n], n, err)
+		for i, n := range p.Topo.Names {
+			h.port[n], h.aport[n] = ports[2*i], ports[2*i+1]
 		}
-		h.port[n] = u.LocalAddr().(*net.UDPAddr).Port
-		h.aport[n] = t.Addr().(*net.TCPAddr).Port
-		u.Close()
-		t.Close()
 	}
 	ready := make(chan struct{})
 	go func() {
@@ -321,6 +319,52 @@ func (h *procHost) stopAll() {
 		}
 		close(h.spawn)
 	})
+}
+
+// portFree reports whether every port is free for both UDP and TCP on
+// 127.0.0.1.
+func portFree(ports ...int) bool {
+	for _, port := range ports {
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return false
+		}
+		t, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		u.Close()
+		if err != nil {
+			return false
+		}
+		t.Close()
+	}
+	return true
+}
+
+var (
+	portMu   sync.Mutex
+	portNext = 20000 + int(time.Now().UnixNano()%10000)
+)
+
+// pickPorts returns n ports free for UDP and TCP in 20000–31999, below the
+// usual ephemeral range (32768–60999), scanning from a moving start so
+// that runs in one process (tests) and concurrent runs do not collide.
+func pickPorts(n int) ([]int, error) {
+	portMu.Lock()
+	defer portMu.Unlock()
+	var out []int
+	for tries := 0; tries < 12000 && len(out) < n; tries++ {
+		p := portNext
+		portNext++
+		if portNext >= 32000 {
+			portNext = 20000
+		}
+		if portFree(p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("testbed: only %d of %d free ports in 20000-31999", len(out), n)
+	}
+	return out, nil
 }
 
 // metrics scrapes the broker's /metrics and sums every sample per metric

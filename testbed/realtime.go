@@ -62,6 +62,14 @@ func joinpointsFor(t *Topology, name string, delta int) []string {
 // maxJoinWait bounds how long the overlay build waits for one broker.
 const maxJoinWait = 20 * time.Second
 
+// setupTimeout bounds one client connection or subscription request at
+// the start of a run; setupParallel is how many are opened at once. On a
+// loaded 2-core machine a QUIC handshake can take seconds.
+const (
+	setupTimeout  = 30 * time.Second
+	setupParallel = 16
+)
+
 // runRealtime runs a plan in wall-clock time on a host.
 func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options) (err error) {
 	defer h.stopAll()
@@ -75,7 +83,8 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	// Build the overlay, one broker at a time in breadth-first order, so
 	// each joinpoint is a member before anyone joins through it.
 	buildStart := time.Now()
-	for _, n := range p.Topo.Names {
+	for i, n := range p.Topo.Names {
+		rec.SetPhase(fmt.Sprintf("building the overlay %d/%d", i+1, len(p.Topo.Names)))
 		var jps []string
 		if n != p.Topo.Names[0] {
 			jps = joinpointsFor(p.Topo, n, p.Spec.Overlay.Delta)
@@ -90,10 +99,14 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	logf("overlay of %d brokers built in %v", len(p.Topo.Names), time.Since(buildStart).Round(time.Millisecond))
 	rec.Note(fmt.Sprintf("overlay of %d brokers built in %v before t=0", len(p.Topo.Names), time.Since(buildStart).Round(time.Millisecond)))
 
-	start := time.Now()
+	// t = 0 is set once every client is connected and subscribed (the
+	// setup can take seconds with hundreds of clients); goroutines started
+	// during the setup read start only after startedCh is closed.
+	var start time.Time
+	startedCh := make(chan struct{})
 	since := func(t time.Time) time.Duration { return t.Sub(start) }
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() { cancel(); wg.Wait() }() // cancel first: goroutines wait on ctx
 	var clients []*client.Client
 	var clientsMu sync.Mutex
 	defer func() {
@@ -104,7 +117,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 		clientsMu.Unlock()
 	}()
 	connect := func(name, broker string) (*client.Client, error) {
-		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		cctx, ccancel := context.WithTimeout(ctx, setupTimeout)
 		defer ccancel()
 		c, err := client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: 65536})
 		if err != nil {
@@ -117,49 +130,97 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	}
 
 	// Subscribers: one client session each, one goroutine per subscription
-	// draining its deliveries.
+	// draining its deliveries. Sessions are opened setupParallel at a time
+	// (a QUIC handshake each), so hundreds of subscribers start in seconds.
+	sem := make(chan struct{}, setupParallel)
+	var setupErr error
+	var setupMu sync.Mutex
+	var setup sync.WaitGroup
 	for si, sb := range p.Subscribers {
-		c, err := connect(sb.Name, sb.Broker)
-		if err != nil {
-			return fmt.Errorf("testbed: subscriber %s at %s: %w", sb.Name, sb.Broker, err)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			setup.Wait()
+			return ctx.Err()
 		}
-		for k, f := range sb.Parsed {
-			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-			sub, err := c.Subscribe(sctx, f)
-			scancel()
-			if err != nil {
-				return fmt.Errorf("testbed: subscriber %s at %s: subscribe %s: %w", sb.Name, sb.Broker, sb.Filters[k], err)
+		rec.SetPhase(fmt.Sprintf("connecting subscribers %d/%d", si+1, len(p.Subscribers)))
+		setup.Add(1)
+		go func(si int, sb *Subscriber) {
+			defer setup.Done()
+			defer func() { <-sem }()
+			fail := func(err error) {
+				setupMu.Lock()
+				if setupErr == nil {
+					setupErr = err
+				}
+				setupMu.Unlock()
 			}
-			wg.Add(1)
-			go func(si, k int, sub *client.Subscription) {
-				defer wg.Done()
-				select {
-				case <-sub.Confirmed():
-					rec.Confirmed(si, k, time.Since(start))
-				case <-ctx.Done():
+			c, err := connect(sb.Name, sb.Broker)
+			if err != nil {
+				fail(fmt.Errorf("testbed: subscriber %s at %s: %w", sb.Name, sb.Broker, err))
+				return
+			}
+			for k, f := range sb.Parsed {
+				sctx, scancel := context.WithTimeout(ctx, setupTimeout)
+				sub, err := c.Subscribe(sctx, f)
+				scancel()
+				if err != nil {
+					fail(fmt.Errorf("testbed: subscriber %s at %s: subscribe %s: %w", sb.Name, sb.Broker, sb.Filters[k], err))
+					return
 				}
-			}(si, k, sub)
-			wg.Add(1)
-			go func(si, k int, sub *client.Subscription) {
-				defer wg.Done()
-				for d := range sub.C {
-					if d.Gap != nil {
-						rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
-						continue
+				wg.Add(2)
+				go func(k int, sub *client.Subscription) {
+					defer wg.Done()
+					select {
+					case <-sub.Confirmed():
+						at := time.Now()
+						select {
+						case <-startedCh:
+							rec.Confirmed(si, k, since(at))
+						case <-ctx.Done():
+						}
+					case <-ctx.Done():
 					}
-					rec.Delivered(Delivery{Subscriber: si, Sub: k, Pub: d.Pub, PublishedAt: since(d.PublishedAt), At: since(d.ReceivedAt)})
-				}
-			}(si, k, sub)
-		}
+				}(k, sub)
+				go func(k int, sub *client.Subscription) {
+					defer wg.Done()
+					select {
+					case <-startedCh:
+					case <-ctx.Done():
+						return
+					}
+					for d := range sub.C {
+						if d.Gap != nil {
+							rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
+							continue
+						}
+						rec.Delivered(Delivery{Subscriber: si, Sub: k, Pub: d.Pub, PublishedAt: since(d.PublishedAt), At: since(d.ReceivedAt)})
+					}
+				}(k, sub)
+			}
+		}(si, sb)
+	}
+	setup.Wait()
+	if setupErr != nil {
+		return setupErr
 	}
 
 	// Publishers: one goroutine each publishes on schedule; a second one
 	// collects the acknowledgements in order.
-	for _, pb := range p.Publishers {
+	pubClients := make([]*client.Client, len(p.Publishers))
+	for i, pb := range p.Publishers {
+		rec.SetPhase(fmt.Sprintf("connecting publishers %d/%d", i+1, len(p.Publishers)))
 		c, err := connect(pb.Name, pb.Broker)
 		if err != nil {
 			return fmt.Errorf("testbed: publisher %s at %s: %w", pb.Name, pb.Broker, err)
 		}
+		pubClients[i] = c
+	}
+	start = time.Now()
+	close(startedCh)
+	rec.SetPhase("")
+	for i, pb := range p.Publishers {
+		c := pubClients[i]
 		type inflight struct {
 			id   message.PubID
 			done <-chan error

@@ -34,6 +34,7 @@ type Recorder struct {
 	dropped                           atomic.Int64         // deliveries beyond maxRecordedDeliveries
 
 	startWall  time.Time
+	phase      string
 	virtual    atomic.Int64
 	hasVirtual atomic.Bool
 }

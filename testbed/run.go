@@ -132,6 +132,9 @@ func showProgress(w io.Writer, p *Plan, rec *Recorder, stop <-chan struct{}) {
 		if pr.Anomalies > 0 {
 			verdict = fmt.Sprintf("FAIL so far (%d duplicates/reorderings)", pr.Anomalies)
 		}
+		if ph := rec.Phase(); ph != "" {
+			return fmt.Sprintf("setup: %s  (%.1fs)", ph, time.Since(rec.startWall).Seconds())
+		}
 		return fmt.Sprintf("t=%5.1fs/%.0fs  publications=%d  deliveries=%d  faults=%d/%d  %s",
 			rec.Elapsed().Seconds(), p.Spec.End().Seconds(), pr.Publications, pr.Deliveries, pr.Faults, len(p.Faults), verdict)
 	}
@@ -157,6 +160,21 @@ func showProgress(w io.Writer, p *Plan, rec *Recorder, stop <-chan struct{}) {
 // SetElapsed lets a backend with its own clock (the simulator's virtual
 // time) drive the elapsed time of the progress line.
 func (r *Recorder) SetElapsed(d time.Duration) { r.virtual.Store(int64(d)); r.hasVirtual.Store(true) }
+
+// SetPhase names what a backend is doing before t = 0 (building the
+// overlay, connecting clients), for the progress line; "" once running.
+func (r *Recorder) SetPhase(s string) {
+	r.mu.Lock()
+	r.phase = s
+	r.mu.Unlock()
+}
+
+// Phase is the current setup phase, "" once the run is under way.
+func (r *Recorder) Phase() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase
+}
 
 // Elapsed is the run's time so far: virtual if the backend set it, else
 // wall time since the start.
