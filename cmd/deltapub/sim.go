@@ -261,9 +261,13 @@ func simRun(args []string) int {
 		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
 		return 2
 	}
-	fmt.Print(res.Outcome)
-	if sc.Expected != "" && sc.Expected != res.Outcome {
-		fmt.Println("(differs from the expected outcome in the file)")
+	fmt.Print(res.Details)
+	switch {
+	case sc.Expected == "":
+	case sc.Expected != res.Outcome:
+		fmt.Printf("(differs from the expected outcome in the file; expected:)\n%s(got:)\n%s", sc.Expected, res.Outcome)
+	default:
+		fmt.Println("(matches the expected outcome in the file)")
 	}
 	if res.Report.Failed(res.Beyond) {
 		return 1

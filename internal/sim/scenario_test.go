@@ -42,7 +42,7 @@ func runScenarioFiles(t *testing.T, dir string, factory NodeFactory) {
 			// Files named fail_*.txt are negative controls: they must fail.
 			wantFail := strings.HasPrefix(filepath.Base(file), "fail_")
 			if res.Report.Failed(res.Beyond) != wantFail {
-				t.Errorf("scenario verdict: failed=%v, want failed=%v:\n%s", !wantFail, wantFail, res.Outcome)
+				t.Errorf("scenario verdict: failed=%v, want failed=%v:\n%s", !wantFail, wantFail, res.Details)
 			}
 		})
 	}
