@@ -55,6 +55,7 @@ func benchCompare(args []string) int {
 		filterPubs = fs.Int("filter-pubs", 0, "publications of the filtering run (0: messages/10)")
 		seed       = fs.Uint64("seed", 1, "seed of the stock workload")
 		timeout    = fs.Duration("timeout", 180*time.Second, "bound on each run")
+		repeat     = fs.Int("repeat", 1, "repetitions of each run (systems interleaved); the median is reported")
 		jsonFile   = fs.String("json", "", "also write the report as JSON to `FILE`")
 		natsDir    = fs.String("nats-dir", "", "directory of the nats-server binary (default: $XDG_CACHE_HOME/deltapub/nats)")
 		noNATS     = fs.Bool("no-nats", false, "measure deltapub only")
@@ -82,7 +83,7 @@ func benchCompare(args []string) int {
 		Messages: *messages, FanoutSubs: *fanoutSubs, FanoutMessages: *fanoutMsgs,
 		LatencyRate: *latRate, LatencyMessages: *latMsgs, FilterSubs: *filterSubs, FilterPubs: *filterPubs,
 		FilterConns: min(100, max(*filterSubs, 1)),
-		Seed:        *seed, Timeout: *timeout, Launcher: benchcompare.ProcessLauncher(exe),
+		Seed:        *seed, Timeout: *timeout, Repeat: *repeat, Launcher: benchcompare.ProcessLauncher(exe),
 		ProfileDir: *profDir, ProfileSeconds: *profSecs, Progress: os.Stderr,
 	}
 	if !*noNATS {

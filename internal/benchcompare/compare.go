@@ -17,13 +17,17 @@ package benchcompare
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 )
@@ -42,6 +46,7 @@ type Config struct {
 	Seed            uint64
 	Delta           int           // δ of the deltapub brokers (default 1)
 	Timeout         time.Duration // per run (default 180 s)
+	Repeat          int           // repetitions of each run, median kept (default 1)
 
 	Launcher   BrokerLauncher // how deltapub brokers are started (required)
 	NATSServer string         // nats-server binary; "" runs deltapub only
@@ -86,6 +91,9 @@ func (c *Config) fill() error {
 	if c.Timeout == 0 {
 		c.Timeout = 180 * time.Second
 	}
+	if c.Repeat == 0 {
+		c.Repeat = 1
+	}
 	if c.ProfileSeconds == 0 {
 		c.ProfileSeconds = 5
 	}
@@ -115,6 +123,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("benchcompare: delta %d out of range [1, 8]", c.Delta)
 	case c.Timeout < time.Second:
 		return fmt.Errorf("benchcompare: timeout %v below 1s", c.Timeout)
+	case c.Repeat < 1 || c.Repeat > 9:
+		return fmt.Errorf("benchcompare: repeat %d out of range [1, 9]", c.Repeat)
 	case c.ProfileSeconds < 1 || c.ProfileSeconds > 120:
 		return fmt.Errorf("benchcompare: profile seconds %d out of range [1, 120]", c.ProfileSeconds)
 	}
@@ -129,8 +139,12 @@ type Figures struct {
 	Fanout    Throughput  `json:"fanout"`
 	Latency   Latency     `json:"latency"`
 	Filtered  Filtered    `json:"filtered"`
-	// Errors names the runs that failed and why (their figures are zero).
+	// Errors names the runs that failed (every repetition) and why (their
+	// figures are zero).
 	Errors map[string]string `json:"errors,omitempty"`
+	// Repeats lists each successful repetition's key figure by run, when
+	// there was more than one (the report keeps the median).
+	Repeats map[string][]float64 `json:"repeats,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -182,11 +196,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("benchcompare: profile directory: %w", err)
 		}
 		prof = &profiler{dir: cfg.ProfileDir, seconds: cfg.ProfileSeconds, log: cfg.Progress}
+		// The harness (both systems' load generator) too, for the whole run.
+		f, err := os.Create(filepath.Join(cfg.ProfileDir, "harness.pprof"))
+		if err != nil {
+			return nil, fmt.Errorf("benchcompare: harness profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err == nil {
+			defer pprof.StopCPUProfile()
+		}
 	}
 	type step struct {
 		name  string
 		chain bool // deltapub only
 		run   func(ctx context.Context, sys system, f *Figures) (string, error)
+		key   func(f *Figures) float64 // the figure whose median is kept
+		take  func(dst, src *Figures)  // copies this step's result
 	}
 	tput := func(t Throughput) string {
 		done := ""
@@ -195,79 +220,107 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		return fmt.Sprintf("%.0f deliveries/s over %.1f s%s", t.Rate, t.Seconds, done)
 	}
+	far := func(sys system) int {
+		if sys.Name() == "NATS" {
+			return 3 // a 3-server cluster: publisher on A, subscriber on C
+		}
+		return 2
+	}
 	steps := []step{
 		{"single", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
 			var err error
 			f.Single, err = runThroughput(ctx, sys, 1, 0, 0, 1, cfg.Messages, prof.with("single"))
 			return tput(f.Single), err
-		}},
+		}, func(f *Figures) float64 { return f.Single.Rate }, func(d, s *Figures) { d.Single = s.Single }},
 		{"two_server", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
 			var err error
-			n := 2
-			if sys.Name() == "NATS" {
-				n = 3 // publisher on A, subscriber on C
-			}
+			n := far(sys)
 			f.TwoServer, err = runThroughput(ctx, sys, n, 0, n-1, 1, cfg.Messages, prof.with("two_server"))
 			return tput(f.TwoServer), err
-		}},
+		}, func(f *Figures) float64 { return f.TwoServer.Rate }, func(d, s *Figures) { d.TwoServer = s.TwoServer }},
 		{"three_broker_chain", true, func(ctx context.Context, sys system, f *Figures) (string, error) {
 			t, err := runThroughput(ctx, sys, 3, 0, 2, 1, cfg.Messages, prof.with("chain3"))
 			f.Chain3 = &t
 			return tput(t), err
-		}},
+		}, func(f *Figures) float64 { return f.Chain3.Rate }, func(d, s *Figures) { d.Chain3 = s.Chain3 }},
 		{"fanout", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
 			var err error
-			n := 2
-			if sys.Name() == "NATS" {
-				n = 3
-			}
+			n := far(sys)
 			f.Fanout, err = runThroughput(ctx, sys, n, 0, n-1, cfg.FanoutSubs, cfg.FanoutMessages, prof.with("fanout"))
 			return tput(f.Fanout), err
-		}},
+		}, func(f *Figures) float64 { return f.Fanout.Rate }, func(d, s *Figures) { d.Fanout = s.Fanout }},
 		{"latency", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
 			var err error
 			f.Latency, err = runLatency(ctx, sys, cfg.LatencyRate, cfg.LatencyMessages)
 			l := f.Latency
 			return fmt.Sprintf("p50 %.0f µs, p99 %.0f µs, p99.9 %.0f µs (%d measured, %d lost)", l.P50Us, l.P99Us, l.P999Us, l.Measured, l.Lost), err
-		}},
+		}, func(f *Figures) float64 { return f.Latency.P99Us }, func(d, s *Figures) { d.Latency = s.Latency }},
 		{"filtered", false, func(ctx context.Context, sys system, f *Figures) (string, error) {
 			var err error
 			f.Filtered, err = runFiltered(ctx, sys, cfg.FilterSubs, cfg.FilterConns, cfg.FilterPubs, cfg.Seed, prof.with("filtered"))
 			r := f.Filtered
 			return fmt.Sprintf("%.0f deliveries/s (%d/%d), %.1f MB to subscribers", r.Rate, r.Delivered, r.Expected, float64(r.BytesToSubs)/1e6), err
-		}},
+		}, func(f *Figures) float64 { return f.Filtered.Rate }, func(d, s *Figures) { d.Filtered = s.Filtered }},
 	}
 	total := 0
 	for _, s := range steps {
 		if s.chain {
-			total++
+			total += cfg.Repeat
 		} else {
-			total += len(systems)
+			total += cfg.Repeat * len(systems)
 		}
 	}
 	t0 := time.Now()
 	k := 0
 	for _, s := range steps {
-		for i, sys := range systems {
-			if s.chain && i > 0 {
+		results := make([][]*Figures, len(systems))
+		lastErr := make([]error, len(systems))
+		// Repetitions interleave the systems, so that a disturbance of the
+		// machine (other load) is more likely to hit both.
+		for r := 0; r < cfg.Repeat; r++ {
+			for i, sys := range systems {
+				if s.chain && i > 0 {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					return rep, fmt.Errorf("benchcompare: interrupted: %w", err)
+				}
+				k++
+				rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+				st := time.Now()
+				f := &Figures{}
+				msg, err := s.run(rctx, sys, f)
+				cancel()
+				if err != nil {
+					lastErr[i] = err
+					msg = "FAILED: " + err.Error()
+				} else {
+					results[i] = append(results[i], f)
+				}
+				fmt.Fprintf(cfg.Progress, "[%d/%d] %-8s %-18s %s (%.0f s)\n", k, total, sys.Name(), s.name, msg, time.Since(st).Seconds())
+			}
+		}
+		for i := range systems {
+			rs := results[i]
+			if len(rs) == 0 {
+				if lastErr[i] != nil {
+					if figs[i].Errors == nil {
+						figs[i].Errors = map[string]string{}
+					}
+					figs[i].Errors[s.name] = lastErr[i].Error()
+				}
 				continue
 			}
-			if err := ctx.Err(); err != nil {
-				return rep, fmt.Errorf("benchcompare: interrupted: %w", err)
-			}
-			k++
-			rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-			st := time.Now()
-			msg, err := s.run(rctx, sys, figs[i])
-			cancel()
-			if err != nil {
-				if figs[i].Errors == nil {
-					figs[i].Errors = map[string]string{}
+			slices.SortFunc(rs, func(a, b *Figures) int { return cmp.Compare(s.key(a), s.key(b)) })
+			s.take(figs[i], rs[(len(rs)-1)/2])
+			if cfg.Repeat > 1 {
+				if figs[i].Repeats == nil {
+					figs[i].Repeats = map[string][]float64{}
 				}
-				figs[i].Errors[s.name] = err.Error()
-				msg = "FAILED: " + err.Error()
+				for _, f := range rs {
+					figs[i].Repeats[s.name] = append(figs[i].Repeats[s.name], s.key(f))
+				}
 			}
-			fmt.Fprintf(cfg.Progress, "[%d/%d] %-8s %-18s %s (%.0f s)\n", k, total, sys.Name(), s.name, msg, time.Since(st).Seconds())
 		}
 	}
 	rep.Seconds = time.Since(t0).Seconds()

@@ -162,7 +162,7 @@ func (s *deltapubServers) Connect(ctx context.Context, i int, o connOptions) (en
 		DeliveryBuffer: o.SubBuffer,
 		// A deep window: the publisher is not held back by acknowledgement
 		// round trips (NATS publishes without any).
-		MaxInFlight: 8192,
+		MaxInFlight: 4096,
 	})
 	if err != nil {
 		return nil, err
