@@ -103,8 +103,36 @@ func (n *Node) routesChanged() {
 			n.dial(Peer{ID: t}, false)
 		}
 	}
+	for _, r := range ids {
+		if h := n.hops[r]; h.ok && h.skipped > 0 {
+			n.prefetchDials(r, h)
+		}
+	}
+	n.probeFrontiers()
 	n.floodsReroute()
 	n.checkHoles()
+}
+
+// probeFrontiers dials, behind every unusable tree neighbour, the closest
+// brokers not yet known to be unusable (up to δ+1 hops), whether or not a
+// route needs them yet: a dead one is then found by its failed dial, so a
+// bypass past k failed brokers costs one dial timeout instead of k, and a
+// hole longer than δ is detected (checkHoles) even where no route goes.
+func (n *Node) probeFrontiers() {
+	if !n.member || n.left {
+		return
+	}
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if !n.unusable(nb) {
+			continue
+		}
+		front, _ := n.topo.Frontier(nb, n.unusable)
+		for _, f := range front {
+			if p := n.peer(f); !p.up && !p.dialing && !p.suspected {
+				n.dial(Peer{ID: f}, false)
+			}
+		}
+	}
 }
 
 func (n *Node) computeHop(r message.BrokerID) hopInfo {
@@ -123,6 +151,27 @@ func (n *Node) hop(r message.BrokerID) hopInfo {
 		n.dial(Peer{ID: h.to}, false)
 	}
 	return h
+}
+
+// prefetchDials dials, when the next hop toward r is not linked yet, the
+// brokers behind it on the path to r as well: if the hop turns out dead,
+// the next candidate is already linked (F7: one dial timeout, not k).
+func (n *Node) prefetchDials(r message.BrokerID, h hopInfo) {
+	if !h.ok || n.peer(h.to).up {
+		return
+	}
+	past := false
+	for _, b := range n.pathTo(r) {
+		if b == h.to {
+			past = true
+			continue
+		}
+		if past {
+			if p := n.peer(b); !p.up && !p.dialing && !p.suspected {
+				n.dial(Peer{ID: b}, false)
+			}
+		}
+	}
 }
 
 // onPub processes a publication from peer from.
