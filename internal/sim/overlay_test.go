@@ -6,8 +6,7 @@ import (
 	"testing"
 )
 
-// fuzzRuns is 0 (skipped) until the core passes it; then ~200.
-var fuzzRuns = flag.Int("fuzzruns", 0, "random runs of TestFuzzOverlay (0: skip)")
+var fuzzRuns = flag.Int("fuzzruns", 200, "random runs of TestFuzzOverlay (0: skip; -short: a tenth)")
 
 // The scenario files of testdata/ on the protocol core: each must keep its
 // guarantees and produce exactly its expected outcome.
