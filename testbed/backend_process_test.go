@@ -13,6 +13,7 @@ import (
 // 127.0.0.1: two adjacent crashes and a restart, verdict PASS, and no
 // broker left behind (checked in Cleanup).
 func TestProcessEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := needBinary(t)
 	p, err := Load("examples/ci.toml")
 	if err != nil {

@@ -34,6 +34,7 @@ type Summary struct {
 	FaultWindowMs         float64                  `json:"fault_window_ms"`
 	EndMs                 float64                  `json:"end_ms"`
 	NearFaults            []string                 `json:"near_faults"` // brokers plotted in rate/cpu plots
+	CPUMeasured           bool                     `json:"cpu_measured"` // false: the mode cannot attribute CPU to brokers (cpu fields are 0)
 	Plots                 []string                 `json:"plots,omitempty"`
 	Notes                 []string                 `json:"notes,omitempty"`
 	DeliveriesCSVTruncate bool                     `json:"deliveries_csv_truncated,omitempty"`
@@ -237,7 +238,8 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 			a = &acc{}
 			accs[s.Broker] = a
 		}
-		if s.CPU >= 0 {
+		if s.CPU >= 0 && s.Up {
+			sum.CPUMeasured = true
 			a.cpuSum += s.CPU
 			a.n++
 			a.bs.CPUMaxPct = math.Max(a.bs.CPUMaxPct, round3(s.CPU))

@@ -290,7 +290,7 @@ func Compare(a, b *Summary, da, db string) string {
 			tot += bs.CPUMeanPct
 		}
 		sort.Strings(names)
-		if len(names) == 0 {
+		if len(names) == 0 || !x.CPUMeasured {
 			return "n/a"
 		}
 		return fmt.Sprintf("%.1f%%", tot)

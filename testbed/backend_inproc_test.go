@@ -1,0 +1,31 @@
+package testbed
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestInprocEndToEnd runs the CI example with the brokers inside this
+// process over real QUIC: the crashes and the restart must keep the
+// verdict PASS.
+func TestInprocEndToEnd(t *testing.T) {
+	t.Parallel()
+	p, err := Load("examples/ci.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	sum, err := Run(ctx, p, "inproc", dir, Options{}, nil)
+	if err != nil {
+		t.Fatalf("seed %d: %v", p.Spec.Seed, err)
+	}
+	if sum.Verdict.Verdict != "PASS" || sum.Verdict.ExpectedDeliveries == 0 {
+		t.Fatalf("seed %d: %s", p.Spec.Seed, FormatSummary(sum, dir))
+	}
+	if len(sum.Faults) != 2 || sum.Faults[0].Err != "" || sum.Faults[1].Err != "" {
+		t.Errorf("faults not applied cleanly: %+v", sum.Faults)
+	}
+}
