@@ -164,6 +164,10 @@ type DAck struct {
 // rejoins under a new epoch.
 type StateRequest struct {
 	Node MapNode `msgpack:"n"`
+	// Resync: the sender is a joined member re-learning the subscriptions
+	// of one side after a partition beyond δ healed (it is not
+	// recovering: keep routing through it).
+	Resync bool `msgpack:"r,omitempty"`
 }
 
 // StateReply answers a StateRequest: the sender's map and the

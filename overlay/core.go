@@ -66,22 +66,23 @@ type Node struct {
 	stateWaitT   int
 
 	// Publication forwarding.
-	queue     []*qentry
-	queueLen  int
-	stampSeq  uint64
-	seen      map[message.Source]*srcState
-	seenOrder []message.Source
-	hops      map[message.BrokerID]hopInfo
-	routeVer  uint64
-	hopsVer   uint64
-	geoVer    uint64
-	side      map[message.BrokerID]message.BrokerID
-	dist      map[message.BrokerID]int
-	recipBuf  []message.BrokerID
-	holes     map[message.BrokerID]bool // directions currently cut off beyond δ
-	gapSeq    uint64
-	gapSeen   map[gapKey]bool
-	gapOrder  []gapKey
+	queue      []*qentry
+	queueLen   int
+	stampSeq   uint64
+	seen       map[message.Source]*srcState
+	seenOrder  []message.Source
+	hops       map[message.BrokerID]hopInfo
+	routeVer   uint64
+	hopsVer    uint64
+	geoVer     uint64
+	side       map[message.BrokerID]message.BrokerID
+	dist       map[message.BrokerID]int
+	recipBuf   []message.BrokerID
+	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
+	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
+	gapSeq     uint64
+	gapSeen    map[gapKey]bool
+	gapOrder   []gapKey
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
 	floods     map[floodKey]*flood
@@ -114,6 +115,7 @@ func NewNode(cfg Config) (*Node, error) {
 		seen:         map[message.Source]*srcState{},
 		hops:         map[message.BrokerID]hopInfo{},
 		holes:        map[message.BrokerID]bool{},
+		resyncDirs:   map[message.BrokerID]bool{},
 		gapSeen:      map[gapKey]bool{},
 		floods:       map[floodKey]*flood{},
 		tombstones:   map[message.SubID]bool{},

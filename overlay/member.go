@@ -56,7 +56,7 @@ func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 	return out
 }
 
-func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) {
+func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) (added []message.SubID) {
 	for _, s := range subs {
 		if n.tombstones[s.Sub] || s.Sub.Edge == n.cfg.ID {
 			continue
@@ -69,8 +69,11 @@ func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) {
 		if dir == "" {
 			dir = n.direction(from)
 		}
-		n.table.Insert(routing.Entry{Sub: s.Sub, Filter: s.Filter, From: fp, Dir: dir})
+		if ok, _ := n.table.Insert(routing.Entry{Sub: s.Sub, Filter: s.Filter, From: fp, Dir: dir}); ok {
+			added = append(added, s.Sub)
+		}
 	}
+	return added
 }
 
 func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
@@ -162,8 +165,16 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 	n.installSubs(from, m.Subs)
 	if n.rejoin {
 		n.stateWait = map[message.BrokerID]bool{}
-		for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-			if nb != from {
+		// Ask every tree neighbour, and every joinpoint too: the runtime
+		// gives a restarted broker its former neighbours, and the
+		// joinpoint's map may not show all of them (it may be recovering
+		// from the same failure with a partial map of its own).
+		ask := append([]message.BrokerID(nil), n.topo.Neighbours(n.cfg.ID)...)
+		for _, jp := range n.joinpoints {
+			ask = append(ask, jp.ID)
+		}
+		for _, nb := range ask {
+			if nb != from && nb != n.cfg.ID && !n.stateWait[nb] {
 				n.stateWait[nb] = true
 				if n.peer(nb).up {
 					n.send(nb, &message.StateRequest{Node: n.self})
@@ -183,6 +194,18 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 	}
 	if !n.member {
 		n.send(from, &message.StateReply{NotMember: true})
+		return
+	}
+	if !n.topo.Has(from) && m.Node.Parent != "" && (m.Node.Parent == n.cfg.ID || n.topo.Has(m.Node.Parent)) {
+		// A restarted neighbour our (partial) map did not show: learn its
+		// place, and re-learn its side's subscriptions once it is joined.
+		n.topo.Put(m.Node)
+		n.resyncDirs[from] = true
+	}
+	if m.Resync {
+		if n.joined {
+			n.send(from, &message.StateReply{Map: n.topo.Within(from, n.cfg.Delta+1), Subs: n.subsFor(from)})
+		}
 		return
 	}
 	p := n.peer(from)
@@ -230,6 +253,26 @@ func (n *Node) answerStateRequests() {
 }
 
 func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
+	if n.joined && n.stateWait == nil && !m.NotMember {
+		// A resync after a partition healed: learn what we missed.
+		if topology.Validate(m.Map) == nil {
+			self := n.self
+			self.Parent = n.topo.Parent(n.cfg.ID)
+			n.topo.Merge(m.Map)
+			n.topo.Put(self)
+		}
+		for _, sub := range n.installSubs(from, m.Subs) {
+			// New to us, so possibly to the brokers behind us too: flood
+			// it on (those that have it answer at once).
+			e, _ := n.table.Get(sub)
+			k := floodKey{kind: fkSub, sub: sub}
+			if _, busy := n.floods[k]; !busy {
+				n.startFlood(&flood{key: k, except: e.Dir, budget: -1, msg: n.subFloodMsg(sub)})
+			}
+		}
+		n.routesChanged()
+		return
+	}
 	if !n.member || n.stateWait == nil || !n.stateWait[from] {
 		return
 	}
@@ -280,6 +323,12 @@ func (n *Node) checkRecovery() {
 	if len(n.stateWait) == 0 || n.stateWaitT > n.cfg.GoneAfterTicks {
 		if len(n.stateWait) > 0 {
 			n.notice(NoticeGap, "", fmt.Sprintf("recovery completed without the state of %d peers", len(n.stateWait)))
+			// Re-learn those sides once they are reachable again.
+			for id := range n.stateWait {
+				if d := n.direction(id); d != "" {
+					n.resyncDirs[d] = true
+				}
+			}
 		}
 		n.stateWait = nil
 		n.becomeJoined()
@@ -294,7 +343,19 @@ func (n *Node) askBehind(id message.BrokerID) {
 		return
 	}
 	n.geometry()
-	front, _ := n.topo.Frontier(dir, func(b message.BrokerID) bool { return b == id || n.unusable(b) })
+	front, hole := n.topo.Frontier(dir, func(b message.BrokerID) bool { return b == id || n.unusable(b) })
+	asked := 0
+	for _, f := range front {
+		if f != id && n.dist[f] > n.dist[id] {
+			asked++
+		}
+	}
+	if hole || asked == 0 {
+		// Part of that side is unreachable (more than δ failed in a row),
+		// or unknown to our map: re-learn its subscriptions (and map) once
+		// it is reachable again.
+		n.resyncDirs[dir] = true
+	}
 	for _, f := range front {
 		if f == id || n.dist[f] <= n.dist[id] || n.stateWait[f] {
 			continue
@@ -448,6 +509,23 @@ func (n *Node) checkHoles() {
 		} else if !hole && n.holes[nb] {
 			delete(n.holes, nb)
 			n.notice(NoticeGap, nb, "healed")
+			n.resyncDirs[nb] = true
+		}
+	}
+	// Subscriptions made on the far side of a partition never reached us
+	// (their floods stop at the hole): ask the brokers of that side for
+	// their state once it is reachable again.
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if !n.resyncDirs[nb] {
+			continue
+		}
+		front, skipped, hole := n.topo.FrontierSkipped(nb, n.unusable)
+		if hole || len(skipped) > 0 {
+			continue
+		}
+		delete(n.resyncDirs, nb)
+		for _, f := range front {
+			n.send(f, &message.StateRequest{Node: n.self, Resync: true})
 		}
 	}
 }
