@@ -227,6 +227,9 @@ func (e *deltapubEndpoint) Subscribe(ctx context.Context, s subSpec, h handler) 
 			}
 			h.Deliver(d.Payload)
 		}
+		if err := sub.Err(); err != nil {
+			h.Fail(fmt.Errorf("benchcompare: deltapub subscription ended: %w", err))
+		}
 	}()
 	return nil
 }

@@ -161,11 +161,21 @@ func (s *natsServers) Close() error {
 }
 
 func (s *natsServers) Connect(ctx context.Context, i int, o connOptions) (endpoint, error) {
-	nc, err := nats.Connect(s.urls[i], nats.NoReconnect(), nats.Timeout(5*time.Second))
+	e := &natsEndpoint{opts: o, handlers: map[*nats.Subscription]handler{}}
+	nc, err := nats.Connect(s.urls[i], nats.NoReconnect(), nats.Timeout(5*time.Second),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			e.mu.Lock()
+			h := e.handlers[sub]
+			e.mu.Unlock()
+			if h != nil {
+				h.Fail(fmt.Errorf("benchcompare: NATS subscription %q: %w", sub.Subject, err))
+			}
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("benchcompare: connect to nats-server N%d: %w", i+1, err)
 	}
-	return &natsEndpoint{nc: nc, opts: o}, nil
+	e.nc = nc
+	return e, nil
 }
 
 type natsEndpoint struct {
@@ -173,6 +183,9 @@ type natsEndpoint struct {
 	opts connOptions
 	buf  []byte
 	sids int // nats.go numbers subscriptions 1, 2, … per connection
+
+	mu       sync.Mutex
+	handlers map[*nats.Subscription]handler // for errors
 }
 
 func (e *natsEndpoint) Publish(m *outMsg) error {
@@ -230,8 +243,11 @@ func (e *natsEndpoint) Subscribe(ctx context.Context, s subSpec, h handler) erro
 	if err != nil {
 		return fmt.Errorf("benchcompare: nats subscribe %q: %w", s.Subject, err)
 	}
-	// Bounded: beyond these the client drops (and counts) messages for
-	// this subscription; the run then reports the loss.
+	e.mu.Lock()
+	e.handlers[sub] = h
+	e.mu.Unlock()
+	// Bounded: beyond these the client drops messages for this
+	// subscription and reports a slow consumer (Fail).
 	if err := sub.SetPendingLimits(1<<22, 1<<30); err != nil {
 		return err
 	}

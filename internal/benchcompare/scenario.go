@@ -43,6 +43,8 @@ type sink struct {
 	probed atomic.Int64 // subscriptions that have seen a probe
 	done   chan struct{}
 	once   sync.Once
+	errMu  sync.Mutex
+	err    error   // the first failure of a subscription
 	lat    []int64 // by message index (latency runs: one subscriber)
 }
 
@@ -62,11 +64,30 @@ func newSink(target int64, latN int) *sink {
 
 func (s *sink) now() int64 { return int64(time.Since(s.base)) }
 
+func (s *sink) fail(err error) {
+	s.errMu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.errMu.Unlock()
+	s.once.Do(func() { close(s.done) })
+}
+
+// failure is the first subscription failure, if any.
+func (s *sink) failure() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
 // subHandler is one subscription's handler.
 type subHandler struct {
 	s      *sink
 	probed atomic.Bool
+	count  atomic.Int64 // data messages delivered to this subscription
 }
+
+func (h *subHandler) Fail(err error) { h.s.fail(err) }
 
 func (h *subHandler) Raw(b int) {
 	h.s.raw.Add(1)
@@ -84,6 +105,7 @@ func (h *subHandler) Deliver(p []byte) {
 		}
 		return
 	}
+	h.count.Add(1)
 	now := s.now()
 	if s.lat != nil {
 		if i := binary.LittleEndian.Uint64(p[offIndex:]); i < uint64(len(s.lat)) {
@@ -101,14 +123,52 @@ func (h *subHandler) Deliver(p []byte) {
 	}
 }
 
-// wait waits until the target is reached or ctx ends.
+// wait waits until the target is reached, a subscription fails or ctx
+// ends; it reports whether the target was reached.
 func (s *sink) wait(ctx context.Context) bool {
 	select {
 	case <-s.done:
-		return true
+		return s.failure() == nil
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// Window is the end-to-end window of the throughput runs: the publisher
+// waits while any subscriber is more than Window messages behind it. Both
+// systems disconnect a subscriber that lets its server-side queue fill up
+// (deltapub: 8,192 frames by default; NATS: 64 MB), and neither slows the
+// publisher down for a slow subscriber, so an unpaced publisher measures
+// how long buffers last, not throughput. The same window for both; it
+// is far above what either needs to stay busy.
+const Window = 4096
+
+// FilterWindow is the window of the filtering run, counted in
+// deliveries over all its subscriber connections (a hundred by default):
+// spread over them it keeps each far below its server-side bound.
+const FilterWindow = 8 * Window
+
+// pace waits until the slowest of hs has received at least sent-Window
+// messages, a subscription fails or ctx ends. Polling (50 µs) keeps the
+// handlers free of any signalling cost.
+func pace(ctx context.Context, s *sink, hs []*subHandler, sent int64) {
+	for {
+		min := sent
+		for _, h := range hs {
+			min = minInt(min, h.count.Load())
+		}
+		if sent-min <= Window || ctx.Err() != nil || s.failure() != nil {
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+func minInt(a, b int64) int64 {
+	if a < b {
+		return a
+	}
+	return b
 }
 
 func (s *sink) payload(kind byte, i int) []byte {
@@ -172,13 +232,15 @@ func runThroughput(ctx context.Context, sys system, nServers, pubAt, subAt, subs
 			e.Close()
 		}
 	}()
-	for i := 0; i < subs; i++ {
+	hs := make([]*subHandler, subs)
+	for i := range hs {
 		e, err := srv.Connect(ctx, subAt, connOptions{})
 		if err != nil {
 			return res, err
 		}
 		eps = append(eps, e)
-		if err := e.Subscribe(ctx, subSpec{Subject: benchSubject, Filter: benchFilter}, &subHandler{s: s}); err != nil {
+		hs[i] = &subHandler{s: s}
+		if err := e.Subscribe(ctx, subSpec{Subject: benchSubject, Filter: benchFilter}, hs[i]); err != nil {
 			return res, err
 		}
 	}
@@ -194,8 +256,11 @@ func runThroughput(ctx context.Context, sys system, nServers, pubAt, subAt, subs
 	defer stopProf()
 	t0 := s.now()
 	for i := 0; i < n; i++ {
-		if i&1023 == 0 && ctx.Err() != nil {
-			break
+		if i&255 == 0 {
+			if ctx.Err() != nil || s.failure() != nil {
+				break
+			}
+			pace(ctx, s, hs, int64(i))
 		}
 		if err := pub.Publish(&outMsg{Subject: benchSubject, Attrs: benchAttrs, Payload: s.payload(kindData, i)}); err != nil {
 			return res, err
@@ -211,7 +276,7 @@ func runThroughput(ctx context.Context, sys system, nServers, pubAt, subAt, subs
 	if res.Seconds > 0 {
 		res.Rate = float64(res.Delivered) / res.Seconds
 	}
-	return res, nil
+	return res, s.failure()
 }
 
 // Latency is the result of a latency run.
@@ -290,7 +355,7 @@ func runLatency(ctx context.Context, sys system, rate, n int) (Latency, error) {
 	if len(lat) > 0 {
 		res.MaxUs = lat[len(lat)-1]
 	}
-	return res, nil
+	return res, s.failure()
 }
 
 func pct(sorted []float64, q float64) float64 {
@@ -332,10 +397,12 @@ func runFiltered(ctx context.Context, sys system, subs, conns, pubs int, seed ui
 		}
 	}
 	quotes := make([]matching.Publication, pubs)
+	before := make([]int64, pubs) // deliveries expected from the quotes before i
 	var dst []uint64
 	for i := range quotes {
 		quotes[i] = st.Publication()
 		dst = ix.Match(&quotes[i], dst[:0])
+		before[i] = res.Expected
 		res.Expected += int64(len(dst))
 	}
 	srv, err := sys.Start(ctx, 1)
@@ -396,8 +463,15 @@ func runFiltered(ctx context.Context, sys system, subs, conns, pubs int, seed ui
 	t0 := s.now()
 	var head []byte
 	for i := range quotes {
-		if i&1023 == 0 && ctx.Err() != nil {
-			break
+		if i&63 == 0 {
+			if ctx.Err() != nil || s.failure() != nil {
+				break
+			}
+			// The end-to-end window, over all subscriptions together: a
+			// FilterWindow of deliveries, a few hundred per connection.
+			for before[i]-s.count.Load() > FilterWindow && ctx.Err() == nil && s.failure() == nil {
+				time.Sleep(50 * time.Microsecond)
+			}
 		}
 		q := &quotes[i]
 		head = stockHead(head[:0], q.Attrs[1].Value.Float, q.Attrs[3].Value.Int)
@@ -417,5 +491,5 @@ func runFiltered(ctx context.Context, sys system, subs, conns, pubs int, seed ui
 	if res.Seconds > 0 {
 		res.Rate = float64(res.Delivered) / res.Seconds
 	}
-	return res, nil
+	return res, s.failure()
 }

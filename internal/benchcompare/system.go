@@ -63,6 +63,9 @@ type subSpec struct {
 type handler interface {
 	Deliver(payload []byte)
 	Raw(wireBytes int)
+	// Fail reports that the subscription ended or lost messages (deltapub:
+	// disconnected as a slow consumer; NATS: a slow-consumer error).
+	Fail(err error)
 }
 
 type endpoint interface {
