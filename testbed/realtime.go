@@ -68,6 +68,7 @@ const maxJoinWait = 20 * time.Second
 const (
 	setupTimeout  = 30 * time.Second
 	setupParallel = 16
+	setupTries    = 3
 )
 
 // runRealtime runs a plan in wall-clock time on a host.
@@ -117,9 +118,19 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 		clientsMu.Unlock()
 	}()
 	connect := func(name, broker string) (*client.Client, error) {
-		cctx, ccancel := context.WithTimeout(ctx, setupTimeout)
-		defer ccancel()
-		c, err := client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: 65536})
+		var c *client.Client
+		var err error
+		// A handshake can time out on a saturated machine; a few tries
+		// (bounded) before the run gives up.
+		for try := 0; try < setupTries; try++ {
+			cctx, ccancel := context.WithTimeout(ctx, setupTimeout)
+			c, err = client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: 65536})
+			ccancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			logf("%s: connect to %s failed (try %d of %d): %v", name, broker, try+1, setupTries, err)
+		}
 		if err != nil {
 			return nil, err
 		}
