@@ -153,6 +153,22 @@ type Machine struct {
 	Model     string `json:"cpu_model"`
 	GoVersion string `json:"go_version"`
 	OS        string `json:"os_arch"`
+	// Load averages (1, 5, 15 min, from /proc/loadavg) when the run
+	// started and ended: other work on the machine shows here.
+	LoadStart string `json:"loadavg_start,omitempty"`
+	LoadEnd   string `json:"loadavg_end,omitempty"`
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // Report is the whole comparison; its JSON is what --json writes.
@@ -324,6 +340,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Seconds = time.Since(t0).Seconds()
+	rep.Machine.LoadEnd = loadAvg()
 	if n := rep.NATS; n != nil {
 		d := &rep.Deltapub
 		rep.SingleRatio = ratio(d.Single.Rate, n.Single.Rate)
@@ -344,7 +361,7 @@ func ratio(a, b float64) float64 {
 
 // ThisMachine describes the machine the harness runs on.
 func ThisMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadStart: loadAvg()}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		defer f.Close()
 		sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
@@ -457,7 +474,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "failed run: %s: %s\n", k, v)
 		}
 	}
-	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; deltapub δ = %d; %.0f s\n", r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Machine.OS, r.Delta, r.Seconds)
+	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; load average %s at the start, %s at the end; deltapub δ = %d; %.0f s\n",
+		r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Machine.OS, r.Machine.LoadStart, r.Machine.LoadEnd, r.Delta, r.Seconds)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
