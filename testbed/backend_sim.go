@@ -50,16 +50,9 @@ func (n countingNode) Ready() sim.Ready {
 	return r
 }
 
-// isPublicationMsg tells publication traffic from control traffic
-// (heartbeats, DACKs, joins, subscriptions, confirmations). The protocol's
-// publication message is named "Pub" in the type registry.
-func isPublicationMsg(m message.Message) bool {
-	switch m.Type().String() {
-	case "Pub", "Publication", "Forward":
-		return true
-	}
-	return false
-}
+// isPublicationMsg tells publication traffic (message.Pub) from control
+// traffic (heartbeats, DACKs, joins, subscriptions, confirmations).
+func isPublicationMsg(m message.Message) bool { return m.Type() == message.TypePub }
 
 // fullMatch is the complete PADRES matcher of package matching. The
 // simulator's own matcher covers only the operators its workloads use and

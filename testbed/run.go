@@ -2,7 +2,6 @@ package testbed
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -35,9 +34,6 @@ func RegisterBackend(mode string, f func(Options) Backend) {
 	backends[mode] = f
 }
 
-// ErrNotAvailable is returned by a mode whose backend cannot run yet.
-var ErrNotAvailable = errors.New("not available yet")
-
 // Options configure a run beyond the file.
 type Options struct {
 	// Binary is the deltapub executable used for broker processes (process
@@ -47,6 +43,12 @@ type Options struct {
 	Log io.Writer
 	// Out is the results directory (process mode keeps broker logs there).
 	Out string
+}
+
+func init() {
+	RegisterBackend("process", func(o Options) Backend { return processBackend{o} })
+	RegisterBackend("inproc", func(o Options) Backend { return inprocBackend{o} })
+	RegisterBackend("sim", func(Options) Backend { return simBackend{factory: simFactory} })
 }
 
 // NewBackend returns the backend of a mode.
