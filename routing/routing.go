@@ -7,6 +7,7 @@ package routing
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -224,7 +225,7 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 		dst = append(dst, t.froms[m.from])
 	}
 	s := dst[start:]
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	slices.Sort(s)
 	return dst
 }
 

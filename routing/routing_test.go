@@ -1,0 +1,153 @@
+package routing
+
+import (
+	"fmt"
+	"math/rand"
+	"reflect"
+	"testing"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+func str(v string) matching.Value { return matching.Value{Kind: matching.KindString, Str: v} }
+func ival(v int64) matching.Value  { return matching.Value{Kind: matching.KindInt, Int: v} }
+
+func filter(class string, preds ...matching.Predicate) matching.Filter {
+	return matching.Filter{Preds: append([]matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: str(class)}}, preds...)}
+}
+
+func pub(class string, x int64) *matching.Publication {
+	return &matching.Publication{Attrs: []matching.Attr{{Name: "class", Value: str(class)}, {Name: "x", Value: ival(x)}}}
+}
+
+func sub(edge string, n uint64) message.SubID { return message.SubID{Edge: message.BrokerID(edge), Epoch: 1, N: n} }
+
+// One test body, two matchers: the index and the brute-force scan.
+func forEachMatcher(t *testing.T, f func(t *testing.T, tab *Table)) {
+	t.Run("index", func(t *testing.T) { f(t, New(matching.NewIndex())) })
+	t.Run("linear", func(t *testing.T) { f(t, New(nil)) })
+}
+
+// TestRecipients checks the recipient set: distinct from-pointers of the
+// matching entries, the arrival direction excluded, local entries reported
+// apart.
+func TestRecipients(t *testing.T) {
+	entries := []Entry{
+		{Sub: sub("E1", 1), Filter: filter("a"), From: "F1", Dir: "N1"},
+		{Sub: sub("E1", 2), Filter: filter("a", matching.Predicate{Attr: "x", Op: matching.OpGt, Value: ival(5)}), From: "F1", Dir: "N1"},
+		{Sub: sub("E2", 1), Filter: filter("a"), From: "F2", Dir: "N2"},
+		{Sub: sub("E3", 1), Filter: filter("b"), From: "F3", Dir: "N2"},
+		{Sub: sub("L", 1), Filter: filter("a"), From: "L", Local: true, Client: 7},
+	}
+	tests := []struct {
+		name   string
+		p      *matching.Publication
+		except message.BrokerID
+		want   []message.BrokerID
+		local  int
+	}{
+		{"all directions", pub("a", 9), "", []message.BrokerID{"F1", "F2"}, 1},
+		{"from N1: not back", pub("a", 9), "N1", []message.BrokerID{"F2"}, 1},
+		{"from N2", pub("a", 1), "N2", []message.BrokerID{"F1"}, 1},
+		{"other class", pub("b", 1), "", []message.BrokerID{"F3"}, 0},
+		{"no match", pub("c", 1), "", nil, 0},
+	}
+	forEachMatcher(t, func(t *testing.T, tab *Table) {
+		for _, e := range entries {
+			if ok, err := tab.Insert(e); !ok || err != nil {
+				t.Fatalf("insert %v: %v %v", e.Sub, ok, err)
+			}
+		}
+		if ok, _ := tab.Insert(entries[0]); ok {
+			t.Fatal("a second insert of the same SubID succeeded")
+		}
+		for _, tc := range tests {
+			local := 0
+			got := tab.Recipients(tc.p, tc.except, nil, func(*Entry) { local++ })
+			if len(got) == 0 {
+				got = nil
+			}
+			if !reflect.DeepEqual(got, tc.want) || local != tc.local {
+				t.Errorf("%s: recipients %v local %d, want %v local %d", tc.name, got, local, tc.want, tc.local)
+			}
+		}
+		// Delete one, and the recipient disappears; the slot is reused.
+		if _, ok := tab.Delete(sub("E2", 1)); !ok {
+			t.Fatal("delete failed")
+		}
+		if got := tab.Recipients(pub("a", 9), "N1", nil, nil); len(got) != 0 {
+			t.Errorf("after delete: %v", got)
+		}
+		if ok, err := tab.Insert(Entry{Sub: sub("E9", 1), Filter: filter("a"), From: "F9", Dir: "N3"}); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if got := tab.Recipients(pub("a", 9), "N1", nil, nil); !reflect.DeepEqual(got, []message.BrokerID{"F9"}) {
+			t.Errorf("after reuse: %v", got)
+		}
+		if tab.Len() != 5 {
+			t.Errorf("Len = %d, want 5", tab.Len())
+		}
+	})
+}
+
+// TestIndexAgreesWithScan cross-checks the index against the scan on
+// random filters and publications (seeded; the seed is printed on failure).
+func TestIndexAgreesWithScan(t *testing.T) {
+	seed := int64(20261130)
+	r := rand.New(rand.NewSource(seed))
+	ix, lin := New(matching.NewIndex()), New(nil)
+	ops := []matching.Op{matching.OpLt, matching.OpLe, matching.OpGt, matching.OpGe, matching.OpNumEq, matching.OpNumNe}
+	for i := 0; i < 400; i++ {
+		f := filter(fmt.Sprint("c", r.Intn(3)))
+		if r.Intn(2) == 0 {
+			f.Preds = append(f.Preds, matching.Predicate{Attr: "x", Op: ops[r.Intn(len(ops))], Value: ival(int64(r.Intn(10)))})
+		}
+		e := Entry{Sub: sub("E", uint64(i)), Filter: f, From: message.BrokerID(fmt.Sprint("F", r.Intn(6))), Dir: message.BrokerID(fmt.Sprint("N", r.Intn(3)))}
+		ix.Insert(e)
+		lin.Insert(e)
+		if r.Intn(5) == 0 {
+			d := sub("E", uint64(r.Intn(i+1)))
+			ix.Delete(d)
+			lin.Delete(d)
+		}
+	}
+	for i := 0; i < 300; i++ {
+		p := pub(fmt.Sprint("c", r.Intn(3)), int64(r.Intn(10)))
+		except := message.BrokerID(fmt.Sprint("N", r.Intn(4)))
+		a := ix.Recipients(p, except, nil, nil)
+		b := lin.Recipients(p, except, nil, nil)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("seed %d: publication %d: index %v, scan %v", seed, i, a, b)
+		}
+	}
+}
+
+func TestTableBound(t *testing.T) {
+	tab := New(nil)
+	tab.Max = 2
+	for i := 0; i < 2; i++ {
+		if ok, err := tab.Insert(Entry{Sub: sub("E", uint64(i)), Filter: filter("a"), From: "F"}); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if _, err := tab.Insert(Entry{Sub: sub("E", 9), Filter: filter("a"), From: "F"}); err == nil {
+		t.Fatal("insert beyond Max accepted")
+	}
+}
+
+func BenchmarkRecipients(b *testing.B) {
+	tab := New(matching.NewIndex())
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < 2600; i++ {
+		f := filter(fmt.Sprint("c", r.Intn(3)), matching.Predicate{Attr: "x", Op: matching.OpLt, Value: ival(int64(r.Intn(10)))})
+		tab.Insert(Entry{Sub: sub("E", uint64(i)), Filter: f, From: message.BrokerID(fmt.Sprint("F", r.Intn(20))), Dir: message.BrokerID(fmt.Sprint("N", r.Intn(3)))})
+	}
+	p := pub("c1", 3)
+	var dst []message.BrokerID
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		dst = tab.Recipients(p, "N0", dst[:0], nil)
+	}
+}
