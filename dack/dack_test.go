@@ -1,0 +1,112 @@
+package dack
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// TestSafe is the safety rule of PROTOCOL §5, table-driven.
+func TestSafe(t *testing.T) {
+	type rep = map[BrokerID]Report
+	tests := []struct {
+		name string
+		path []BrokerID
+		s    uint64
+		reps rep
+		want bool
+	}{
+		{"all arrived", []BrokerID{"A", "B", "C"}, 5, rep{"A": {Arrived: 5}, "B": {Arrived: 7}, "C": {Arrived: 5}}, true},
+		{"one behind", []BrokerID{"A", "B", "C"}, 5, rep{"A": {Arrived: 5}, "B": {Arrived: 4}, "C": {Arrived: 9}}, false},
+		{"one silent (failed)", []BrokerID{"A", "B", "C"}, 5, rep{"A": {Arrived: 5}, "C": {Arrived: 9}}, false},
+		{"failed but a later one discarded", []BrokerID{"A", "B", "C"}, 5, rep{"C": {Arrived: 9, Discarded: 6}}, true},
+		{"discarded below s", []BrokerID{"A", "B", "C"}, 5, rep{"C": {Arrived: 9, Discarded: 4}}, false},
+		{"first discarded", []BrokerID{"A", "B"}, 3, rep{"A": {Arrived: 3, Discarded: 3}}, true},
+		{"short path (edge near): all arrived", []BrokerID{"E"}, 2, rep{"E": {Arrived: 2}}, true},
+		{"empty path", nil, 1, rep{}, false},
+	}
+	for _, tc := range tests {
+		got := Safe(tc.path, tc.s, func(b BrokerID) (Report, bool) { r, ok := tc.reps[b]; return r, ok })
+		if got != tc.want {
+			t.Errorf("%s: Safe = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func stamp(b string, e, s uint64) message.Stamp { return message.Stamp{B: BrokerID(b), E: e, S: s} }
+
+// TestWatermarks checks arrived (highest stamp seen, never down),
+// discarded (never above arrived), incarnations replacing old reports, and
+// Forget.
+func TestWatermarks(t *testing.T) {
+	st := NewStore("R", 1)
+	st.Arrive([]message.Stamp{stamp("R", 1, 99), stamp("U", 1, 3), stamp("V", 2, 10)})
+	st.Arrive([]message.Stamp{stamp("U", 1, 7)})
+	st.Arrive([]message.Stamp{stamp("U", 1, 5)}) // a retransmitted duplicate: arrived does not go down
+	if r, ok := st.Own("U", 1); !ok || r.Arrived != 7 {
+		t.Fatalf("arrived U = %+v %v, want 7", r, ok)
+	}
+	if _, ok := st.Own("R", 1); ok {
+		t.Fatal("a broker keeps a watermark about itself")
+	}
+	st.SetDiscarded("U", 1, 100)
+	if r, _ := st.Own("U", 1); r.Discarded != 7 {
+		t.Fatalf("discarded = %d, want capped at arrived 7", r.Discarded)
+	}
+	// U restarts: stamps of its new incarnation start a new watermark.
+	st.Arrive([]message.Stamp{stamp("U", 2, 1)})
+	if r, ok := st.Own("U", 2); !ok || r.Arrived != 1 || r.Discarded != 0 {
+		t.Fatalf("new incarnation: %+v %v", r, ok)
+	}
+	// Reports about R from reporter D: newer incarnation replaces, older ignored.
+	put := func(re, ae, arr, disc uint64) bool {
+		return st.Put(message.DAckEntry{Reporter: "D", RE: re, About: "R", AE: ae, Arrived: arr, Discarded: disc})
+	}
+	put(1, 1, 10, 8)
+	if put(1, 1, 9, 7) {
+		t.Error("a lower report changed the store")
+	}
+	if r, _ := st.About("D"); r.Arrived != 10 || r.Discarded != 8 {
+		t.Errorf("about R from D = %+v", r)
+	}
+	put(2, 1, 1, 0) // D restarted: starts from zero
+	if r, _ := st.About("D"); r.Arrived != 1 || r.RE != 2 {
+		t.Errorf("after D's restart = %+v", r)
+	}
+	if put(1, 1, 50, 50) {
+		t.Error("a report of D's old incarnation was accepted after its restart")
+	}
+	st.Forget("D", 3)
+	if _, ok := st.About("D"); ok {
+		t.Error("Forget kept D's report")
+	}
+}
+
+// TestBuildAggregation checks that one DACK holds only what changed since
+// the last one on the link and only what the filter keeps, whatever the
+// number of publications behind it.
+func TestBuildAggregation(t *testing.T) {
+	st := NewStore("R", 1)
+	for s := uint64(1); s <= 1000; s++ { // a thousand publications from U and V
+		st.Arrive([]message.Stamp{stamp("U", 1, s), stamp("V", 1, s)})
+	}
+	st.Put(message.DAckEntry{Reporter: "D", RE: 1, About: "U", AE: 1, Arrived: 900})
+	keepU := func(reporter, about BrokerID) bool { return about == "U" }
+	first := st.Build(0, keepU)
+	want := []message.DAckEntry{
+		{Reporter: "D", RE: 1, About: "U", AE: 1, Arrived: 900},
+		{Reporter: "R", RE: 1, About: "U", AE: 1, Arrived: 1000},
+	}
+	if !reflect.DeepEqual(first, want) {
+		t.Fatalf("first DACK = %+v, want %+v", first, want)
+	}
+	v := st.Version()
+	if again := st.Build(v, keepU); len(again) != 0 {
+		t.Fatalf("nothing changed, yet the DACK holds %v", again)
+	}
+	st.Arrive([]message.Stamp{stamp("U", 1, 1001), stamp("V", 1, 1001)})
+	if next := st.Build(v, keepU); len(next) != 1 || next[0].Arrived != 1001 {
+		t.Fatalf("next DACK = %+v, want only R's new U watermark", next)
+	}
+}
