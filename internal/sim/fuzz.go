@@ -484,6 +484,12 @@ func (fs FuzzSummary) Line() string {
 // its own seed) and calls onResult, from one goroutine, for every run as it
 // finishes.
 func Fuzz(first int64, runs int, o FuzzOptions, workers int, onResult func(FuzzResult)) FuzzSummary {
+	return FuzzUntil(first, runs, o, workers, nil, onResult)
+}
+
+// FuzzUntil is Fuzz that stops starting new runs once stop returns true
+// (a time budget); the summary counts the runs that completed.
+func FuzzUntil(first int64, runs int, o FuzzOptions, workers int, stop func() bool, onResult func(FuzzResult)) FuzzSummary {
 	if workers < 1 {
 		workers = 1
 	}
@@ -498,18 +504,26 @@ func Fuzz(first int64, runs int, o FuzzOptions, workers int, onResult func(FuzzR
 			}
 		}()
 	}
+	started := make(chan int, 1)
 	go func() {
-		for i := 0; i < runs; i++ {
-			seeds <- first + int64(i)
+		n := 0
+		for ; n < runs && (stop == nil || !stop()); n++ {
+			seeds <- first + int64(n)
 		}
 		close(seeds)
+		started <- n
 	}()
 	var fs FuzzSummary
-	for i := 0; i < runs; i++ {
-		r := <-results
-		fs.Add(r)
-		if onResult != nil {
-			onResult(r)
+	total := -1
+	for done := 0; total < 0 || done < total; {
+		select {
+		case r := <-results:
+			done++
+			fs.Add(r)
+			if onResult != nil {
+				onResult(r)
+			}
+		case total = <-started:
 		}
 	}
 	return fs
