@@ -178,10 +178,19 @@ func TestOracleBeyondDelta(t *testing.T) {
 
 func TestOracleUnconfirmedFails(t *testing.T) {
 	p := mustParse(t, goodBase)
+	if p.Subscribers[0].Broker != "B4" || p.Subscribers[1].Broker != "B5" {
+		t.Fatalf("test setup: subscribers at %s, %s", p.Subscribers[0].Broker, p.Subscribers[1].Broker)
+	}
 	r := idealRun(t, p, nil)
-	delete(r.confs, subKey{0, 0})
+	delete(r.confs, subKey{1, 0}) // S2 at B5, which stays up
 	if v := Judge(p, r); v.Verdict != "FAIL" || v.Confirmed != v.Subscriptions-1 {
 		t.Fatalf("unconfirmed subscription: %+v", v)
+	}
+	// S1's edge B4 crashes: its missing confirmation is no failure.
+	r = idealRun(t, p, nil)
+	delete(r.confs, subKey{0, 0})
+	if v := Judge(p, r); v.Verdict != "PASS" {
+		t.Fatalf("unconfirmed subscription at a crashed edge: %+v", v)
 	}
 	// A run where nothing is acknowledged checks nothing: FAIL.
 	r = idealRun(t, p, nil)
