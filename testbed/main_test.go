@@ -6,33 +6,47 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
-// deltapubBin is the deltapub binary the process-mode tests start brokers
-// from, built once in TestMain ("" if the build failed: those tests fail
-// with the reason).
-var deltapubBin, deltapubBuildErr = "", error(nil)
+// The deltapub binary the process-mode tests start brokers from is built
+// once per test binary, by the first test that needs it (unit-test runs
+// with -run do not pay for it); TestMain removes it and checks that no
+// broker outlived the tests.
+var (
+	binOnce          sync.Once
+	binDir           string
+	deltapubBin      string
+	deltapubBuildErr error
+)
 
-func TestMain(m *testing.M) {
+func buildBinary() {
 	dir, err := os.MkdirTemp("", "testbed-bin-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		deltapubBuildErr = err
+		return
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "deltapub")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/deltapub").CombinedOutput()
 	if err != nil {
 		deltapubBuildErr = fmt.Errorf("go build ../cmd/deltapub: %v\n%s", err, out)
-	} else {
-		deltapubBin = bin
+		return
 	}
+	deltapubBin = bin
+}
+
+func TestMain(m *testing.M) {
 	code := m.Run()
+	bin := deltapubBin
 	if n := killBrokersOf(bin); n > 0 {
 		fmt.Fprintf(os.Stderr, "testbed: %d broker processes outlived the tests (killed now)\n", n)
 		code = 1
 	}
-	os.RemoveAll(dir)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	os.Exit(code)
 }
 
@@ -63,6 +77,7 @@ func killBrokersOf(bin string) int {
 
 func needBinary(t *testing.T) string {
 	t.Helper()
+	binOnce.Do(buildBinary)
 	if deltapubBin == "" {
 		t.Fatalf("no deltapub binary: %v", deltapubBuildErr)
 	}
