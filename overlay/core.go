@@ -429,7 +429,7 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 	}
 	if was != n.unusable(p.id) {
 		if !was {
-			n.notice(NoticeBypassUp, p.id, "peer not routable (joining or recovering)")
+			n.notice(NoticeNotRoutable, p.id, "joining or recovering")
 		} else {
 			n.notice(NoticeRecovered, p.id, "")
 		}

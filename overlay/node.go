@@ -145,7 +145,8 @@ const (
 	NoticeLinkRefused NoticeKind = "link-refused" // a link from Peer was not expected (unknown broker); closed
 	NoticeGap         NoticeKind = "gap"          // a loss beyond δ was detected; Detail describes it
 	NoticeMemberLeft  NoticeKind = "member-left"  // Peer left the overlay gracefully
-	NoticeRecovered   NoticeKind = "recovered"    // Peer (restarted under a new epoch) is routable again
+	NoticeRecovered   NoticeKind = "recovered"    // Peer (joining, or restarted under a new epoch) is routable again
+	NoticeNotRoutable NoticeKind = "not-routable" // Peer is joining or recovering: bypassed until it is joined
 )
 
 // Notice is an event the core reports.
