@@ -173,6 +173,12 @@ func (c *peerConn) writeLoop() {
 		}
 		c.sentBytes.Add(uint64(len(batch)))
 		c.writes.Add(1)
+		// Keep the buffer for the next swap, unless a burst grew it far
+		// beyond what traffic now needs: then let it go, so an idle link
+		// does not pin up to SendQueueBytes twice over.
+		if cap(batch) > shrinkAbove && len(batch) < cap(batch)/4 {
+			batch = nil
+		}
 		spare = batch
 	}
 }
@@ -233,6 +239,10 @@ func (c *peerConn) localReason() (string, bool) {
 		return "", false
 	}
 }
+
+// shrinkAbove: a send buffer larger than this is released when a write
+// uses less than a quarter of it.
+const shrinkAbove = 256 << 10
 
 // maxBatch bounds the messages handed to a BatchHandler at once.
 const maxBatch = 256
