@@ -12,12 +12,17 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// readChunk is how much the Reader asks its io.Reader for at once: large
-// reads amortise the cost of a QUIC stream Read (a lock and a copy) over
-// many small frames.
-const readChunk = 64 << 10
+// readChunk is how much the Reader asks its io.Reader for at once when
+// traffic is heavy: large reads amortise the cost of a QUIC stream Read (a
+// lock and a copy) over many small frames. A Reader starts with minReadBuf
+// and doubles its buffer up to readChunk while reads keep filling it, so
+// ten thousand quiet client sessions cost 4 KiB each, not 64.
+const (
+	readChunk  = 64 << 10
+	minReadBuf = 4 << 10
+)
 
-// Reader reads frames from an io.Reader. It keeps one buffer (readChunk,
+// Reader reads frames from an io.Reader. It keeps one buffer (minReadBuf to readChunk,
 // grown up to the maximum frame plus header for a large frame) and one
 // msgpack decoder for its whole life. Not safe for concurrent use.
 type Reader struct {
@@ -27,6 +32,7 @@ type Reader struct {
 	start    int // unread data is buf[start:end]
 	end      int
 	err      error // sticky read error of r
+	full     bool  // the last read filled the buffer: grow it
 	br       bytes.Reader
 	dec      *msgpack.Decoder
 	fd       fastDec
@@ -38,7 +44,7 @@ func NewReader(r io.Reader, maxFrame int) *Reader {
 	if maxFrame <= 0 {
 		maxFrame = DefaultMaxFrame
 	}
-	rd := &Reader{r: r, maxFrame: maxFrame, buf: make([]byte, min(readChunk, maxFrame+maxHeader))}
+	rd := &Reader{r: r, maxFrame: maxFrame, buf: make([]byte, min(minReadBuf, maxFrame+maxHeader))}
 	rd.dec = msgpack.NewDecoder(&rd.br)
 	rd.fd.intern = new(interner)
 	return rd
@@ -112,10 +118,13 @@ func (r *Reader) fill(need int) error {
 		// readChunk once a large frame is consumed, so one big frame does
 		// not pin maxFrame bytes per link for the link's life.
 		size := len(r.buf)
-		if need > size {
-			size = need
-		} else if size > readChunk && need <= readChunk && r.end-r.start <= readChunk {
+		switch {
+		case need > size:
+			size = max(need, min(2*size, readChunk))
+		case size > readChunk && need <= readChunk && r.end-r.start <= readChunk:
 			size = readChunk
+		case r.full && size < readChunk:
+			size = min(2*size, readChunk)
 		}
 		if size != len(r.buf) {
 			nb := make([]byte, size)
@@ -128,6 +137,7 @@ func (r *Reader) fill(need int) error {
 	}
 	for zero := 0; r.end-r.start < need; {
 		n, err := r.r.Read(r.buf[r.end:])
+		r.full = r.end+n == len(r.buf)
 		r.end += n
 		if err != nil {
 			r.err = err

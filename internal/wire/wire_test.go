@@ -409,3 +409,23 @@ func TestReaderLargeFrames(t *testing.T) {
 		t.Fatalf("buffer stayed at %d bytes after the large frames", len(r.buf))
 	}
 }
+
+// The read buffer starts small and grows while reads fill it.
+func TestReaderBufferGrowsUnderLoad(t *testing.T) {
+	var stream []byte
+	for i := 0; i < 2000; i++ {
+		stream, _ = AppendFrame(stream, samplePublish(200))
+	}
+	r := NewReader(bytes.NewReader(stream), 0)
+	if len(r.buf) != minReadBuf {
+		t.Fatalf("initial buffer %d", len(r.buf))
+	}
+	for i := 0; i < 2000; i++ {
+		if _, err := r.Read(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(r.buf) != readChunk {
+		t.Fatalf("buffer %d after a long stream, want %d", len(r.buf), readChunk)
+	}
+}
