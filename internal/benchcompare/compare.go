@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -147,6 +148,26 @@ type Figures struct {
 	Repeats map[string][]float64 `json:"repeats,omitempty"`
 }
 
+// incomplete names the runs of f that ended (timeout) before every
+// expected delivery arrived; their rates cover only what arrived.
+func (f *Figures) incomplete() []string {
+	var out []string
+	add := func(name string, ran, complete bool) {
+		if ran && !complete {
+			out = append(out, name)
+		}
+	}
+	add("single", f.Single.Messages > 0, f.Single.Complete)
+	add("two_server", f.TwoServer.Messages > 0, f.TwoServer.Complete)
+	if f.Chain3 != nil {
+		add("three_broker_chain", f.Chain3.Messages > 0, f.Chain3.Complete)
+	}
+	add("fanout", f.Fanout.Messages > 0, f.Fanout.Complete)
+	add("latency", f.Latency.Messages > 0, f.Latency.Complete)
+	add("filtered", f.Filtered.Publications > 0, f.Filtered.Complete)
+	return out
+}
+
 // Machine describes where the run happened.
 type Machine struct {
 	CPUs      int    `json:"nproc"`
@@ -229,6 +250,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		key   func(f *Figures) float64 // the figure whose median is kept
 		take  func(dst, src *Figures)  // copies this step's result
 	}
+	// complete says whether a run's result has every expected delivery.
+	complete := func(f *Figures) bool { return len(f.incomplete()) == 0 }
 	tput := func(t Throughput) string {
 		done := ""
 		if !t.Complete {
@@ -326,6 +349,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					figs[i].Errors[s.name] = lastErr[i].Error()
 				}
 				continue
+			}
+			// The median of the complete repetitions, if there are any.
+			if done := slices.DeleteFunc(slices.Clone(rs), func(f *Figures) bool { return !complete(f) }); len(done) > 0 {
+				rs = done
 			}
 			slices.SortFunc(rs, func(a, b *Figures) int { return cmp.Compare(s.key(a), s.key(b)) })
 			s.take(figs[i], rs[(len(rs)-1)/2])
@@ -470,8 +497,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if f == nil {
 			continue
 		}
-		for k, v := range f.Errors {
-			fmt.Fprintf(&b, "failed run: %s: %s\n", k, v)
+		for _, k := range slices.Sorted(maps.Keys(f.Errors)) {
+			fmt.Fprintf(&b, "failed run: %s: %s\n", k, f.Errors[k])
+		}
+		for _, k := range f.incomplete() {
+			if _, failed := f.Errors[k]; !failed {
+				fmt.Fprintf(&b, "incomplete run (timed out; its figure counts what arrived): %s\n", k)
+			}
 		}
 	}
 	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; load average %s at the start, %s at the end; deltapub δ = %d; %.0f s\n",

@@ -85,15 +85,21 @@ func TestReportTableAndJSON(t *testing.T) {
 	}
 }
 
-// Without NATS the table shows dashes and no goal verdicts.
+// Without NATS the table shows dashes and no goal verdicts; a run that
+// timed out is named.
 func TestReportTableWithoutNATS(t *testing.T) {
-	rep := &Report{Deltapub: Figures{Single: Throughput{Rate: 1234}}}
+	rep := &Report{Deltapub: Figures{Single: Throughput{Rate: 1234, Messages: 10, Complete: false},
+		TwoServer: Throughput{Rate: 5, Messages: 10, Complete: true}}}
 	var tb bytes.Buffer
 	if err := rep.WriteTable(&tb); err != nil {
 		t.Fatal(err)
 	}
-	if s := tb.String(); strings.Contains(s, "met") || strings.Contains(s, "MISSED") || !strings.Contains(s, "1,234") {
+	s := tb.String()
+	if strings.Contains(s, "met") || strings.Contains(s, "MISSED") || !strings.Contains(s, "1,234") {
 		t.Errorf("table without NATS:\n%s", s)
+	}
+	if !strings.Contains(s, "incomplete run (timed out; its figure counts what arrived): single\n") || strings.Contains(s, "two_server") {
+		t.Errorf("table should name the incomplete single run only:\n%s", s)
 	}
 }
 
