@@ -59,7 +59,15 @@ func DialClient(ctx context.Context, addr, token string, opts ...ClientOptions) 
 	tc.NextProtos = []string{ALPNClient}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	qc, err := quic.DialAddr(ctx, addr, tc, quicConfig(&cfg, false))
+	qconf := quicConfig(&cfg, false)
+	// A subscriber's receive window is what its broker may have in flight
+	// toward it: smaller than between brokers, so that a slow subscriber
+	// meets the broker's bounded send queue (and its slow-consumer policy)
+	// after 2 MiB rather than 8. Loopback and LAN bandwidth-delay products
+	// are far below that.
+	qconf.MaxStreamReceiveWindow = clientMaxStreamWindow
+	qconf.MaxConnectionReceiveWindow = clientMaxConnWindow
+	qc, err := quic.DialAddr(ctx, addr, tc, qconf)
 	if err != nil {
 		return nil, fmt.Errorf("quic: dial broker %s: %w", addr, err)
 	}

@@ -78,6 +78,9 @@ const (
 	maxStreamWindow     = 8 << 20
 	initialConnWindow   = 3 << 19
 	maxConnWindow       = 12 << 20
+
+	clientMaxStreamWindow = 2 << 20 // see DialClient
+	clientMaxConnWindow   = 3 << 20
 )
 
 // Config configures an Endpoint. Zero values take the defaults above.
