@@ -34,6 +34,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,11 +113,17 @@ type Client struct {
 	acked    uint64 // every seq ≤ acked is acknowledged
 	pending  []*pendingPub
 	lastSent uint64 // highest seq written on the current connection
-	bp       bool   // the broker answered backpressure; publications are held
-	bpSeq    uint64 // the refused seq we wait to see accepted
-	bpTimer  *time.Timer
-	bpWait   time.Duration
-	bpSince  time.Time
+	// Refusals ("backpressure", "sequence gap"): while bp is set, new
+	// publications are held; refused is the lowest refused seq not yet
+	// sent again (0: none); after the pause, everything pending from it
+	// on is sent again, and bpSeq is the first seq of that retransmission:
+	// once it is acknowledged (and nothing else was refused) bp ends.
+	bp      bool
+	refused uint64
+	bpSeq   uint64
+	bpTimer *time.Timer
+	bpWait  time.Duration
+	bpSince time.Time
 	// Subscriptions.
 	nextReq uint64
 	subReqs map[uint64]*Subscription
@@ -285,6 +292,15 @@ func (c *Client) PublishAsync(ctx context.Context, pub matching.Publication) (<-
 }
 
 // onPubAck handles an acknowledgement; called with mu held.
+//
+// The broker answers every Publish, in order: "" acknowledges every
+// publication up to Seq; "backpressure" (the broker is overloaded) and
+// "sequence gap" (an earlier publication was refused, so this one cannot be
+// accepted yet) refuse Seq, which must be sent again, with everything after
+// it; any other error is final and breaks the stream (the broker cannot
+// accept anything after a publication it refused for good), so the client
+// fails. Refusals may arrive in any order relative to the acknowledgements
+// of a retransmission; what counts is the lowest refused seq.
 func (c *Client) onPubAck(a *message.PubAck) {
 	switch {
 	case a.Err == "":
@@ -299,68 +315,68 @@ func (c *Client) onPubAck(a *message.PubAck) {
 			n++
 		}
 		c.pending = c.pending[n:]
-		if c.bp && a.Seq >= c.bpSeq {
+		if c.refused != 0 && c.refused <= c.acked {
+			c.refused = 0 // refused once, accepted since (a retransmission)
+		}
+		if c.bp && a.Seq >= c.bpSeq && c.refused == 0 && c.bpTimer == nil {
 			c.bp = false
 			c.bpWait = 0
 			go c.flushUnsent()
 		}
-	case a.Err == "backpressure":
+	case a.Err == "backpressure" || strings.HasPrefix(a.Err, "sequence gap"):
 		if a.Seq <= c.acked {
 			return
 		}
 		if !c.bp {
-			c.bp, c.bpSeq, c.bpSince = true, a.Seq, time.Now()
-		} else if a.Seq != c.bpSeq || c.bpTimer != nil {
-			// A refusal of a publication sent before the retransmission
-			// (or one we are already waiting to retry): ignore.
-			return
+			c.bp, c.bpSince = true, time.Now()
+		}
+		if c.refused == 0 || a.Seq < c.refused {
+			c.refused = a.Seq
 		}
 		if time.Since(c.bpSince) > c.opts.BackpressureTimeout {
-			go c.fail(fmt.Errorf("client: the broker refused publication %d for more than %v (backpressure)", a.Seq, c.opts.BackpressureTimeout))
+			go c.fail(fmt.Errorf("client: the broker refused publication %d for more than %v (%s)", a.Seq, c.opts.BackpressureTimeout, a.Err))
 			return
 		}
-		c.bpWait = min(max(2*c.bpWait, 5*time.Millisecond), 500*time.Millisecond)
-		c.bpTimer = time.AfterFunc(c.bpWait, c.retransmit)
+		if c.bpTimer == nil {
+			c.bpWait = min(max(2*c.bpWait, 5*time.Millisecond), 500*time.Millisecond)
+			c.bpTimer = time.AfterFunc(c.bpWait, c.retransmit)
+		}
 	default:
-		// A final refusal of one publication: it consumed its sequence
-		// number and will not be published.
-		if a.Seq > c.acked {
-			c.acked = a.Seq // acks are cumulative: everything before it was accepted
+		if a.Seq <= c.acked {
+			return
 		}
-		n := 0
-		for n < len(c.pending) && c.pending[n].msg.Seq <= a.Seq {
-			var err error
-			if c.pending[n].msg.Seq == a.Seq {
-				err = fmt.Errorf("client: publication refused: %s", a.Err)
-			}
-			c.pending[n].done <- err
-			<-c.window
-			n++
-		}
-		c.pending = c.pending[n:]
+		go c.fail(fmt.Errorf("client: publication %d refused: %s", a.Seq, a.Err))
 	}
 }
 
-// retransmit sends again every publication from the refused one on.
+// retransmit sends again every publication from the lowest refused one on.
 func (c *Client) retransmit() {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	c.mu.Lock()
 	c.bpTimer = nil
-	if !c.bp || c.err != nil {
+	if !c.bp || c.err != nil || c.refused == 0 {
 		c.mu.Unlock()
 		return
 	}
+	from := max(c.refused, c.acked+1)
+	c.refused = 0
 	var msgs []*message.Publish
 	for _, p := range c.pending {
-		if p.msg.Seq >= c.bpSeq {
+		if p.msg.Seq >= from {
 			msgs = append(msgs, p.msg)
 		}
 	}
-	if len(msgs) > 0 {
-		c.bpSeq = msgs[0].Seq
-		c.lastSent = msgs[len(msgs)-1].Seq
+	if len(msgs) == 0 {
+		// Everything refused was accepted meanwhile.
+		c.bp = false
+		c.bpWait = 0
+		c.mu.Unlock()
+		go c.flushUnsent()
+		return
 	}
+	c.bpSeq = msgs[0].Seq
+	c.lastSent = max(c.lastSent, msgs[len(msgs)-1].Seq)
 	conn := c.conn
 	c.mu.Unlock()
 	for _, m := range msgs {
@@ -457,6 +473,8 @@ func (c *Client) reconnect() (Conn, error) {
 		}
 		c.conn = conn
 		c.bp = false
+		c.refused = 0
+		c.bpWait = 0
 		if c.bpTimer != nil {
 			c.bpTimer.Stop()
 			c.bpTimer = nil

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -275,6 +276,71 @@ func TestSubscribeRefusedAndCloseEndsEverything(t *testing.T) {
 		}
 		if err := c.Publish(t.Context(), pub(2)); !errors.Is(err, ErrClosed) {
 			t.Errorf("Publish after Close: %v", err)
+		}
+	})
+}
+
+// TestRefusalBeforeTheAckOfTheRetransmission: a refusal of a later
+// publication may overtake the acknowledgement of an earlier one (the
+// broker's runtime refuses at once, the core acknowledges a moment later);
+// the refused publication must still be sent again.
+func TestRefusalBeforeTheAckOfTheRetransmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := newMemConn()
+		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conn.next(t) // hello
+		var res [3]<-chan error
+		for i := range res {
+			res[i], _ = c.PublishAsync(t.Context(), pub(int64(i+1)))
+			expectPublish(t, conn, uint64(i+1))
+		}
+		for seq := uint64(1); seq <= 3; seq++ {
+			conn.reply(&message.PubAck{Seq: seq, Err: "backpressure"})
+		}
+		for seq := uint64(1); seq <= 3; seq++ {
+			expectPublish(t, conn, seq)
+		}
+		// 2 refused (a gap after a refusal), overtaking the ack of 1.
+		conn.reply(&message.PubAck{Seq: 2, Err: "sequence gap: expected 1"})
+		conn.reply(&message.PubAck{Seq: 1})
+		conn.reply(&message.PubAck{Seq: 3, Err: "sequence gap: expected 2"})
+		if err := <-res[0]; err != nil {
+			t.Fatal(err)
+		}
+		expectPublish(t, conn, 2)
+		expectPublish(t, conn, 3)
+		conn.reply(&message.PubAck{Seq: 3})
+		for i, ch := range res[1:] {
+			if err := <-ch; err != nil {
+				t.Errorf("publication %d: %v", i+2, err)
+			}
+		}
+	})
+}
+
+// TestFinalRefusalFailsTheClient: a refusal that is neither backpressure
+// nor a gap breaks the stream: the client fails with the broker's reason.
+func TestFinalRefusalFailsTheClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := newMemConn()
+		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conn.next(t)
+		res, _ := c.PublishAsync(t.Context(), pub(1))
+		expectPublish(t, conn, 1)
+		conn.reply(&message.PubAck{Seq: 1, Err: "attribute limit exceeded"})
+		if err := <-res; err == nil || !strings.Contains(err.Error(), "attribute limit exceeded") {
+			t.Errorf("outcome %v, want the broker's reason", err)
+		}
+		if err := c.Publish(t.Context(), pub(2)); err == nil {
+			t.Error("Publish after a final refusal succeeded")
 		}
 	})
 }

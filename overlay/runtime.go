@@ -92,8 +92,11 @@ type Runtime struct {
 	sessions   map[message.ClientID]*sessionState
 	sessionIDs map[ClientSession]message.ClientID
 	nextClient message.ClientID
-	congested  time.Time // until then, Publish is answered "backpressure"
-	highWater  int       // a link with more frames queued is congested
+	congested  time.Time                 // until then, Publish is answered "backpressure"
+	highWater  int                       // a link with more frames queued is congested
+	trace      bool                      // trace logging on: log every peer message
+	answers    []ClientEnvelope          // the runtime's own answers, sent after the core's outputs
+	laterAck   map[message.ClientID]bool // scratch of coalesceAcks
 	leaving    bool
 	left       bool
 	joinFailed string
@@ -105,7 +108,8 @@ type Runtime struct {
 
 type linkState struct {
 	l         PeerLink
-	announced bool // the core has been told LinkUp for this link
+	announced bool   // the core has been told LinkUp for this link
+	sends     uint64 // messages sent, for sampling the queue length
 }
 
 type sessionState struct {
@@ -171,8 +175,10 @@ func NewRuntime(cfg BrokerConfig, epoch uint64, log zerolog.Logger, reg *prometh
 		dialing:    map[message.BrokerID]bool{},
 		sessions:   map[message.ClientID]*sessionState{},
 		sessionIDs: map[ClientSession]message.ClientID{},
+		laterAck:   map[message.ClientID]bool{},
 	}
 	r.highWater = max(1, cfg.Limits.SendQueue/2)
+	r.trace = log.GetLevel() <= zerolog.TraceLevel
 	r.m = newRuntimeMetrics(reg, func() float64 { return float64(len(r.in)) })
 	return r, nil
 }
@@ -543,8 +549,10 @@ func (r *Runtime) peerMessages(l PeerLink, msgs []message.Message) {
 		return
 	}
 	for _, m := range msgs {
-		r.log.Trace().Str("from", string(peer)).Str("type", m.Type().String()).Msg("step")
-		r.m.peerMsgsIn.WithLabelValues(m.Type().String()).Inc()
+		if r.trace {
+			r.log.Trace().Str("from", string(peer)).Str("type", m.Type().String()).Msg("step")
+		}
+		r.m.peerIn(m.Type())
 		r.node.Step(peer, m)
 		if r.links[peer] != ls {
 			return // closed while stepping (a slow link): the rest is lost with it
@@ -605,24 +613,24 @@ func (r *Runtime) dropSession(c message.ClientID) {
 }
 
 func (r *Runtime) clientMessage(c message.ClientID, ss *sessionState, m message.Message) {
-	r.m.clientReqs.WithLabelValues(m.Type().String()).Inc()
+	r.m.clientReq(m.Type())
 	switch m := m.(type) {
 	case *message.Publish:
 		if ss.refusing && m.Seq != ss.refusedFrom {
-			r.sendClient(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
+			r.answer(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
 			return
 		}
 		if r.now().Before(r.congested) {
 			if !ss.refusing {
 				ss.refusing, ss.refusedFrom = true, m.Seq
 			}
-			r.sendClient(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
+			r.answer(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
 			return
 		}
 		ss.refusing = false
 	case *message.Subscribe:
 		if len(ss.subs)+len(ss.reqs) >= r.cfg.Limits.MaxSubsPerClient {
-			r.sendClient(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("too many subscriptions for this session (limit %d)", r.cfg.Limits.MaxSubsPerClient)})
+			r.answer(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("too many subscriptions for this session (limit %d)", r.cfg.Limits.MaxSubsPerClient)})
 			return
 		}
 		ss.reqs[m.Req] = true
@@ -632,8 +640,55 @@ func (r *Runtime) clientMessage(c message.ClientID, ss *sessionState, m message.
 	r.node.Client(c, m)
 }
 
+// coalesceAcks drops (sets to nil) every successful PubAck that a later
+// successful PubAck to the same client in out supersedes: acknowledgements
+// are cumulative, so the client learns the same from the last one, and a
+// publisher with many publications in flight gets one acknowledgement per
+// batch instead of one per publication (its session queue stays short). A
+// refusal in between keeps the acknowledgement before it: the client must
+// see them in order.
+func (r *Runtime) coalesceAcks(out []ClientEnvelope) {
+	if len(out) < 2 {
+		return
+	}
+	clear(r.laterAck)
+	for i := len(out) - 1; i >= 0; i-- {
+		a, ok := out[i].Msg.(*message.PubAck)
+		if !ok {
+			continue
+		}
+		if a.Err != "" {
+			r.laterAck[out[i].To] = false
+			continue
+		}
+		if r.laterAck[out[i].To] {
+			out[i].Msg = nil
+		} else {
+			r.laterAck[out[i].To] = true
+		}
+	}
+}
+
+// answer queues the runtime's own answer to a client request. It is sent
+// after the core's outputs of the same batch, so that a client sees the
+// answers to its requests in the order it made them (a refusal must not
+// overtake the acknowledgement of an earlier publication).
+func (r *Runtime) answer(c message.ClientID, m message.Message) {
+	r.answers = append(r.answers, ClientEnvelope{To: c, Msg: m})
+}
+
 // drain carries out everything the core asked for since the last call.
 func (r *Runtime) drain() {
+	defer func() {
+		// The runtime's own answers, after the core's: see answer.
+		answers := r.answers
+		r.answers = nil
+		for i := range answers {
+			r.sendClient(answers[i].To, answers[i].Msg)
+		}
+		// A slow consumer disconnected here told the core ClientClose;
+		// what that produced is carried out at the next drain.
+	}()
 	for round := 0; round < 8; round++ {
 		rd := r.node.Ready()
 		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices) == 0 {
@@ -655,8 +710,11 @@ func (r *Runtime) drain() {
 		for i := range rd.Messages {
 			r.sendPeer(rd.Messages[i].To, rd.Messages[i].Msg)
 		}
+		r.coalesceAcks(rd.ToClients)
 		for i := range rd.ToClients {
-			r.sendClient(rd.ToClients[i].To, rd.ToClients[i].Msg)
+			if rd.ToClients[i].Msg != nil {
+				r.sendClient(rd.ToClients[i].To, rd.ToClients[i].Msg)
+			}
 		}
 		// Inputs fed to the core while carrying out (LinkUp of a link
 		// already there, LinkDown of a slow link, ClientClose of a slow
@@ -736,13 +794,16 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 		r.log.Debug().Str("peer", string(peer)).Str("type", m.Type().String()).Msg("no link for a core output (link just went down)")
 		return
 	}
-	r.log.Trace().Str("to", string(peer)).Str("type", m.Type().String()).Msg("send")
+	if r.trace {
+		r.log.Trace().Str("to", string(peer)).Str("type", m.Type().String()).Msg("send")
+	}
 	if ls.l.TrySend(m) {
-		r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
+		r.m.peerOut(m.Type())
 		// Above the high-water mark the link is congested: refuse new
 		// publications for a tick (PubAck "backpressure") before the
-		// queue is full and the whole runtime has to wait.
-		if ls.l.Queued() > r.highWater {
+		// queue is full and the whole runtime has to wait. Checked every
+		// 64 sends (Queued takes the link's lock).
+		if ls.sends++; ls.sends%64 == 0 && ls.l.Queued() > r.highWater {
 			r.congested = r.now().Add(r.cfg.Tick)
 		}
 		return
@@ -761,7 +822,7 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 		if err == nil {
 			// Room came, but the link is the bottleneck: refuse new
 			// publications for as long as we had to wait.
-			r.m.peerMsgsOut.WithLabelValues(m.Type().String()).Inc()
+			r.m.peerOut(m.Type())
 			r.congested = r.now().Add(max(r.cfg.Tick, r.now().Sub(start)))
 			return
 		}

@@ -3,6 +3,7 @@ package overlay
 import (
 	"sync"
 
+	"github.com/deltapub/deltapub/message"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -33,10 +34,30 @@ type runtimeMetrics struct {
 
 	mu   sync.Mutex
 	snap Status // last snapshot; guarded by mu
+
+	// Per-type counters resolved once: WithLabelValues hashes the label on
+	// every call, which showed in the per-message hot path. Owned by the
+	// runtime goroutine.
+	inByType, outByType, reqByType map[message.Type]prometheus.Counter
 }
 
+// byType returns the counter of vec for t, resolving it once into cache.
+func byType(cache map[message.Type]prometheus.Counter, vec *prometheus.CounterVec, t message.Type) prometheus.Counter {
+	c, ok := cache[t]
+	if !ok {
+		c = vec.WithLabelValues(t.String())
+		cache[t] = c
+	}
+	return c
+}
+
+func (m *runtimeMetrics) peerIn(t message.Type)    { byType(m.inByType, m.peerMsgsIn, t).Inc() }
+func (m *runtimeMetrics) peerOut(t message.Type)   { byType(m.outByType, m.peerMsgsOut, t).Inc() }
+func (m *runtimeMetrics) clientReq(t message.Type) { byType(m.reqByType, m.clientReqs, t).Inc() }
+
 func newRuntimeMetrics(reg *prometheus.Registry, inputLen func() float64) *runtimeMetrics {
-	m := &runtimeMetrics{reg: reg}
+	m := &runtimeMetrics{reg: reg, inByType: map[message.Type]prometheus.Counter{},
+		outByType: map[message.Type]prometheus.Counter{}, reqByType: map[message.Type]prometheus.Counter{}}
 	m.clientSessions = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deltapub_client_sessions", Help: "Client sessions currently open."})
 	m.clientDisconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deltapub_client_disconnects_total", Help: "Client sessions closed by the broker, by reason (slow consumer, too many clients)."}, []string{"reason"})
 	m.linkCloses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deltapub_link_closes_total", Help: "Broker links closed, by reason (protocol, slow peer, down)."}, []string{"reason"})

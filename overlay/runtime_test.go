@@ -332,3 +332,32 @@ func TestRuntimeRetryAfterReconnectIsNotADuplicate(t *testing.T) {
 		}
 	})
 }
+
+func TestCoalesceAcksKeepsTheLastAckBeforeEachRefusal(t *testing.T) {
+	r := &Runtime{laterAck: map[message.ClientID]bool{}}
+	ack := func(seq uint64, err string) *message.PubAck { return &message.PubAck{Seq: seq, Err: err} }
+	out := []ClientEnvelope{
+		{To: 1, Msg: ack(1, "")},
+		{To: 2, Msg: &message.Deliver{}},
+		{To: 1, Msg: ack(2, "")},
+		{To: 2, Msg: ack(1, "")},
+		{To: 1, Msg: ack(3, "backpressure")},
+		{To: 1, Msg: ack(4, "sequence gap: expected 3")},
+		{To: 2, Msg: ack(2, "")},
+	}
+	r.coalesceAcks(out)
+	var got []string
+	for _, e := range out {
+		switch m := e.Msg.(type) {
+		case nil:
+		case *message.PubAck:
+			got = append(got, fmt.Sprintf("%d:%d%s", e.To, m.Seq, m.Err))
+		default:
+			got = append(got, fmt.Sprintf("%d:%T", e.To, m))
+		}
+	}
+	want := []string{"2:*message.Deliver", "1:2", "1:3backpressure", "1:4sequence gap: expected 3", "2:2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("after coalescing %v, want %v", got, want)
+	}
+}

@@ -32,7 +32,7 @@ func init() {
 const benchOverlayUsage = `Usage: deltapub bench overlay [--json] [--count N] [--latency-rate R] [--latency-duration D]
 
 Starts three brokers as separate processes on 127.0.0.1 (a chain B1–B2–B3,
-δ = 2, testbed preset), a publisher at B1 and a subscriber at B3 (in this
+δ = 2, default preset), a publisher at B1 and a subscriber at B3 (in this
 process), and measures with 250-byte publications:
   throughput   --count publications published as fast as acknowledgements
                allow, first publish to last delivery;
@@ -181,7 +181,10 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		if b.admin, err = freeAddr("tcp"); err != nil {
 			return nil, err
 		}
-		args := []string{"broker", "--preset", "testbed", "--id", b.id, "--listen", b.addr, "--admin", b.admin,
+		// The default preset's timings (3 s failure timeout, 500 ms
+		// link_block): a benchmark on a busy machine must not be cut short
+		// by false suspicions; failure detection is not what it measures.
+		args := []string{"broker", "--preset", "default", "--id", b.id, "--listen", b.addr, "--admin", b.admin,
 			"--delta", "2", "--secret-file", secret, "--log-level", "warn", "--log-format", "json"}
 		if i > 1 {
 			args = append(args, "--join", brokers[i-2].addr)
@@ -222,7 +225,7 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 	if err := sub.WaitConfirmed(ctx); err != nil {
 		return nil, err
 	}
-	pubc, err := client.Connect(ctx, brokers[0].addr, client.Options{MaxInFlight: 8192})
+	pubc, err := client.Connect(ctx, brokers[0].addr, client.Options{MaxInFlight: 4096})
 	if err != nil {
 		return nil, err
 	}
