@@ -21,9 +21,13 @@
 //     dropped); the broker then buffers up to its own bound and finally
 //     disconnects this client as a slow consumer (the subscription ends
 //     with an error);
-//   - backpressure from the broker: the refused publications are sent
-//     again after a pause doubling from 5 ms to 500 ms; after
-//     BackpressureTimeout of uninterrupted refusals the client fails;
+//   - refusals from the broker ("backpressure", or "sequence gap" for the
+//     publications that followed a refused one): everything from the lowest
+//     refused publication on is sent again, in order and under the same
+//     sequence numbers, after a pause doubling from 5 ms to 500 ms; new
+//     publications wait meanwhile; after BackpressureTimeout of
+//     uninterrupted refusals the client fails. Any other refusal is final
+//     and fails the client (the stream cannot continue past it);
 //   - reconnects: at most MaxReconnects attempts per loss, ReconnectWait
 //     apart; then the client fails.
 package client
