@@ -129,3 +129,14 @@ func TestCheckerFailsOnSpurious(t *testing.T) {
 		t.Fatalf("misaddressed delivery not caught: %+v", r)
 	}
 }
+
+func TestCheckerAnySourceGap(t *testing.T) {
+	l, sid := handLog(4)
+	deliver(l, sid, 1)
+	// An any-source gap from seq 3 on covers 3 and 4, not 2.
+	l.Gaps = append(l.Gaps, GapRecord{Sub: 0, Gap: message.Gap{Sub: sid, From: 3, To: 0}})
+	r := l.Check()
+	if r.Lost != 3 || r.GapCovered != 2 || r.SilentLost != 1 || !r.Failed(true) {
+		t.Fatalf("any-source gap: %+v", r)
+	}
+}

@@ -318,9 +318,12 @@ func (l *Log) Check() Report {
 
 func (l *Log) problemTo(list *[]string, format string, args ...any) { l.problem(list, format, args...) }
 
+// covered reports whether a gap notice to sub covers id. A Gap with an
+// empty Source.Publisher covers every source (the core sends one for
+// sources it never saw from the failed direction); To = 0 is open-ended.
 func covered(gs []message.Gap, sub message.SubID, id message.PubID) bool {
 	for _, g := range gs {
-		if g.Sub != sub || g.Source != id.Source() {
+		if g.Sub != sub || (g.Source.Publisher != "" && g.Source != id.Source()) {
 			continue
 		}
 		if id.Seq >= g.From && (g.To == 0 || id.Seq <= g.To) {
