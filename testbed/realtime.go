@@ -69,6 +69,8 @@ const (
 	setupTimeout  = 30 * time.Second
 	setupParallel = 16
 	setupTries    = 3
+	// sampleParallel bounds concurrent /metrics scrapes.
+	sampleParallel = 8
 )
 
 // runRealtime runs a plan in wall-clock time on a host.
@@ -313,24 +315,47 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 		}
 	}()
 
-	// Sampling until the end.
+	// Sampling, in its own goroutine so that slow brokers (a loaded
+	// machine, a frozen admin endpoint) never hold up the clock or the end;
+	// brokers are sampled sampleParallel at a time.
 	end := start.Add(p.Spec.End())
 	period := p.Spec.Metrics.Sample.Duration
-	next := start.Add(period)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+			at := time.Since(start)
+			if at > p.Spec.End() {
+				return
+			}
+			sem := make(chan struct{}, sampleParallel)
+			var sw sync.WaitGroup
+			for _, n := range p.Topo.Names {
+				sem <- struct{}{}
+				sw.Add(1)
+				go func(n string) {
+					defer sw.Done()
+					defer func() { <-sem }()
+					s := h.sample(n)
+					s.At, s.Broker = at, n
+					rec.Sample(s)
+				}(n)
+			}
+			sw.Wait()
+		}
+	}()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		now := time.Now()
 		rec.SetElapsed(now.Sub(start))
-		if !now.Before(next) {
-			at := now.Sub(start)
-			for _, n := range p.Topo.Names {
-				s := h.sample(n)
-				s.At, s.Broker = at, n
-				rec.Sample(s)
-			}
-			next = next.Add(period)
-		}
 		if !now.Before(end) {
 			break
 		}
