@@ -63,8 +63,6 @@ func fullMatch(f matching.Filter, attrs []matching.Attr) bool {
 	return f.Match(&p)
 }
 
-func init() { sim.Match = fullMatch }
-
 func ticks(d, tick time.Duration) int {
 	n := int((d + tick - 1) / tick)
 	if n < 1 {
@@ -74,6 +72,12 @@ func ticks(d, tick time.Duration) int {
 }
 
 func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
+	// sim.Match is the simulator's package-wide matcher hook; set it for
+	// this run only, so `deltapub sim` commands in the same binary keep
+	// theirs. (Runs of the sim mode are not concurrent.)
+	prevMatch := sim.Match
+	sim.Match = fullMatch
+	defer func() { sim.Match = prevMatch }()
 	spec := p.Spec
 	o := spec.Overlay
 	counters := map[message.BrokerID]*brokerCounters{}
