@@ -315,6 +315,10 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 	defer ticker.Stop()
 	statusEvery := max(1, int(100*time.Millisecond/r.cfg.Tick))
 	ticks := 0
+	lastTick := time.Now()
+	// A quarter of the failure timeout: enough to absorb scheduling delays,
+	// far from turning a stall into a suspicion.
+	maxCatchUp := max(1, r.cfg.FailureTicks()/4)
 	var leaveDeadline <-chan time.Time
 	ctxDone := ctx.Done()
 	for {
@@ -335,17 +339,33 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 			}
 			r.drain()
 			r.m.stepSeconds.Observe(r.now().Sub(t0).Seconds())
-		case <-ticker.C:
-			// A stalled runtime (GC pause, SIGSTOP) loses ticks instead of
-			// catching up: the core's time stretches with the stall, so a
-			// broker that was itself frozen does not suspect every peer the
-			// moment it resumes, before it has read what they sent.
-			r.node.Tick()
-			r.drain()
-			ticks++
-			if ticks%statusEvery == 0 {
-				r.refreshStatus()
+		case now := <-ticker.C:
+			// The ticker drops ticks when the process was not scheduled in
+			// time (a busy machine): catch up on them, so the core's time
+			// keeps pace with the wall clock and timeouts mean what they
+			// say. But a long stall (SIGSTOP, a long GC pause) counts for
+			// at most maxCatchUp ticks: a broker that was itself frozen must
+			// not suspect every peer the moment it resumes, before it has
+			// read what they sent meanwhile.
+			due := int(now.Sub(lastTick) / r.cfg.Tick)
+			switch {
+			case due < 1:
+				due = 1
+				lastTick = now
+			case due > maxCatchUp:
+				due = maxCatchUp
+				lastTick = now
+			default:
+				lastTick = lastTick.Add(time.Duration(due) * r.cfg.Tick)
 			}
+			for range due {
+				r.node.Tick()
+				ticks++
+				if ticks%statusEvery == 0 {
+					r.refreshStatus()
+				}
+			}
+			r.drain()
 		case <-ctxDone:
 			ctxDone = nil
 			if !r.started || r.left {

@@ -162,7 +162,8 @@ func startBroker(t *testing.T, id, join, secretFile string, extra ...string) *br
 	t.Helper()
 	b := &broker{id: id, addr: freeUDPPort(t), admin: freeTCPPort(t)}
 	args := []string{"broker", "--preset", "testbed", "--id", id, "--listen", b.addr, "--admin", b.admin,
-		"--delta", "2", "--secret-file", secretFile, "--log-level", "info"}
+		"--delta", "2", "--secret-file", secretFile, "--log-level", "info",
+		"--heartbeat", heartbeat.String(), "--failure-timeout", failureTimeout.String()}
 	if join != "" {
 		args = append(args, "--join", join)
 	}
@@ -344,6 +345,12 @@ func (s *subscriber) checkExactlyOnceInOrder(t *testing.T, total int) {
 const (
 	total = 2000
 	rate  = 200
+	// Failure detection of the brokers under test: the testbed preset's
+	// 50 ms / 250 ms, relaxed to 100 ms / 1 s so that a CI machine busy
+	// with other tests does not suspect live brokers en masse (more than δ
+	// false suspicions in a row are a partition, reported as a gap).
+	heartbeat      = 100 * time.Millisecond
+	failureTimeout = time.Second
 )
 
 // runChainFailure is the body shared by the crash and freeze tests: a chain
@@ -394,24 +401,26 @@ func TestChainSurvivesTwoAdjacentCrashes(t *testing.T) {
 		bs[3].signal(t, syscall.SIGKILL)
 		t.Logf("killed B3 and B4")
 	})
-	// The survivors around the hole did notice and bypass it.
-	for _, b := range []*broker{bs[1], bs[4]} {
-		if n := metric(t, b.admin, `deltapub_notices_total{kind="bypass-up"}`); n < 1 {
-			t.Errorf("%s: %v bypass-up notices, want at least one", b.id, n)
-		}
+	// The survivors around the hole noticed it, and B2, which forwards
+	// toward the subscriber, bypassed it.
+	if n := metric(t, bs[1].admin, `deltapub_notices_total{kind="bypass-up"}`); n < 1 {
+		t.Errorf("B2: %v bypass-up notices, want at least one", n)
+	}
+	if n := metric(t, bs[4].admin, `deltapub_notices_total{kind="suspected"}`); n < 1 {
+		t.Errorf("B5: %v suspicions, want at least one", n)
 	}
 }
 
 // TestChainSurvivesAFrozenBroker: B4 frozen (SIGSTOP) for twice the failure
-// timeout (testbed preset: 2 × 250 ms), then resumed: a false suspicion
-// must not cause a loss, a duplicate or a reordering.
+// timeout, then resumed: a false suspicion must not cause a loss, a
+// duplicate or a reordering.
 func TestChainSurvivesAFrozenBroker(t *testing.T) {
 	var bs []*broker
 	runChainFailure(t, func(t *testing.T, chain []*broker) {
 		bs = chain
 		bs[3].signal(t, syscall.SIGSTOP)
 		t.Logf("froze B4")
-		time.Sleep(500 * time.Millisecond) // the fault's duration, part of the scenario
+		time.Sleep(2 * failureTimeout) // the fault's duration, part of the scenario
 		bs[3].signal(t, syscall.SIGCONT)
 		t.Logf("resumed B4")
 	})
