@@ -75,6 +75,12 @@ type Heartbeat struct {
 	// Joined is false while the sender is joining or recovering: it must
 	// not be routed through yet.
 	Joined bool `msgpack:"j,omitempty"`
+	// Suspects lists the sender's tree neighbours it currently suspects.
+	// A receiver that has no link to one of them takes the hint (the
+	// sender is adjacent to it, so it knows best): a bypass past several
+	// failed brokers then waits for one failure timeout, not for one dial
+	// timeout per failed broker.
+	Suspects []BrokerID `msgpack:"s,omitempty"`
 }
 
 // JoinRequest asks a joinpoint to admit Node (or, with Rejoin, to readmit a

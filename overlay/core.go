@@ -147,7 +147,7 @@ func (n *Node) becomeJoined() {
 	n.notice(NoticeJoined, "", "")
 	for _, id := range n.sortedPeers() {
 		if p := n.peers[id]; p.up {
-			n.send(id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: true})
+			n.send(id, n.heartbeat())
 		}
 	}
 }
@@ -252,7 +252,7 @@ func (n *Node) Tick() {
 		if p.up {
 			p.idle++
 			if p.idle >= n.cfg.HeartbeatTicks {
-				n.send(id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined})
+				n.send(id, n.heartbeat())
 			}
 		}
 		if n.monitored(id) {
@@ -417,7 +417,44 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 	}
 }
 
+// heartbeat builds this broker's heartbeat: epoch, joined, and the tree
+// neighbours it suspects.
+func (n *Node) heartbeat() *message.Heartbeat {
+	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined}
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if p := n.peers[nb]; p != nil && p.suspected {
+			hb.Suspects = append(hb.Suspects, nb)
+		}
+	}
+	return hb
+}
+
 func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
+	// Suspicion hints from a broker adjacent to the suspect, about brokers
+	// we have no link to (never about our own neighbours: those we judge
+	// by their own silence).
+	hinted := false
+	if n.member && len(m.Suspects) > 0 {
+		n.geometry()
+		for _, x := range m.Suspects {
+			if x == n.cfg.ID || n.dist[x] <= 1 || !n.topo.Has(x) {
+				continue
+			}
+			adjacent := false
+			for _, y := range n.topo.Neighbours(x) {
+				if y == p.id {
+					adjacent = true
+				}
+			}
+			if q := n.peer(x); adjacent && !q.up && !q.suspected {
+				n.suspect(q, "reported by "+string(p.id))
+				hinted = true
+			}
+		}
+	}
+	if hinted {
+		defer n.routesChanged()
+	}
 	was := n.unusable(p.id)
 	if m.Epoch > p.epoch {
 		n.peerRestarted(p.id, m.Epoch)
@@ -464,7 +501,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	}
 	p := n.peer(id)
 	p.up, p.dialing, p.silent, p.heardHB, p.dackSent = true, false, 0, false, 0
-	n.send(id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined})
+	n.send(id, n.heartbeat())
 	if !n.member && len(n.joinpoints) > 0 && n.joinpoints[n.jpIdx%len(n.joinpoints)].ID == id && !n.jpAsked {
 		n.askJoin(id)
 		return
