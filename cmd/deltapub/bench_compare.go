@@ -72,6 +72,24 @@ func benchCompare(args []string) int {
 		fmt.Fprintf(os.Stderr, "deltapub bench compare: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	// 0 means "default" only where the help says so; the package reads 0
+	// as its default everywhere, so refuse the others here.
+	for _, f := range []struct {
+		name string
+		v    int
+		min  int
+	}{{"messages", *messages, 1}, {"fanout-subs", *fanoutSubs, 1}, {"latency-rate", *latRate, 1},
+		{"filter-subs", *filterSubs, 1}, {"repeat", *repeat, 1}, {"profile-seconds", *profSecs, 1},
+		{"fanout-messages", *fanoutMsgs, 0}, {"latency-messages", *latMsgs, 0}, {"filter-pubs", *filterPubs, 0}} {
+		if f.v < f.min {
+			fmt.Fprintf(os.Stderr, "deltapub bench compare: --%s %d: must be at least %d\n", f.name, f.v, f.min)
+			return 2
+		}
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(os.Stderr, "deltapub bench compare: --timeout %v: must be positive\n", *timeout)
+		return 2
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deltapub bench compare: cannot find this executable to start brokers:", err)
@@ -85,6 +103,11 @@ func benchCompare(args []string) int {
 		FilterConns: min(100, max(*filterSubs, 1)),
 		Seed:        *seed, Timeout: *timeout, Repeat: *repeat, Launcher: benchcompare.ProcessLauncher(exe),
 		ProfileDir: *profDir, ProfileSeconds: *profSecs, Progress: os.Stderr,
+	}
+	// A bad flag fails here, before a NATS install that takes minutes.
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub bench compare:", err)
+		return 2
 	}
 	if !*noNATS {
 		dir := *natsDir
@@ -124,6 +147,10 @@ func benchCompare(args []string) int {
 		}
 	}
 	if err != nil {
+		return 1
+	}
+	// A run that failed (its figures are zero) fails the command.
+	if len(rep.Deltapub.Errors) > 0 || (rep.NATS != nil && len(rep.NATS.Errors) > 0) {
 		return 1
 	}
 	return 0

@@ -58,6 +58,10 @@ type Config struct {
 	Progress       io.Writer // one line per run; nil: discarded
 }
 
+// Validate fills in the defaults and checks the sizes (Run does it too):
+// call it before anything slow, such as installing NATS.
+func (c *Config) Validate() error { return c.fill() }
+
 func (c *Config) fill() error {
 	if c.Messages == 0 {
 		c.Messages = 1_000_000

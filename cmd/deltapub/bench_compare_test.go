@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Flag handling only: nothing here starts a server or installs NATS (a
+// bad size is refused before the install).
+func TestBenchCompareFlags(t *testing.T) {
+	dir := t.TempDir()
+	// Safety net: should a case get as far as installing NATS, 'go' is
+	// not found and it fails at once.
+	t.Setenv("PATH", dir)
+	cases := []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{"--help"}, 0, "Usage: deltapub bench compare"},
+		{[]string{"extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--messages", "x"}, 2, "invalid value"},
+		{[]string{"--repeat", "0", "--nats-dir", dir}, 2, "--repeat 0: must be at least 1"},
+		{[]string{"--messages", "-5", "--nats-dir", dir}, 2, "--messages -5: must be at least 1"},
+		{[]string{"--no-nats", "--filter-subs", "0"}, 2, "--filter-subs 0: must be at least 1"},
+		{[]string{"--no-nats", "--filter-pubs", "-1"}, 2, "--filter-pubs -1: must be at least 0"},
+		{[]string{"--repeat", "10", "--nats-dir", dir}, 2, "repeat 10 out of range"},
+		{[]string{"--messages", "1000", "--latency-messages", "5", "--nats-dir", dir}, 2, "latency messages 5 out of range"},
+	}
+	for _, c := range cases {
+		code, _, stderr := capture(t, func() int { return benchCompare(c.args) })
+		if code != c.code || !strings.Contains(stderr, c.err) {
+			t.Errorf("bench compare %q: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr, c.code, c.err)
+		}
+	}
+	// The refused runs installed nothing.
+	if _, err := os.Stat(filepath.Join(dir, "nats-server")); !os.IsNotExist(err) {
+		t.Errorf("nats-server appeared in %s: %v", dir, err)
+	}
+}
