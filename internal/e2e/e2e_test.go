@@ -616,3 +616,27 @@ func TestBrokerInspectAndStop(t *testing.T) {
 		t.Errorf("B2 did not log its leave:\n%s", tail(b, 1500))
 	}
 }
+
+// TestClientToken: a broker configured with a client token refuses a
+// client without it and serves one with it.
+func TestClientToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level test: skipped in -short mode")
+	}
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("client token 42\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, "B1", "", writeSecret(t, "token test secret"), "--client-token-file", token)
+	if !b.healthy(15 * time.Second) {
+		t.Fatal("B1 did not start")
+	}
+	code, out, errs := run(t, "pub", "--broker", b.addr, "--timeout", "10s", "[class,'T']")
+	if code == 0 || !strings.Contains(errs, "token") {
+		t.Errorf("pub without the token: exit %d, %s%s; want a refusal naming the token", code, out, errs)
+	}
+	code, out, errs = run(t, "pub", "--broker", b.addr, "--token-file", token, "--count", "3", "[class,'T']")
+	if code != 0 || !strings.Contains(out, "acknowledged 3 of 3") {
+		t.Errorf("pub with the token: exit %d, %s%s", code, out, errs)
+	}
+}
