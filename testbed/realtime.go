@@ -69,6 +69,9 @@ const (
 	setupTimeout  = 30 * time.Second
 	setupParallel = 16
 	setupTries    = 3
+	// maxDrainExtension bounds how long a run waits past its end for
+	// deliveries that are still arriving.
+	maxDrainExtension = 30 * time.Second
 	// sampleParallel bounds concurrent /metrics scrapes.
 	sampleParallel = 8
 )
@@ -332,9 +335,6 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 				return
 			}
 			at := time.Since(start)
-			if at > p.Spec.End() {
-				return
-			}
 			sem := make(chan struct{}, sampleParallel)
 			var sw sync.WaitGroup
 			for _, n := range p.Topo.Names {
@@ -353,10 +353,20 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	}()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	// The drain is extended while deliveries are still arriving (a loaded
+	// machine delays them past the planned end), by at most
+	// maxDrainExtension: a delivery that is merely late is not counted lost.
+	lastCount, lastChange := int64(-1), time.Now()
 	for {
 		now := time.Now()
 		rec.SetElapsed(now.Sub(start))
-		if !now.Before(end) {
+		if c := rec.Progress().Deliveries; c != lastCount {
+			lastCount, lastChange = c, now
+		}
+		if !now.Before(end) && (now.Sub(lastChange) >= time.Second || now.Sub(end) >= maxDrainExtension) {
+			if ext := now.Sub(end); ext >= time.Second {
+				rec.Note(fmt.Sprintf("drain extended by %v: deliveries were still arriving", ext.Round(100*time.Millisecond)))
+			}
 			break
 		}
 		select {
