@@ -32,6 +32,9 @@ type SRDSOptions struct {
 	// Clock, when set, measures the wall time of the simulation (without
 	// the checkers); the simulator itself never reads a clock.
 	Clock func() time.Time
+	// CPU, when set, returns the process CPU time used so far: it
+	// measures the steady state (publishing) apart from the setup.
+	CPU func() time.Duration
 }
 
 // DefaultSRDSOptions is the slides' setup.
@@ -76,8 +79,13 @@ type SRDSResult struct {
 	Virtual         time.Duration
 	Wall            time.Duration // simulation only (needs Opts.Clock)
 	CheckWall       time.Duration // the checkers (needs Opts.Clock)
-	Report          Report
-	Err             error
+	// SteadyVirtual, SteadyWall and SteadyCPU measure the publishing phase
+	// alone (after the tree and the 2,600 subscriptions are set up).
+	SteadyVirtual time.Duration
+	SteadyWall    time.Duration
+	SteadyCPU     time.Duration
+	Report        Report
+	Err           error
 }
 
 // RunSRDS09 runs the experiment.
@@ -182,6 +190,14 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 		})
 	}
 	before := copyCounts(s.Stats().Messages)
+	var w0 time.Time
+	var c0 time.Duration
+	if o.Clock != nil {
+		w0 = o.Clock()
+	}
+	if o.CPU != nil {
+		c0 = o.CPU()
+	}
 	if err := s.RunUntil(crashAt); err != nil {
 		res.Err = err
 		return res
@@ -195,6 +211,13 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	if err := s.RunUntil(end); err != nil {
 		res.Err = err
 		return res
+	}
+	res.SteadyVirtual = end - start
+	if o.Clock != nil {
+		res.SteadyWall = o.Clock().Sub(w0)
+	}
+	if o.CPU != nil {
+		res.SteadyCPU = o.CPU() - c0
 	}
 	after := s.Stats().Messages
 	res.ControlByType = map[string]int64{}
@@ -362,6 +385,11 @@ func (res SRDSResult) Text() string {
 	if res.Wall > 0 {
 		fmt.Fprintf(&b, "virtual=%v wall=%v (simulation; checkers %v) speed=%.0fx real time\n", res.Virtual.Round(time.Millisecond), res.Wall.Round(time.Millisecond), res.CheckWall.Round(time.Millisecond), float64(res.Virtual)/float64(res.Wall))
 	}
+	if res.SteadyWall > 0 || res.SteadyCPU > 0 {
+		fmt.Fprintf(&b, "steady state (publishing, setup excluded): virtual=%v wall=%v cpu=%v speed=%.1fx (wall) %.1fx (cpu)\n",
+			res.SteadyVirtual, res.SteadyWall.Round(time.Millisecond), res.SteadyCPU.Round(time.Millisecond),
+			ratio(res.SteadyVirtual, res.SteadyWall), ratio(res.SteadyVirtual, res.SteadyCPU))
+	}
 	for _, d := range res.Report.Details {
 		fmt.Fprintf(&b, "  %s\n", d)
 	}
@@ -383,3 +411,10 @@ func (res SRDSResult) TimelineCSV(w io.Writer) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
