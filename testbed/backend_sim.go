@@ -238,6 +238,11 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 			last[id] = *c
 		}
 	}
+	// Counters start at t = 0: the overlay build is not in the first
+	// sample.
+	for id, c := range counters {
+		last[id] = *c
+	}
 	end := spec.End()
 	for t := time.Duration(0); t < end; {
 		if err := ctx.Err(); err != nil {

@@ -323,6 +323,12 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	// brokers are sampled sampleParallel at a time.
 	end := start.Add(p.Spec.End())
 	period := p.Spec.Metrics.Sample.Duration
+	// A first sample, discarded, sets the counters' baseline: the first
+	// period then shows its own traffic, not everything since the
+	// brokers started (the overlay build and the subscription flood).
+	for _, n := range p.Topo.Names {
+		h.sample(n)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
