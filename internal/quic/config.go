@@ -64,6 +64,8 @@ const (
 	// closeLinger bounds how long an orderly Close waits for the peer to
 	// read the last frames before the connection is torn down.
 	closeLinger = 2 * time.Second
+	// closeWait bounds how long Endpoint.Close waits for Handler calls.
+	closeWait = 5 * time.Second
 )
 
 // Flow-control windows (bytes). Loopback at 500,000 × 250 B/s is

@@ -239,7 +239,8 @@ func (e *Endpoint) Link(peer message.BrokerID) *Link {
 }
 
 // Close closes every link and session at once and the socket, and waits
-// for the Handler's last calls (PeerDown/ClientDown) to return. Close
+// (at most 5 s, then it returns an error) for the Handler's last calls
+// (PeerDown/ClientDown) to return. Close
 // links first with Link.Close for an orderly leave.
 func (e *Endpoint) Close() error {
 	e.mu.Lock()
@@ -263,7 +264,18 @@ func (e *Endpoint) Close() error {
 	for _, c := range conns {
 		c.abort(codeShutdown, "endpoint closing")
 	}
-	e.wg.Wait()
+	// Wait for the links' last Handler calls, but not forever: a Handler
+	// stuck in a call would otherwise hang the broker's shutdown.
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		_ = e.tr.Close()
+		return fmt.Errorf("quic: Close: handler calls still running after %v", closeWait)
+	}
 	return e.tr.Close()
 }
 

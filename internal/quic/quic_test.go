@@ -615,3 +615,26 @@ func TestBatchHandlerInOrder(t *testing.T) {
 	}
 	t.Logf("%d messages in %d batches", n, br.batches.Load())
 }
+
+// A Handler stuck in a call does not hang Endpoint.Close forever.
+func TestCloseWithAStuckHandler(t *testing.T) {
+	a := start(t, "B1", "s", nil)
+	rec := newRecorder()
+	rec.block = make(chan struct{})
+	defer close(rec.block)
+	ep, err := Listen(Config{ID: "B2", Listen: "127.0.0.1:0", Secret: []byte("s"), Log: zerolog.Nop()}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.ep.Dial(ctx10(t), "B2", ep.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Send(&message.PubAck{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the handler to block", rec.blocked.Load)
+	if err := ep.Close(); err == nil || !strings.Contains(err.Error(), "handler calls still running") {
+		t.Fatalf("Close with a stuck handler: %v", err)
+	}
+}
