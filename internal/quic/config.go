@@ -64,9 +64,11 @@ const (
 	// closeLinger bounds how long an orderly Close waits for the peer to
 	// read the last frames before the connection is torn down.
 	closeLinger = 2 * time.Second
-	// closeWait bounds how long Endpoint.Close waits for Handler calls.
-	closeWait = 5 * time.Second
 )
+
+// closeWait bounds how long Endpoint.Close waits for Handler calls (a
+// variable for tests).
+var closeWait = 5 * time.Second
 
 // Flow-control windows (bytes). Loopback at 500,000 × 250 B/s is
 // 125 MB/s; the bandwidth-delay product is tiny (RTT ~0.1 ms), so the

@@ -618,6 +618,8 @@ func TestBatchHandlerInOrder(t *testing.T) {
 
 // A Handler stuck in a call does not hang Endpoint.Close forever.
 func TestCloseWithAStuckHandler(t *testing.T) {
+	defer func(d time.Duration) { closeWait = d }(closeWait)
+	closeWait = 200 * time.Millisecond
 	a := start(t, "B1", "s", nil)
 	rec := newRecorder()
 	rec.block = make(chan struct{})
