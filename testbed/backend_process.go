@@ -80,7 +80,7 @@ type procHost struct {
 
 func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 	h := &procHost{p: p, bin: bin, procs: map[string]*proc{}, port: map[string]int{}, aport: map[string]int{},
-		spawn: make(chan func()), http: &http.Client{Timeout: 2 * time.Second}}
+		spawn: make(chan func()), http: &http.Client{Timeout: time.Second}}
 	if out != "" {
 		h.logs = filepath.Join(out, "logs")
 		if err := os.MkdirAll(h.logs, 0o755); err != nil {

@@ -323,15 +323,35 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	// brokers are sampled sampleParallel at a time.
 	end := start.Add(p.Spec.End())
 	period := p.Spec.Metrics.Sample.Duration
-	// A first sample, discarded, sets the counters' baseline: the first
-	// period then shows its own traffic, not everything since the
-	// brokers started (the overlay build and the subscription flood).
-	for _, n := range p.Topo.Names {
-		h.sample(n)
-	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		round := func(keep bool) {
+			at := time.Since(start)
+			sem := make(chan struct{}, sampleParallel)
+			var sw sync.WaitGroup
+			for _, n := range p.Topo.Names {
+				if ctx.Err() != nil {
+					break
+				}
+				sem <- struct{}{}
+				sw.Add(1)
+				go func(n string) {
+					defer sw.Done()
+					defer func() { <-sem }()
+					s := h.sample(n)
+					if keep {
+						s.At, s.Broker = at, n
+						rec.Sample(s)
+					}
+				}(n)
+			}
+			sw.Wait()
+		}
+		// A first round, discarded, sets the counters' baseline: the first
+		// period then shows its own traffic, not everything since the
+		// brokers started (the overlay build and the subscription flood).
+		round(false)
 		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
@@ -340,21 +360,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 			case <-ctx.Done():
 				return
 			}
-			at := time.Since(start)
-			sem := make(chan struct{}, sampleParallel)
-			var sw sync.WaitGroup
-			for _, n := range p.Topo.Names {
-				sem <- struct{}{}
-				sw.Add(1)
-				go func(n string) {
-					defer sw.Done()
-					defer func() { <-sem }()
-					s := h.sample(n)
-					s.At, s.Broker = at, n
-					rec.Sample(s)
-				}(n)
-			}
-			sw.Wait()
+			round(true)
 		}
 	}()
 	tick := time.NewTicker(100 * time.Millisecond)
