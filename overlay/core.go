@@ -86,6 +86,8 @@ type Node struct {
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
 	floods     map[floodKey]*flood
+	floodHole  bool                   // set by floodTargets: some direction has a hole beyond δ
+	viaState   map[message.SubID]bool // entries learned by state transfer, not by a flood
 	tombstones map[message.SubID]bool
 	tombOrder  []message.SubID
 	topoSeq    uint64
@@ -118,6 +120,7 @@ func NewNode(cfg Config) (*Node, error) {
 		resyncDirs:   map[message.BrokerID]bool{},
 		gapSeen:      map[gapKey]bool{},
 		floods:       map[floodKey]*flood{},
+		viaState:     map[message.SubID]bool{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},
 		clients:      map[message.ClientID]*clientState{},

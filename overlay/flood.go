@@ -53,6 +53,7 @@ type flood struct {
 	// small slice: a flood has a handful of targets).
 	targets []ftarget
 	nOut    int
+	hole    bool // some direction is cut off beyond δ (see floodCheck)
 	msg     func(to message.BrokerID, dist int) message.Message
 	done    func() // called at this broker when complete (local origin)
 }
@@ -109,6 +110,7 @@ type target struct {
 // is confirmed (see floodGaveUp).
 func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 	n.geometry()
+	n.floodHole = false
 	var out []target
 	seen := map[message.BrokerID]bool{}
 	add := func(id message.BrokerID) {
@@ -128,9 +130,12 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 		if p := n.peers[nb]; p != nil && p.up && !p.suspected {
 			add(nb)
 		}
-		front, skipped, _ := n.topo.FrontierSkipped(nb, n.unusable)
+		front, skipped, hole := n.topo.FrontierSkipped(nb, n.unusable)
 		for _, f := range front {
 			add(f)
+		}
+		if hole && all {
+			n.floodHole = true
 		}
 		if all {
 			for _, s := range skipped {
@@ -147,7 +152,9 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 // when there are none.
 func (n *Node) startFlood(f *flood) {
 	n.floods[f.key] = f
-	for _, t := range n.floodTargets(f.except, f.key.kind != fkTopo) {
+	ts := n.floodTargets(f.except, f.key.kind != fkTopo)
+	f.hole = n.floodHole
+	for _, t := range ts {
 		if f.budget >= 0 && t.dist > f.budget {
 			continue
 		}
@@ -173,7 +180,10 @@ func (n *Node) sendFlood(f *flood, t target) {
 }
 
 func (n *Node) floodCheck(f *flood) {
-	if f.nOut > 0 {
+	if f.nOut > 0 || f.hole {
+		// A (un)subscription flood also waits while part of the overlay
+		// is cut off beyond δ: it cannot reach the brokers there, so it
+		// is not confirmed until the hole heals and the flood goes on.
 		return
 	}
 	delete(n.floods, f.key)
@@ -239,6 +249,7 @@ func (n *Node) floodsReroute() {
 			}
 		}
 		ts := n.floodTargets(f.except, f.key.kind != fkTopo)
+		f.hole = n.floodHole
 		want := map[message.BrokerID]bool{}
 		for _, t := range ts {
 			if f.budget >= 0 && t.dist > f.budget {
@@ -339,7 +350,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	}
 	dir := n.direction(from)
 	if dir == "" {
-		dir = from
+		dir = n.placeUnknown(from)
 	}
 	if m.Unsub && m.Mark {
 		if _, ok := n.table.Get(m.Sub); !ok {
@@ -361,6 +372,13 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.withdrawFlood(m.Sub, dir, from, nil)
 		return
 	}
+	if e, ok := n.table.Get(m.Sub); ok && n.viaState[m.Sub] && e.Dir == dir {
+		// Learned through a state transfer (recovery, resync), so the
+		// brokers behind us may not have it: flood it on this once.
+		delete(n.viaState, m.Sub)
+		n.startFlood(&flood{key: k, except: e.Dir, budget: -1, waiters: []message.BrokerID{from}, msg: n.subFloodMsg(e.Sub)})
+		return
+	}
 	if _, ok := n.table.Get(m.Sub); ok || n.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
 		n.sendFloodAck(k, from)
 		return
@@ -372,6 +390,9 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	fp := m.From
 	if !n.topo.Has(fp) {
 		fp = from
+		if !n.topo.Has(fp) {
+			fp = dir
+		}
 	}
 	if _, err := n.table.Insert(routing.Entry{Sub: m.Sub, Filter: m.Filter, From: fp, Dir: dir}); err != nil {
 		n.notice(NoticeGap, from, err.Error())
@@ -382,10 +403,35 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from}, msg: n.subFloodMsg(m.Sub)})
 }
 
+// placeUnknown handles a flood from a broker our map does not show (our
+// map is partial after a recovery beyond δ): it must be behind one of our
+// unusable neighbours; with exactly one such neighbour that is its
+// direction. We also ask the sender for its state and map (a resync),
+// which completes our map. Returns "" when it cannot be placed.
+func (n *Node) placeUnknown(from message.BrokerID) message.BrokerID {
+	if n.joined {
+		n.send(from, &message.StateRequest{Node: n.self, Resync: true})
+	}
+	var cand message.BrokerID
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if n.unusable(nb) {
+			if cand != "" {
+				return from
+			}
+			cand = nb
+		}
+	}
+	if cand == "" {
+		return from
+	}
+	return cand
+}
+
 // withdrawFlood removes sub here and floods its withdrawal away from
 // except, confirming to waiter (if any) and calling done when complete.
 func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID, done func()) {
 	n.table.Delete(sub)
+	delete(n.viaState, sub)
 	n.tombstone(sub)
 	k := floodKey{kind: fkUnsub, sub: sub}
 	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {

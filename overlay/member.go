@@ -71,6 +71,7 @@ func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) (adde
 		}
 		if ok, _ := n.table.Insert(routing.Entry{Sub: s.Sub, Filter: s.Filter, From: fp, Dir: dir}); ok {
 			added = append(added, s.Sub)
+			n.viaState[s.Sub] = true
 		}
 	}
 	return added
