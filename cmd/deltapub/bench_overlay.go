@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -251,12 +252,14 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 	delivered := make(chan mark, 16)
 	latencies := make([]time.Duration, 0, latN)
 	var subErr error
+	var received, published atomic.Int64
 	var subWG sync.WaitGroup
 	subWG.Add(1)
 	go func() {
 		defer subWG.Done()
 		for k := 1; k <= total; k++ {
 			d, ok := <-sub.C
+			received.Add(1)
 			if !ok {
 				subErr = fmt.Errorf("subscription ended after %d deliveries: %v", k-1, sub.Err())
 				close(delivered)
@@ -276,15 +279,30 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		}
 		close(delivered)
 	}()
+	// A run that stops making progress fails with what each broker holds,
+	// instead of waiting for the overall deadline.
+	const stallLimit = 30 * time.Second
 	waitMark := func(what string) (time.Time, error) {
-		select {
-		case m, ok := <-delivered:
-			if !ok {
-				return time.Time{}, fmt.Errorf("%s: %v", what, subErr)
+		last, lastChange := received.Load(), time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case m, ok := <-delivered:
+				if !ok {
+					return time.Time{}, fmt.Errorf("%s: %v", what, subErr)
+				}
+				return m.at, nil
+			case <-ctx.Done():
+				return time.Time{}, fmt.Errorf("%s: %w", what, ctx.Err())
+			case <-tick.C:
+				if n := received.Load(); n != last {
+					last, lastChange = n, time.Now()
+				} else if time.Since(lastChange) > stallLimit {
+					return time.Time{}, fmt.Errorf("%s: no delivery for %v after %d (published %d); brokers: %s",
+						what, stallLimit, n, published.Load(), brokerSummary(brokers))
+				}
 			}
-			return m.at, nil
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("%s: %w", what, ctx.Err())
 		}
 	}
 
@@ -315,6 +333,7 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 				return err
 			}
 			acks <- ch
+			published.Add(1)
 		}
 		return nil
 	}
@@ -410,6 +429,45 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		}
 	}
 	return rep, nil
+}
+
+// brokerSummary says, per broker, its queue, links and counters (from
+// /state), for a stalled run's error.
+func brokerSummary(brokers []*benchBroker) string {
+	var parts []string
+	c := http.Client{Timeout: 2 * time.Second}
+	for _, b := range brokers {
+		resp, err := c.Get("http://" + b.admin + "/state")
+		if err != nil {
+			parts = append(parts, b.id+": "+err.Error())
+			continue
+		}
+		var st struct {
+			QueueLen  int
+			Suspected []string
+			Links     []struct {
+				Peer      string
+				Up        bool
+				Suspected bool
+			}
+			Counters map[string]any
+			Runtime  struct {
+				Connected  []string `json:"connected"`
+				InputQueue int      `json:"input_queue"`
+			} `json:"runtime"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			parts = append(parts, b.id+": "+err.Error())
+			continue
+		}
+		cnt := fmt.Sprintf("published %v received %v sent %v delivered %v retransmitted %v backpressure %v",
+			st.Counters["Published"], st.Counters["PubsIn"], st.Counters["PubsOut"], st.Counters["Delivered"], st.Counters["Retransmitted"], st.Counters["Backpressure"])
+		parts = append(parts, fmt.Sprintf("%s: queue %d, links %+v, connected %v, suspected %v, input %d, %s",
+			b.id, st.QueueLen, st.Links, st.Runtime.Connected, st.Suspected, st.Runtime.InputQueue, cnt))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func waitHealthy(b *benchBroker, d time.Duration) error {
