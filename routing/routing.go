@@ -39,6 +39,10 @@ type Entry struct {
 	Client message.ClientID
 	key    uint64
 	from   int32 // interned From (index into Table.froms)
+	// coveredBy is the indexed entry (same From and Dir) whose filter
+	// covers this one; covers lists the entries hanging under this one.
+	coveredBy *Entry
+	covers    []*Entry
 }
 
 // Table is the routing table. Not safe for concurrent use.
@@ -61,6 +65,10 @@ type Table struct {
 	// Max bounds the number of entries; Insert fails beyond it (the
 	// subscriber is answered with an error, nothing is dropped silently).
 	Max int
+	// NoCovering disables covering (every entry goes to the matcher); set
+	// it before the first Insert.
+	NoCovering bool
+	byFrom     map[int32][]*Entry // indexed non-local entries per interned From
 }
 
 // slotMeta is the part of an entry Recipients needs, kept in a dense
@@ -89,7 +97,7 @@ func New(m Matcher) *Table {
 	if m == nil {
 		m = newLinear()
 	}
-	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
+	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22, byFrom: map[int32][]*Entry{},
 		fromIdx: map[message.BrokerID]int32{}}
 }
 
@@ -111,6 +119,9 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	if len(t.byID) >= t.Max {
 		return false, fmt.Errorf("routing: table full (%d entries)", t.Max)
 	}
+	if err := e.Filter.Validate(); err != nil {
+		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
+	}
 	if n := len(t.free); n > 0 {
 		e.key = t.free[n-1]
 		t.free = t.free[:n-1]
@@ -121,32 +132,112 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	}
 	fi := t.intern(e.From)
 	e.from = fi
-	if err := t.m.Insert(e.key, e.Filter); err != nil {
-		t.free = append(t.free, e.key)
-		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
-	}
-	p := &e
-	t.byID[e.Sub] = p
-	t.slots[e.key] = p
 	m := slotMeta{from: fi, dir: -1, local: e.Local}
 	if e.Dir != "" {
 		m.dir = t.intern(e.Dir)
 	}
+	p := &e
+	if err := t.place(p); err != nil {
+		t.free = append(t.free, e.key)
+		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
+	}
+	t.byID[e.Sub] = p
+	t.slots[e.key] = p
 	t.meta[e.key] = m
 	return true, nil
 }
 
-// Delete removes the entry of sub and returns it.
+// place puts e in the matcher, unless (covering) another indexed entry
+// with the same from-pointer and direction covers its filter: then e only
+// hangs under that entry, since whenever e matches the coverer matches and
+// yields the same recipient. An indexed e takes over the entries it covers.
+// Local entries are always indexed (each needs its own delivery).
+func (t *Table) place(e *Entry) error {
+	if t.NoCovering || e.Local {
+		return t.m.Insert(e.key, e.Filter)
+	}
+	group := t.byFrom[e.from]
+	for _, c := range group {
+		if c.Dir == e.Dir && matching.Covers(c.Filter, e.Filter) {
+			e.coveredBy = c
+			c.covers = append(c.covers, e)
+			return nil
+		}
+	}
+	if err := t.m.Insert(e.key, e.Filter); err != nil {
+		return err
+	}
+	kept := group[:0]
+	for _, c := range group {
+		if c.Dir == e.Dir && matching.Covers(e.Filter, c.Filter) {
+			t.m.Delete(c.key)
+			c.coveredBy = e
+			e.covers = append(e.covers, c)
+			for _, g := range c.covers {
+				g.coveredBy = e
+			}
+			e.covers = append(e.covers, c.covers...)
+			c.covers = nil
+			continue
+		}
+		kept = append(kept, c)
+	}
+	t.byFrom[e.from] = append(kept, e)
+	return nil
+}
+
+// Delete removes the entry of sub and returns it. The entries it covered
+// are placed again.
 func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 	e, ok := t.byID[sub]
 	if !ok {
 		return Entry{}, false
 	}
-	t.m.Delete(e.key)
+	switch {
+	case e.coveredBy != nil:
+		c := e.coveredBy
+		for i, x := range c.covers {
+			if x == e {
+				c.covers = append(c.covers[:i], c.covers[i+1:]...)
+				break
+			}
+		}
+		e.coveredBy = nil
+	default:
+		t.m.Delete(e.key)
+		if !e.Local && !t.NoCovering {
+			group := t.byFrom[e.from]
+			for i, x := range group {
+				if x == e {
+					t.byFrom[e.from] = append(group[:i], group[i+1:]...)
+					break
+				}
+			}
+			orphans := e.covers
+			e.covers = nil
+			for _, o := range orphans {
+				o.coveredBy = nil
+				// Placing again cannot fail: each was valid when inserted.
+				_ = t.place(o)
+			}
+		}
+	}
 	delete(t.byID, sub)
 	t.slots[e.key] = nil
 	t.free = append(t.free, e.key)
 	return *e, true
+}
+
+// Indexed is the number of entries in the matcher (the others are
+// covered by an indexed entry with the same from-pointer).
+func (t *Table) Indexed() int {
+	n := 0
+	for _, e := range t.byID {
+		if e.coveredBy == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Match calls fn for every entry matching p, in the matcher's
