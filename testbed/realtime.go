@@ -205,12 +205,30 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 					case <-ctx.Done():
 						return
 					}
+					// Take what else is waiting (up to a batch) before
+					// reporting: one recorder lock per batch.
+					batch := make([]Delivery, 0, 64)
 					for d := range sub.C {
-						if d.Gap != nil {
-							rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
-							continue
+						for {
+							if d.Gap != nil {
+								rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
+							} else {
+								batch = append(batch, Delivery{Subscriber: si, Sub: k, Pub: d.Pub, PublishedAt: since(d.PublishedAt), At: since(d.ReceivedAt)})
+							}
+							if len(batch) == cap(batch) {
+								break
+							}
+							var ok bool
+							select {
+							case d, ok = <-sub.C:
+							default:
+							}
+							if !ok {
+								break
+							}
 						}
-						rec.Delivered(Delivery{Subscriber: si, Sub: k, Pub: d.Pub, PublishedAt: since(d.PublishedAt), At: since(d.ReceivedAt)})
+						rec.DeliveredBatch(batch)
+						batch = batch[:0]
 					}
 				}(k, sub)
 			}
