@@ -186,6 +186,9 @@ func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind st
 		by[s.Broker] = append(by[s.Broker], s)
 	}
 	title, yl := "messages out per second", "msgs/s"
+	if sum.WarmupMs > 0 {
+		title += fmt.Sprintf(" (from t=%.0fs)", sum.WarmupMs/1000)
+	}
 	if kind == "cpu" {
 		title, yl = "CPU", "% of one core"
 	}
@@ -196,6 +199,9 @@ func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind st
 		sort.Slice(ss, func(a, c int) bool { return ss[a].At < ss[c].At })
 		var xys plotter.XYs
 		for j, s := range ss {
+			if s.At.Seconds()*1000 < sum.WarmupMs {
+				continue // the subscription flood of the setup
+			}
 			var y float64
 			if kind == "cpu" {
 				if s.CPU < 0 {
@@ -239,7 +245,7 @@ func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind st
 		return nil, false, err
 	}
 	p.Y.Min, p.Y.Max = 0, ymax
-	p.X.Min = 0
+	p.X.Min = sum.WarmupMs / 1000
 	if sum.EndMs > 0 {
 		p.X.Max = sum.EndMs / 1000
 	}

@@ -33,6 +33,7 @@ type Summary struct {
 	Faults                []FaultSummary           `json:"faults"`
 	FaultWindowMs         float64                  `json:"fault_window_ms"`
 	EndMs                 float64                  `json:"end_ms"`
+	WarmupMs              float64                  `json:"warmup_ms"` // publishing starts; broker plots begin here (the subscription flood before would dwarf the rest)
 	NearFaults            []string                 `json:"near_faults"`  // brokers plotted in rate/cpu plots
 	CPUMeasured           bool                     `json:"cpu_measured"` // false: the mode cannot attribute CPU to brokers (cpu fields are 0)
 	Plots                 []string                 `json:"plots,omitempty"`
@@ -187,7 +188,7 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 	sum := &Summary{
 		Name: p.Spec.Name, Mode: mode, Seed: p.Spec.Seed, Started: started.UTC().Format(time.RFC3339),
 		WallSeconds: round3(wall.Seconds()), Brokers: len(p.Topo.Names), Delta: p.Spec.Overlay.Delta,
-		Verdict: v, FaultWindowMs: ms(p.Spec.Metrics.FaultWindow.Duration), EndMs: ms(p.Spec.End()),
+		Verdict: v, FaultWindowMs: ms(p.Spec.Metrics.FaultWindow.Duration), EndMs: ms(p.Spec.End()), WarmupMs: ms(p.Spec.Warmup.Duration),
 		BrokerStats: map[string]BrokerSummary{}, NearFaults: nearFaults(p, 6), Notes: append([]string(nil), r.notes...),
 	}
 	if r.ctrlOK {
