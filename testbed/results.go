@@ -33,7 +33,7 @@ type Summary struct {
 	Faults                []FaultSummary           `json:"faults"`
 	FaultWindowMs         float64                  `json:"fault_window_ms"`
 	EndMs                 float64                  `json:"end_ms"`
-	WarmupMs              float64                  `json:"warmup_ms"` // publishing starts; broker plots begin here (the subscription flood before would dwarf the rest)
+	WarmupMs              float64                  `json:"warmup_ms"`    // publishing starts; broker plots begin here (the subscription flood before would dwarf the rest)
 	NearFaults            []string                 `json:"near_faults"`  // brokers plotted in rate/cpu plots
 	CPUMeasured           bool                     `json:"cpu_measured"` // false: the mode cannot attribute CPU to brokers (cpu fields are 0)
 	Plots                 []string                 `json:"plots,omitempty"`
