@@ -167,21 +167,17 @@ func (s *deltapubServers) Connect(ctx context.Context, i int, o connOptions) (en
 	if err != nil {
 		return nil, err
 	}
-	e := &deltapubEndpoint{c: c}
-	e.ctx, e.cancel = context.WithCancel(context.Background())
-	return e, nil
+	return &deltapubEndpoint{c: c}, nil
 }
 
 type deltapubEndpoint struct {
-	c      *client.Client
-	ctx    context.Context
-	cancel context.CancelFunc
-	last   <-chan error
-	wg     sync.WaitGroup
+	c    *client.Client
+	last <-chan error
+	wg   sync.WaitGroup
 }
 
-func (e *deltapubEndpoint) Publish(m *outMsg) error {
-	done, err := e.c.PublishAsync(e.ctx, matching.Publication{Attrs: m.Attrs, Payload: m.Payload})
+func (e *deltapubEndpoint) Publish(ctx context.Context, m *outMsg) error {
+	done, err := e.c.PublishAsync(ctx, matching.Publication{Attrs: m.Attrs, Payload: m.Payload})
 	if err != nil {
 		return err
 	}
@@ -235,7 +231,6 @@ func (e *deltapubEndpoint) Subscribe(ctx context.Context, s subSpec, h handler) 
 }
 
 func (e *deltapubEndpoint) Close() {
-	e.cancel()
 	e.c.Close()
 	e.wg.Wait() // the readers end when Close closes their channels
 }

@@ -188,7 +188,7 @@ type natsEndpoint struct {
 	handlers map[*nats.Subscription]handler // for errors
 }
 
-func (e *natsEndpoint) Publish(m *outMsg) error {
+func (e *natsEndpoint) Publish(_ context.Context, m *outMsg) error {
 	data := m.Payload
 	if m.Head != nil {
 		e.buf = append(append(e.buf[:0], m.Head...), m.Payload...)

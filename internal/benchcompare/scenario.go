@@ -187,7 +187,7 @@ func probe(ctx context.Context, pub endpoint, s *sink, subs int) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	for i := 0; s.probed.Load() < int64(subs); i++ {
-		if err := pub.Publish(&outMsg{Subject: benchSubject, Attrs: benchAttrs, Payload: s.payload(kindProbe, i)}); err != nil {
+		if err := pub.Publish(ctx, &outMsg{Subject: benchSubject, Attrs: benchAttrs, Payload: s.payload(kindProbe, i)}); err != nil {
 			return err
 		}
 		if err := pub.Flush(ctx); err != nil {
@@ -262,7 +262,10 @@ func runThroughput(ctx context.Context, sys system, nServers, pubAt, subAt, subs
 			}
 			pace(ctx, s, hs, int64(i))
 		}
-		if err := pub.Publish(&outMsg{Subject: benchSubject, Attrs: benchAttrs, Payload: s.payload(kindData, i)}); err != nil {
+		if err := pub.Publish(ctx, &outMsg{Subject: benchSubject, Attrs: benchAttrs, Payload: s.payload(kindData, i)}); err != nil {
+			if ctx.Err() != nil {
+				break // timed out: reported as incomplete
+			}
 			return res, err
 		}
 	}
@@ -329,7 +332,10 @@ func runLatency(ctx context.Context, sys system, rate, n int) (Latency, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		if err := pub.Publish(&outMsg{Subject: benchSubject, Attrs: benchAttrs, Payload: s.payload(kindData, i)}); err != nil {
+		if err := pub.Publish(ctx, &outMsg{Subject: benchSubject, Attrs: benchAttrs, Payload: s.payload(kindData, i)}); err != nil {
+			if ctx.Err() != nil {
+				break // timed out: reported as incomplete
+			}
 			return res, err
 		}
 	}
@@ -476,7 +482,10 @@ func runFiltered(ctx context.Context, sys system, subs, conns, pubs int, seed ui
 		q := &quotes[i]
 		head = stockHead(head[:0], q.Attrs[1].Value.Float, q.Attrs[3].Value.Int)
 		m := outMsg{Subject: "stock." + q.Attrs[2].Value.Str, Attrs: q.Attrs, Head: head, Payload: s.payload(kindData, i)}
-		if err := pub.Publish(&m); err != nil {
+		if err := pub.Publish(ctx, &m); err != nil {
+			if ctx.Err() != nil {
+				break // timed out: reported as incomplete
+			}
 			return res, err
 		}
 	}

@@ -69,7 +69,8 @@ type handler interface {
 }
 
 type endpoint interface {
-	Publish(m *outMsg) error
+	// Publish may wait for the client's window (deltapub) until ctx ends.
+	Publish(ctx context.Context, m *outMsg) error
 	// Flush returns once everything published is accepted by the server
 	// (deltapub: acknowledged; NATS: a PING round trip).
 	Flush(ctx context.Context) error
