@@ -215,3 +215,33 @@ func Safe(path []BrokerID, s uint64, report func(BrokerID) (Report, bool)) bool 
 	}
 	return all
 }
+
+// Threshold is Safe for every stamp at once: the largest s for which
+// Safe(path, s, report) holds (0: none), i.e. the larger of the lowest
+// arrived watermark on the path (0 if a broker has not reported) and the
+// highest discarded one. A purge pass computes it once per recipient and
+// compares stamps against it.
+func Threshold(path []BrokerID, report func(BrokerID) (Report, bool)) uint64 {
+	if len(path) == 0 {
+		return 0
+	}
+	minArrived := ^uint64(0)
+	maxDiscarded := uint64(0)
+	for _, b := range path {
+		r, ok := report(b)
+		if !ok {
+			minArrived = 0
+			continue
+		}
+		if r.Arrived < minArrived {
+			minArrived = r.Arrived
+		}
+		if r.Discarded > maxDiscarded {
+			maxDiscarded = r.Discarded
+		}
+	}
+	if maxDiscarded > minArrived {
+		return maxDiscarded
+	}
+	return minArrived
+}

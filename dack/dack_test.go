@@ -27,9 +27,17 @@ func TestSafe(t *testing.T) {
 		{"empty path", nil, 1, rep{}, false},
 	}
 	for _, tc := range tests {
-		got := Safe(tc.path, tc.s, func(b BrokerID) (Report, bool) { r, ok := tc.reps[b]; return r, ok })
+		rep := func(b BrokerID) (Report, bool) { r, ok := tc.reps[b]; return r, ok }
+		got := Safe(tc.path, tc.s, rep)
 		if got != tc.want {
 			t.Errorf("%s: Safe = %v, want %v", tc.name, got, tc.want)
+		}
+		// Threshold agrees with Safe for every stamp.
+		th := Threshold(tc.path, rep)
+		for s := uint64(1); s <= 12; s++ {
+			if (s <= th) != Safe(tc.path, s, rep) {
+				t.Errorf("%s: Threshold %d disagrees with Safe at s=%d", tc.name, th, s)
+			}
 		}
 	}
 }

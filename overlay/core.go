@@ -63,11 +63,14 @@ type Node struct {
 	stateWait    map[message.BrokerID]bool   // recovery: peers whose StateReply is awaited
 	admitting    map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
 	pendingState map[message.BrokerID]bool   // StateRequests not answered yet (see answerStateRequests)
+	askedBehind  map[message.BrokerID]bool   // recovery: awaited peers whose back side was asked
 	stateWaitT   int
 
 	// Publication forwarding.
 	queue      []*qentry
 	queueLen   int
+	purgeDirty bool                        // reports about us changed since the last purge
+	thresholds map[message.BrokerID]uint64 // purge scratch: safe threshold per recipient
 	stampSeq   uint64
 	seen       map[message.Source]*srcState
 	seenOrder  []message.Source
@@ -121,6 +124,8 @@ func NewNode(cfg Config) (*Node, error) {
 		gapSeen:      map[gapKey]bool{},
 		floods:       map[floodKey]*flood{},
 		viaState:     map[message.SubID]bool{},
+		askedBehind:  map[message.BrokerID]bool{},
+		thresholds:   map[message.BrokerID]uint64{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},
 		clients:      map[message.ClientID]*clientState{},
@@ -286,6 +291,8 @@ func (n *Node) Tick() {
 	}
 	if n.member && n.now%int64(n.cfg.DACKTicks) == 0 {
 		n.dackPeriod()
+	} else if n.purgeDirty {
+		n.purge()
 	}
 	if n.leaving && !n.left && n.queueLen == 0 && !n.localFloodsPending() {
 		n.finishLeave()
@@ -463,6 +470,10 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 		n.peerRestarted(p.id, m.Epoch)
 	}
 	if m.Epoch >= p.epoch {
+		if m.Joined && !p.joined && n.stateWait != nil && n.stateWait[p.id] {
+			// It answered NotMember before; now it can give its state.
+			defer n.send(p.id, &message.StateRequest{Node: n.self})
+		}
 		p.epoch = m.Epoch
 		p.joined = m.Joined
 		p.heardHB = true

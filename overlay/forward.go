@@ -377,7 +377,7 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 		}
 	}
 	if changed {
-		n.purge()
+		n.purgeDirty = true // purged on the next tick: one pass whatever the number of DACKs
 	}
 }
 
@@ -385,7 +385,12 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 // recipients (dack.Safe along the tree path to each), and compacts the
 // queue.
 func (n *Node) purge() {
+	n.purgeDirty = false
 	report := func(b message.BrokerID) (dack.Report, bool) { return n.store.About(b) }
+	// One threshold per recipient per pass (dack.Threshold ≡ dack.Safe for
+	// every stamp at once), then one comparison per queued recipient.
+	th := n.thresholds
+	clear(th)
 	kept := n.queue[:0]
 	for _, e := range n.queue {
 		if !e.purged {
@@ -394,8 +399,14 @@ func (n *Node) purge() {
 				if e.safe[i] {
 					continue
 				}
-				path := n.pathTo(r)
-				if len(path) > 1 && dack.Safe(path[1:], e.stamp, report) {
+				t, ok := th[r]
+				if !ok {
+					if path := n.pathTo(r); len(path) > 1 {
+						t = dack.Threshold(path[1:], report)
+					}
+					th[r] = t
+				}
+				if e.stamp <= t {
 					e.safe[i] = true
 				} else {
 					all = false

@@ -278,8 +278,9 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		return
 	}
 	if m.NotMember {
-		delete(n.stateWait, from)
-		n.askBehind(from)
+		if n.askBehind(from) > 0 {
+			delete(n.stateWait, from)
+		} // else: ask it again once its heartbeat says it is joined
 		n.checkRecovery()
 		return
 	}
@@ -315,11 +316,22 @@ func (n *Node) checkRecovery() {
 	}
 	sortIDs(ids)
 	for _, id := range ids {
-		if !n.unusable(id) || !n.peer(id).suspected {
+		p := n.peer(id)
+		if p.gone {
+			delete(n.stateWait, id)
 			continue
 		}
-		delete(n.stateWait, id)
-		n.askBehind(id)
+		if !p.suspected || n.askedBehind[id] {
+			continue
+		}
+		n.askedBehind[id] = true
+		if n.askBehind(id) > 0 {
+			delete(n.stateWait, id)
+		}
+		// Nobody to ask behind it (a leaf, or a side our map does not
+		// show): keep waiting for it (a cut heals, a frozen broker
+		// resumes) rather than become routable without its side's
+		// subscriptions, which would swallow publications for them.
 	}
 	if len(n.stateWait) == 0 || n.stateWaitT > n.cfg.GoneAfterTicks {
 		if len(n.stateWait) > 0 {
@@ -338,10 +350,10 @@ func (n *Node) checkRecovery() {
 
 // askBehind sends a StateRequest to the closest usable brokers behind id
 // (which cannot answer: failed, or not a member itself).
-func (n *Node) askBehind(id message.BrokerID) {
+func (n *Node) askBehind(id message.BrokerID) int {
 	dir := n.direction(id)
 	if dir == "" {
-		return
+		return 0
 	}
 	n.geometry()
 	front, hole := n.topo.Frontier(dir, func(b message.BrokerID) bool { return b == id || n.unusable(b) })
@@ -368,6 +380,7 @@ func (n *Node) askBehind(id message.BrokerID) {
 			n.dial(Peer{ID: f}, false)
 		}
 	}
+	return asked
 }
 
 func (n *Node) rememberTopo(k floodKey) {
