@@ -116,11 +116,17 @@ type sessionState struct {
 	s    ClientSession
 	subs map[message.SubID]bool // accepted subscriptions (with reqs, bounded by MaxSubsPerClient)
 	reqs map[uint64]bool        // Subscribe requests not yet answered, by Req
-	// Publisher backpressure: once the runtime refuses sequence number
-	// refusedFrom, it refuses every later one until refusedFrom is sent
-	// again, so that the core never sees a hole in a session's sequence.
-	refusing    bool
-	refusedFrom uint64
+	// Publisher backpressure. lastFwd is the highest sequence number
+	// forwarded to the core. Once the runtime refused one (refusing), it
+	// refuses every publication after resumeAt (lastFwd+1, or the first
+	// refused one if nothing was forwarded on this session yet), so that
+	// the core never sees a hole, and resumes with the first one at or
+	// before it (the client sends everything again from the refused one).
+	// Copies of publications already forwarded pass: the core acknowledges
+	// them without publishing them twice.
+	refusing bool
+	resumeAt uint64
+	lastFwd  uint64
 }
 
 type evKind uint8
@@ -636,18 +642,20 @@ func (r *Runtime) clientMessage(c message.ClientID, ss *sessionState, m message.
 	r.m.clientReq(m.Type())
 	switch m := m.(type) {
 	case *message.Publish:
-		if ss.refusing && m.Seq != ss.refusedFrom {
-			r.answer(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
-			return
-		}
-		if r.now().Before(r.congested) {
+		if m.Seq > ss.lastFwd && (ss.refusing && m.Seq > ss.resumeAt || r.now().Before(r.congested)) {
 			if !ss.refusing {
-				ss.refusing, ss.refusedFrom = true, m.Seq
+				ss.refusing, ss.resumeAt = true, m.Seq
+				if ss.lastFwd > 0 {
+					ss.resumeAt = ss.lastFwd + 1
+				}
 			}
 			r.answer(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
 			return
 		}
-		ss.refusing = false
+		if m.Seq > ss.lastFwd {
+			ss.refusing = false
+			ss.lastFwd = m.Seq
+		}
 	case *message.Subscribe:
 		if len(ss.subs)+len(ss.reqs) >= r.cfg.Limits.MaxSubsPerClient {
 			r.answer(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("too many subscriptions for this session (limit %d)", r.cfg.Limits.MaxSubsPerClient)})

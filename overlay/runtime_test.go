@@ -361,3 +361,60 @@ func TestCoalesceAcksKeepsTheLastAckBeforeEachRefusal(t *testing.T) {
 		t.Errorf("after coalescing %v, want %v", got, want)
 	}
 }
+
+// TestRuntimeBackpressureNeverLeavesAHole: while a link is congested the
+// runtime refuses new publications; afterwards it resumes only with the
+// first refused one (never leaving a hole for the core), and copies of
+// accepted publications always pass.
+func TestRuntimeBackpressureNeverLeavesAHole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := newFakeNet(64)
+		b := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, nil)
+		defer b.shutdown(t)
+		for !b.rt.Joined() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		s := newFakeSession(256)
+		b.rt.ClientUp(s)
+		b.rt.ClientMessage(s, &message.ClientHello{Publisher: "p", Epoch: 1})
+		pub := func(seq uint64) *message.PubAck {
+			t.Helper()
+			b.rt.ClientMessage(s, &message.Publish{Seq: seq, Attrs: []matching.Attr{{Name: "class", Value: matching.Str("T")}}})
+			for {
+				if a, ok := recv(t, s).(*message.PubAck); ok {
+					return a
+				}
+			}
+		}
+		congest := func(on bool) {
+			b.rt.Do(t.Context(), func(*Node) {
+				if on {
+					b.rt.congested = time.Now().Add(time.Hour)
+				} else {
+					b.rt.congested = time.Time{}
+				}
+			})
+		}
+		if a := pub(1); a.Err != "" {
+			t.Fatalf("1: %+v", a)
+		}
+		congest(true)
+		for _, seq := range []uint64{2, 3} {
+			if a := pub(seq); a.Err != "backpressure" {
+				t.Fatalf("%d while congested: %+v, want backpressure", seq, a)
+			}
+		}
+		if a := pub(1); a.Err != "" || a.Seq != 1 {
+			t.Errorf("copy of 1 while congested: %+v, want acknowledged", a)
+		}
+		congest(false)
+		if a := pub(3); a.Err != "backpressure" {
+			t.Errorf("3 before 2 after congestion: %+v, want refused", a)
+		}
+		for _, seq := range []uint64{2, 3, 4} {
+			if a := pub(seq); a.Err != "" || a.Seq != seq {
+				t.Errorf("%d after congestion: %+v, want acknowledged", seq, a)
+			}
+		}
+	})
+}

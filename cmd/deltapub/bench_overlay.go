@@ -280,29 +280,53 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		close(delivered)
 	}()
 	// A run that stops making progress fails with what each broker holds,
-	// instead of waiting for the overall deadline.
-	const stallLimit = 30 * time.Second
-	waitMark := func(what string) (time.Time, error) {
+	// instead of waiting for the overall deadline (or the client's own
+	// 30 s backpressure limit).
+	const stallLimit = 20 * time.Second
+	var stallMu sync.Mutex
+	var stallDiag string
+	ctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
 		last, lastChange := received.Load(), time.Now()
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
 			select {
-			case m, ok := <-delivered:
-				if !ok {
-					return time.Time{}, fmt.Errorf("%s: %v", what, subErr)
-				}
-				return m.at, nil
 			case <-ctx.Done():
-				return time.Time{}, fmt.Errorf("%s: %w", what, ctx.Err())
+				return
 			case <-tick.C:
-				if n := received.Load(); n != last {
-					last, lastChange = n, time.Now()
-				} else if time.Since(lastChange) > stallLimit {
-					return time.Time{}, fmt.Errorf("%s: no delivery for %v after %d (published %d); brokers: %s",
-						what, stallLimit, n, published.Load(), brokerSummary(brokers))
-				}
 			}
+			if n := received.Load(); n != last || n == int64(total) {
+				last, lastChange = n, time.Now()
+			} else if time.Since(lastChange) > stallLimit {
+				diag := fmt.Sprintf("no delivery for %v after %d (published %d); brokers: %s",
+					stallLimit, n, published.Load(), brokerSummary(brokers))
+				stallMu.Lock()
+				stallDiag = diag
+				stallMu.Unlock()
+				stopWatch()
+				return
+			}
+		}
+	}()
+	stalled := func(err error) error {
+		stallMu.Lock()
+		defer stallMu.Unlock()
+		if stallDiag != "" {
+			return fmt.Errorf("%w: %s", err, stallDiag)
+		}
+		return err
+	}
+	waitMark := func(what string) (time.Time, error) {
+		select {
+		case m, ok := <-delivered:
+			if !ok {
+				return time.Time{}, stalled(fmt.Errorf("%s: %v", what, subErr))
+			}
+			return m.at, nil
+		case <-ctx.Done():
+			return time.Time{}, stalled(fmt.Errorf("%s: %w", what, ctx.Err()))
 		}
 	}
 
@@ -330,7 +354,7 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 			}
 			ch, err := pubc.PublishAsync(ctx, pub)
 			if err != nil {
-				return err
+				return stalled(err)
 			}
 			acks <- ch
 			published.Add(1)
