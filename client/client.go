@@ -322,11 +322,7 @@ func (c *Client) onPubAck(a *message.PubAck) {
 		if c.refused != 0 && c.refused <= c.acked {
 			c.refused = 0 // refused once, accepted since (a retransmission)
 		}
-		if c.bp && a.Seq >= c.bpSeq && c.refused == 0 && c.bpTimer == nil {
-			c.bp = false
-			c.bpWait = 0
-			go c.flushUnsent()
-		}
+		c.maybeResume()
 	case a.Err == "backpressure" || strings.HasPrefix(a.Err, "sequence gap"):
 		if a.Seq <= c.acked {
 			return
@@ -353,6 +349,17 @@ func (c *Client) onPubAck(a *message.PubAck) {
 	}
 }
 
+// maybeResume ends the backpressure state once the retransmission is
+// acknowledged, nothing else is refused and no retransmission is pending,
+// and sends what was held meanwhile. Called with mu held.
+func (c *Client) maybeResume() {
+	if c.bp && c.acked >= c.bpSeq && c.refused == 0 && c.bpTimer == nil && c.err == nil {
+		c.bp = false
+		c.bpWait = 0
+		go c.flushUnsent()
+	}
+}
+
 // retransmit sends again every publication from the lowest refused one on.
 func (c *Client) retransmit() {
 	c.sendMu.Lock()
@@ -360,6 +367,9 @@ func (c *Client) retransmit() {
 	c.mu.Lock()
 	c.bpTimer = nil
 	if !c.bp || c.err != nil || c.refused == 0 {
+		// Nothing left to send again (what was refused has been accepted
+		// since): resume if the last retransmission is acknowledged.
+		c.maybeResume()
 		c.mu.Unlock()
 		return
 	}

@@ -344,3 +344,36 @@ func TestFinalRefusalFailsTheClient(t *testing.T) {
 		}
 	})
 }
+
+// TestStaleRefusalDoesNotHoldPublicationsForever: a stale refusal (of a
+// copy sent before the retransmission) schedules another retransmission,
+// but the acknowledgement makes it moot; when its timer fires the client
+// must resume and send what it held meanwhile.
+func TestStaleRefusalDoesNotHoldPublicationsForever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := newMemConn()
+		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conn.next(t)
+		for i := 1; i <= 3; i++ {
+			c.PublishAsync(t.Context(), pub(int64(i)))
+			expectPublish(t, conn, uint64(i))
+		}
+		conn.reply(&message.PubAck{Seq: 1, Err: "backpressure"})
+		for seq := uint64(1); seq <= 3; seq++ {
+			expectPublish(t, conn, seq) // the retransmission
+		}
+		conn.reply(&message.PubAck{Seq: 3, Err: "sequence gap: expected 1"}) // stale: the first copy of 3
+		conn.reply(&message.PubAck{Seq: 3})                                  // the retransmission accepted
+		synctest.Wait()
+		res4, _ := c.PublishAsync(t.Context(), pub(4)) // held: still in backpressure until the timer fires
+		expectPublish(t, conn, 4)
+		conn.reply(&message.PubAck{Seq: 4})
+		if err := <-res4; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
