@@ -100,13 +100,15 @@ type LimitsConfig struct {
 	// answered SubAck{Err:...}.
 	MaxSubsPerClient int `toml:"max_subs_per_client"`
 	// SendQueue is the number of frames buffered per broker link and per
-	// client session (the transport also bounds the bytes: 4 MiB).
+	// client session, and SendQueueBytes their bytes; the first bound
+	// reached applies.
 	//   - On a full broker link the runtime waits up to LinkBlock for room
 	//     (every input waits meanwhile: this slows the whole broker down,
 	//     publishers included), then closes the link as failed.
 	//   - A client that lets its queue fill up is disconnected with a
 	//     logged reason ("slow consumer"); nothing is dropped silently.
-	SendQueue int `toml:"send_queue"`
+	SendQueue      int `toml:"send_queue"`
+	SendQueueBytes int `toml:"send_queue_bytes"`
 	// LinkBlock is how long the runtime waits for room on a full link.
 	LinkBlock time.Duration `toml:"link_block"`
 	// InputQueue bounds the runtime's input channel: events from all links
@@ -150,7 +152,8 @@ func DefaultBrokerConfig() BrokerConfig {
 			MaxFrame:         1 << 20, // 1 MiB: large payloads belong in object storage
 			MaxClients:       10_000,
 			MaxSubsPerClient: 1_000,
-			SendQueue:        8_192, // ~80 ms of traffic at 100,000 msgs/s
+			SendQueue:        8_192,   // ~80 ms of traffic at 100,000 msgs/s
+			SendQueueBytes:   4 << 20, // 4 MiB: ~14,000 publications of 300 B
 			LinkBlock:        500 * time.Millisecond,
 			InputQueue:       1_024,
 		},
@@ -328,6 +331,7 @@ func (c *BrokerConfig) Validate() error {
 		{"limits.max_clients", l.MaxClients, 1, 1 << 20},
 		{"limits.max_subs_per_client", l.MaxSubsPerClient, 1, 1 << 20},
 		{"limits.send_queue", l.SendQueue, 1, 1 << 20},
+		{"limits.send_queue_bytes", l.SendQueueBytes, 64 << 10, 1 << 30},
 		{"limits.input_queue", l.InputQueue, 1, 1 << 20},
 	} {
 		if f.v < f.lo || f.v > f.hi {

@@ -15,18 +15,19 @@ func init() { listenTransport = listenQUIC }
 
 func listenQUIC(cfg *BrokerConfig, epoch uint64, secret []byte, token string, rt *Runtime, log zerolog.Logger) (Transport, func() error, error) {
 	ep, err := quic.Listen(quic.Config{
-		ID:          message.BrokerID(cfg.ID),
-		Epoch:       epoch,
-		Addr:        cfg.AdvertisedAddr(),
-		Listen:      cfg.Listen,
-		Secret:      secret,
-		ClientToken: token,
-		CertFile:    cfg.TLS.CertFile,
-		KeyFile:     cfg.TLS.KeyFile,
-		CAFile:      cfg.TLS.CAFile,
-		MaxFrame:    cfg.Limits.MaxFrame,
-		SendQueue:   cfg.Limits.SendQueue,
-		Log:         log,
+		ID:             message.BrokerID(cfg.ID),
+		Epoch:          epoch,
+		Addr:           cfg.AdvertisedAddr(),
+		Listen:         cfg.Listen,
+		Secret:         secret,
+		ClientToken:    token,
+		CertFile:       cfg.TLS.CertFile,
+		KeyFile:        cfg.TLS.KeyFile,
+		CAFile:         cfg.TLS.CAFile,
+		MaxFrame:       cfg.Limits.MaxFrame,
+		SendQueue:      cfg.Limits.SendQueue,
+		SendQueueBytes: cfg.Limits.SendQueueBytes,
+		Log:            log,
 	}, quicHandler{rt})
 	if err != nil {
 		return nil, nil, err

@@ -158,6 +158,14 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 	if err := os.WriteFile(secret, []byte("bench overlay secret\n"), 0o600); err != nil {
 		return nil, err
 	}
+	// Deep session buffers: the subscriber shares this process (and two
+	// cores) with the publisher; the benchmark measures throughput, not the
+	// slow-consumer policy, which would disconnect it after one scheduling
+	// hiccup with the default 8,192 frames / 4 MiB.
+	limits := filepath.Join(tmp, "limits.toml")
+	if err := os.WriteFile(limits, []byte("[limits]\nsend_queue = 262144\nsend_queue_bytes = 134217728\n"), 0o600); err != nil {
+		return nil, err
+	}
 
 	// Start the chain; every broker is killed on the way out.
 	var brokers []*benchBroker
@@ -185,7 +193,7 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		// The default preset's timings (3 s failure timeout, 500 ms
 		// link_block): a benchmark on a busy machine must not be cut short
 		// by false suspicions; failure detection is not what it measures.
-		args := []string{"broker", "--preset", "default", "--id", b.id, "--listen", b.addr, "--admin", b.admin,
+		args := []string{"broker", "--preset", "default", "--config", limits, "--id", b.id, "--listen", b.addr, "--admin", b.admin,
 			"--delta", "2", "--secret-file", secret, "--log-level", "warn", "--log-format", "json"}
 		if i > 1 {
 			args = append(args, "--join", brokers[i-2].addr)
