@@ -71,6 +71,14 @@ func (e *Endpoint) Dial(ctx context.Context, peer message.BrokerID, addr string)
 				close(d.done)
 			}
 		} else {
+			// Joining through an address: a link to the broker there may
+			// already be up (it dialled us, e.g. probing for a restarted
+			// peer); use it rather than being refused as a duplicate.
+			if l := e.linkByAddr(addr); l != nil {
+				if err := l.waitUp(ctx); err == nil {
+					return l, nil
+				}
+			}
 			l, err = e.dialOnce(ctx, "", addr)
 		}
 		lastErr = err
@@ -83,10 +91,17 @@ func (e *Endpoint) Dial(ctx context.Context, peer message.BrokerID, addr string)
 			if err := l.waitUp(ctx); err == nil {
 				return l, nil
 			}
-		case errors.As(err, &re) && re.Remote && re.Code == message.RefuseDuplicate && peer != "":
+		case errors.As(err, &re) && re.Remote && re.Code == message.RefuseDuplicate:
 			// The peer keeps its own link to us (it is dialling us, or
-			// already did): wait for it to arrive here.
-			if l := e.waitLink(ctx, peer); l != nil {
+			// already did): wait for it to arrive here. Without the
+			// peer's ID (a join by address) look the link up by address.
+			var l *Link
+			if peer != "" {
+				l = e.waitLink(ctx, peer)
+			} else {
+				l = e.waitLinkAddr(ctx, addr)
+			}
+			if l != nil {
 				if err := l.waitUp(ctx); err == nil {
 					return l, nil
 				}
@@ -99,6 +114,43 @@ func (e *Endpoint) Dial(ctx context.Context, peer message.BrokerID, addr string)
 		}
 	}
 	return nil, lastErr
+}
+
+// linkByAddr returns the registered link whose peer advertised addr, if any.
+func (e *Endpoint) linkByAddr(addr string) *Link {
+	if addr == "" {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range e.links {
+		if l.addr == addr {
+			return l
+		}
+	}
+	return nil
+}
+
+// waitLinkAddr waits (at most the handshake timeout) for a link to the
+// broker advertising addr to be registered.
+func (e *Endpoint) waitLinkAddr(ctx context.Context, addr string) *Link {
+	t := time.NewTimer(e.cfg.HandshakeTimeout)
+	defer t.Stop()
+	for {
+		e.mu.Lock()
+		ch := e.linkAdded
+		e.mu.Unlock()
+		if l := e.linkByAddr(addr); l != nil {
+			return l
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // waitLink waits (at most the handshake timeout) for a link to peer to be
