@@ -421,11 +421,13 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 // PlanText is the run's plan, one line per item.
 func (r FuzzResult) PlanText() string { return strings.Join(r.Plan, "\n") + "\n" }
 
-// existing keeps the brokers that exist in the simulation.
+// existing keeps the brokers that have been members of the overlay at some
+// point (a restarted broker's former neighbours; a planned neighbour that
+// never joined is no joinpoint).
 func (s *Sim) existing(ids []message.BrokerID) []message.BrokerID {
 	var out []message.BrokerID
 	for _, id := range ids {
-		if _, ok := s.brokers[id]; ok {
+		if b, ok := s.brokers[id]; ok && b.everJoined {
 			out = append(out, id)
 		}
 	}

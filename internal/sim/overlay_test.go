@@ -16,7 +16,7 @@ func TestScenarios(t *testing.T) { runScenarioFiles(t, "testdata", DefaultFactor
 // within δ; every one must pass. A failure prints the seed and the command
 // that replays it.
 func TestFuzzOverlay(t *testing.T) {
-	o := FuzzOptions{BrokersMin: 4, BrokersMax: 12, DeltaMin: 1, DeltaMax: 3, Faults: -1, Quick: true}
+	o := FuzzOptions{BrokersMin: 4, BrokersMax: 10, DeltaMin: 1, DeltaMax: 3, Faults: -1, Quick: true}
 	runs := *fuzzRuns
 	if runs == 0 {
 		t.Skip("enable with -fuzzruns N")
@@ -26,7 +26,7 @@ func TestFuzzOverlay(t *testing.T) {
 	}
 	fs := Fuzz(1, runs, o, runtime.GOMAXPROCS(0), func(r FuzzResult) {
 		if r.Failed() {
-			t.Errorf("%s\nreplay: deltapub sim replay --seed %d --brokers 4-12 --delta 1-3 --quick\n%sdetails: %v", r.Summary(), r.Seed, r.PlanText(), r.Report.Details)
+			t.Errorf("%s\nreplay: deltapub sim replay --seed %d --brokers 4-10 --delta 1-3 --quick\n%sdetails: %v", r.Summary(), r.Seed, r.PlanText(), r.Report.Details)
 		}
 	})
 	t.Log(fs.Line())

@@ -340,7 +340,7 @@ func (r *runner) exec(l scriptLine) error {
 			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
 		}
 		id := message.BrokerID(rest[0])
-		jps := r.tree.Neighbours(id)
+		jps := s.existing(r.tree.Neighbours(id))
 		if len(rest) > 2 && rest[1] == "via" {
 			jps = ids(rest[2:])
 		} else if len(rest) != 1 {

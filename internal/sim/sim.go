@@ -137,6 +137,7 @@ type broker struct {
 	pending     []*event
 	everCrashed bool
 	joined      bool
+	everJoined  bool // some incarnation was a member
 	clients     []*client
 	maxQueue    int
 }
@@ -338,7 +339,7 @@ func (s *Sim) flush(b *broker) {
 	for _, n := range rd.Notices {
 		s.stats.Notices[n.Kind]++
 		if n.Kind == "joined" {
-			b.joined = true
+			b.joined, b.everJoined = true, true
 		}
 		s.tracef("%s notice %s %s %s", b.id, n.Kind, n.Peer, n.Detail)
 		if s.onNotice != nil {
@@ -465,7 +466,7 @@ func (s *Sim) Joined(id message.BrokerID) bool {
 		return false
 	}
 	if !b.joined && b.node.Status().Joined {
-		b.joined = true
+		b.joined, b.everJoined = true, true
 	}
 	return b.joined
 }
