@@ -31,9 +31,13 @@ func TestRelayChainDelivers(t *testing.T) {
 	t.Log(r)
 }
 
-func BenchmarkRelayChain3(b *testing.B) {
+func BenchmarkRelayChain1(b *testing.B) { benchChain(b, 1) }
+func BenchmarkRelayChain2(b *testing.B) { benchChain(b, 2) }
+func BenchmarkRelayChain3(b *testing.B) { benchChain(b, 3) }
+
+func benchChain(b *testing.B, relays int) {
 	for b.Loop() {
-		r, err := Run(context.Background(), Options{Messages: 200000})
+		r, err := Run(context.Background(), Options{Messages: 200000, Relays: relays})
 		if err != nil {
 			b.Fatal(err)
 		}
