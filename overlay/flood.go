@@ -72,6 +72,11 @@ type ftarget struct {
 	id    message.BrokerID
 	epoch uint64
 	out   bool
+	// sentUsable: the last send reached it while it was routable (joined).
+	// A target that was joining or recovering then may have dropped or
+	// merely acknowledged the flood; it gets it again once joined, so
+	// that it passes the flood on to the brokers behind it.
+	sentUsable bool
 }
 
 func (f *flood) find(id message.BrokerID) *ftarget {
@@ -176,6 +181,9 @@ func (n *Node) sendFlood(f *flood, t target) {
 		n.dial(Peer{ID: t.id}, false)
 		return // sent on LinkUp (floodsResend)
 	}
+	if ft := f.find(t.id); ft != nil {
+		ft.sentUsable = n.knownJoined(t.id)
+	}
 	n.send(t.id, f.msg(t.id, t.dist))
 }
 
@@ -226,7 +234,8 @@ func (n *Node) floodsResend(id message.BrokerID) {
 	n.geometry()
 	for _, k := range n.floodKeys() {
 		f := n.floods[k]
-		if f.isOut(id) {
+		if ft := f.find(id); ft != nil && ft.out {
+			ft.sentUsable = n.knownJoined(id)
 			n.send(id, f.msg(id, n.dist[id]))
 		}
 	}
@@ -243,9 +252,19 @@ func (n *Node) floodsReroute() {
 		for i := range f.targets {
 			t := &f.targets[i]
 			if p := n.peers[t.id]; p != nil && t.out && p.epoch > t.epoch {
-				// Restarted since: its new incarnation learns every
-				// subscription through its recovery.
-				f.answered(t.id)
+				if f.key.kind == fkTopo {
+					// Restarted since: its map comes with its recovery.
+					f.answered(t.id)
+					continue
+				}
+				// Restarted since: its recovery brings the entry, but the
+				// brokers behind it may still lack it; it gets the flood
+				// again once it is joined, and passes it on.
+				t.epoch, t.sentUsable = p.epoch, false
+			}
+			if p := n.peers[t.id]; p != nil && t.out && !t.sentUsable && p.up && n.knownJoined(t.id) {
+				t.sentUsable = true
+				n.send(t.id, f.msg(t.id, n.dist[t.id]))
 			}
 		}
 		ts := n.floodTargets(f.except, f.key.kind != fkTopo)
@@ -262,7 +281,15 @@ func (n *Node) floodsReroute() {
 		}
 		for i := range f.targets {
 			t := &f.targets[i]
-			if !t.out || want[t.id] || !n.unusable(t.id) {
+			if !t.out || want[t.id] {
+				continue
+			}
+			if !n.unusable(t.id) {
+				if d := n.direction(t.id); d != "" && d == f.except {
+					// Our map changed and it lies on the side the flood
+					// came from: not a target any more.
+					f.answered(t.id)
+				}
 				continue
 			}
 			if f.key.kind == fkTopo || n.floodGaveUp(f, t.id) {
@@ -271,6 +298,13 @@ func (n *Node) floodsReroute() {
 		}
 		n.floodCheck(f)
 	}
+}
+
+// knownJoined reports whether id's heartbeat on the current link said it
+// is joined (a flood it got then was processed, not ignored).
+func (n *Node) knownJoined(id message.BrokerID) bool {
+	p := n.peers[id]
+	return p != nil && p.up && p.heardHB && p.joined && !p.suspected
 }
 
 // floodGaveUp reports whether a (un)subscription flood may stop waiting
@@ -285,13 +319,7 @@ func (n *Node) floodGaveUp(f *flood, id message.BrokerID) bool {
 	if p == nil {
 		return true
 	}
-	if p.gone {
-		return true
-	}
-	if t := f.find(id); t != nil && p.epoch > t.epoch {
-		return true
-	}
-	return false
+	return p.gone
 }
 
 func (n *Node) floodKeys() []floodKey {
@@ -337,11 +365,9 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		}
 	}
 	if !n.member {
-		// Joining or recovering: the state transfer that follows (JoinReply,
-		// StateReply) is computed by the sender after it installed this
-		// entry, so it brings it; answering keeps the sender's flood from
-		// waiting for a broker that cannot process it yet.
-		n.sendFloodAck(k, from)
+		// Joining or recovering without a map yet: the state transfer that
+		// follows brings the entry, and the sender sends the flood again
+		// once we are joined (ftarget.sentUsable).
 		return
 	}
 	if f, ok := n.floods[k]; ok {

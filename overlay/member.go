@@ -278,9 +278,13 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		return
 	}
 	if m.NotMember {
-		if n.askBehind(from) > 0 {
-			delete(n.stateWait, from)
-		} // else: ask it again once its heartbeat says it is joined
+		// It restarted and has no state; what lies behind it is asked
+		// directly. With nobody behind it, it has nothing to give (its
+		// subscriptions died with its state) — and it may be waiting for
+		// us to join — so stop waiting; its side is re-learned by a resync
+		// once it is joined (askBehind marked it).
+		n.askBehind(from)
+		delete(n.stateWait, from)
 		n.checkRecovery()
 		return
 	}
