@@ -185,6 +185,10 @@ type StateReply struct {
 	// not found a joined joinpoint yet) and has no state to give; ask the
 	// brokers behind it.
 	NotMember bool `msgpack:"n,omitempty"`
+	// Joinpoints (with NotMember): the brokers the sender was told to
+	// rejoin through — its former tree neighbours — so that the requester
+	// can ask those behind it directly.
+	Joinpoints []MapNode `msgpack:"j,omitempty"`
 }
 
 // Routable tells the peers of a restarted broker that its recovery is

@@ -194,7 +194,11 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		return
 	}
 	if !n.member {
-		n.send(from, &message.StateReply{NotMember: true})
+		r := &message.StateReply{NotMember: true}
+		for _, jp := range n.joinpoints {
+			r.Joinpoints = append(r.Joinpoints, message.MapNode{ID: jp.ID, Addr: jp.Addr})
+		}
+		n.send(from, r)
 		return
 	}
 	if !n.topo.Has(from) && m.Node.Parent != "" && (m.Node.Parent == n.cfg.ID || n.topo.Has(m.Node.Parent)) {
@@ -278,13 +282,32 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		return
 	}
 	if m.NotMember {
-		// It restarted and has no state; what lies behind it is asked
-		// directly. With nobody behind it, it has nothing to give (its
-		// subscriptions died with its state) — and it may be waiting for
-		// us to join — so stop waiting; its side is re-learned by a resync
-		// once it is joined (askBehind marked it).
-		n.askBehind(from)
-		delete(n.stateWait, from)
+		// It restarted and has no state (its own subscriptions died with
+		// it): ask the brokers behind it directly — those our map shows,
+		// and its former neighbours, which it told us. Then stop waiting
+		// for it (it may be waiting for us to join); if nobody could be
+		// asked although it has other neighbours, keep waiting (joining
+		// without that side's subscriptions would swallow publications).
+		asked := n.askBehind(from)
+		others := 0
+		for _, jp := range m.Joinpoints {
+			if jp.ID == n.cfg.ID || jp.ID == from {
+				continue
+			}
+			others++
+			if !n.stateWait[jp.ID] {
+				n.stateWait[jp.ID] = true
+				asked++
+				if n.peer(jp.ID).up {
+					n.send(jp.ID, &message.StateRequest{Node: n.self})
+				} else {
+					n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, false)
+				}
+			}
+		}
+		if asked > 0 || others == 0 {
+			delete(n.stateWait, from)
+		}
 		n.checkRecovery()
 		return
 	}
