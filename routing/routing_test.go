@@ -11,7 +11,7 @@ import (
 )
 
 func str(v string) matching.Value { return matching.Value{Kind: matching.KindString, Str: v} }
-func ival(v int64) matching.Value  { return matching.Value{Kind: matching.KindInt, Int: v} }
+func ival(v int64) matching.Value { return matching.Value{Kind: matching.KindInt, Int: v} }
 
 func filter(class string, preds ...matching.Predicate) matching.Filter {
 	return matching.Filter{Preds: append([]matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: str(class)}}, preds...)}
@@ -21,7 +21,9 @@ func pub(class string, x int64) *matching.Publication {
 	return &matching.Publication{Attrs: []matching.Attr{{Name: "class", Value: str(class)}, {Name: "x", Value: ival(x)}}}
 }
 
-func sub(edge string, n uint64) message.SubID { return message.SubID{Edge: message.BrokerID(edge), Epoch: 1, N: n} }
+func sub(edge string, n uint64) message.SubID {
+	return message.SubID{Edge: message.BrokerID(edge), Epoch: 1, N: n}
+}
 
 // One test body, two matchers: the index and the brute-force scan.
 func forEachMatcher(t *testing.T, f func(t *testing.T, tab *Table)) {
