@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,29 +140,52 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 		return err
 	}
 	o := h.p.Spec.Overlay
-	cfg.ID, cfg.Listen, cfg.Delta = name, h.addr(name), o.Delta
+	cfg.ID, cfg.Delta = name, o.Delta
 	cfg.Tick, cfg.Heartbeat, cfg.FailureTimeout = o.Tick.Duration, o.Heartbeat.Duration, o.FailureTimeout.Duration
 	cfg.DACKPeriod, cfg.GoneAfter, cfg.Limits.MaxQueue = o.DACKPeriod.Duration, o.GoneAfter.Duration, o.MaxQueue
 	cfg.Join = nil
 	for _, j := range joinpoints {
 		cfg.Join = append(cfg.Join, h.addr(j))
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
+	// A port picked free can be taken by another process before we bind
+	// it (tests of other packages run at the same time): bind failures of
+	// that kind move the broker to a freshly picked port, a few times.
+	var (
+		rt  *overlay.Runtime
+		reg *prometheus.Registry
+		ep  *quic.Endpoint
+	)
 	log := zerolog.Nop()
 	epoch := cfg.EpochAt(time.Now())
-	reg := prometheus.NewRegistry()
-	rt, err := overlay.NewRuntime(cfg, epoch, log, reg)
-	if err != nil {
-		return err
-	}
-	ep, err := quic.Listen(quic.Config{
-		ID: message.BrokerID(name), Epoch: epoch, Addr: cfg.AdvertisedAddr(), Listen: cfg.Listen,
-		MaxFrame: cfg.Limits.MaxFrame, SendQueue: cfg.Limits.SendQueue, Log: log,
-	}, runtimeHandler{rt})
-	if err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		h.mu.Lock()
+		cfg.Listen = h.addr(name)
+		h.mu.Unlock()
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		reg = prometheus.NewRegistry()
+		rt, err = overlay.NewRuntime(cfg, epoch, log, reg)
+		if err != nil {
+			return err
+		}
+		ep, err = quic.Listen(quic.Config{
+			ID: message.BrokerID(name), Epoch: epoch, Addr: cfg.AdvertisedAddr(), Listen: cfg.Listen,
+			MaxFrame: cfg.Limits.MaxFrame, SendQueue: cfg.Limits.SendQueue, Log: log,
+		}, runtimeHandler{rt})
+		if err == nil {
+			break
+		}
+		if attempt >= 4 || !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+		ports, perr := pickPorts(1)
+		if perr != nil {
+			return err
+		}
+		h.mu.Lock()
+		h.port[name] = ports[0]
+		h.mu.Unlock()
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	b := &inprocBroker{rt: rt, reg: reg, ep: ep, cancel: cancel, done: make(chan struct{})}
