@@ -158,9 +158,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	log := zerolog.Nop()
 	epoch := cfg.EpochAt(time.Now())
 	for attempt := 0; ; attempt++ {
-		h.mu.Lock()
-		cfg.Listen = h.addr(name)
-		h.mu.Unlock()
+		cfg.Listen = h.addr(name) // addr takes h.mu
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
