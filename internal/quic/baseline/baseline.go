@@ -121,8 +121,20 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		MaxConnectionReceiveWindow:     12 << 20,
 		MaxIdleTimeout:                 30 * time.Second,
 	}
-	var closers []io.Closer
+	// closers is appended to by the relays' goroutines (their dials) and
+	// by this one: closersMu guards it.
+	var (
+		closersMu sync.Mutex
+		closers   []io.Closer
+	)
+	addCloser := func(c io.Closer) {
+		closersMu.Lock()
+		closers = append(closers, c)
+		closersMu.Unlock()
+	}
 	defer func() {
+		closersMu.Lock()
+		defer closersMu.Unlock()
 		for _, c := range closers {
 			_ = c.Close()
 		}
@@ -131,7 +143,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	listen := func() (*quic.Listener, error) {
 		ln, err := quic.ListenAddr("127.0.0.1:0", srvTLS, qconf)
 		if err == nil {
-			closers = append(closers, ln)
+			addCloser(ln)
 		}
 		return ln, err
 	}
@@ -147,7 +159,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, closerFunc(func() error { return c.CloseWithError(0, "") }))
+		addCloser(closerFunc(func() error { return c.CloseWithError(0, "") }))
 		s, err := c.OpenStreamSync(ctx)
 		if err != nil {
 			return nil, err
