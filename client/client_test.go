@@ -144,6 +144,9 @@ func TestBackpressureRetransmitsFromTheRefusedOne(t *testing.T) {
 		if err := <-res[0]; err != nil {
 			t.Fatal(err)
 		}
+		// Let the client read the two refusals before publishing again
+		// (the acknowledgement of 1 can be seen before them).
+		synctest.Wait()
 		// A publication made during backpressure is held, not sent.
 		res4, _ := c.PublishAsync(t.Context(), pub(4))
 		synctest.Wait()
