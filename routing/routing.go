@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -353,111 +352,9 @@ func (l *linearMatcher) Delete(id uint64) bool {
 
 func (l *linearMatcher) Match(p *matching.Publication, dst []uint64) []uint64 {
 	for _, k := range l.keys {
-		if filterMatch(l.filters[k], p) {
+		if f := l.filters[k]; f.Match(p) {
 			dst = append(dst, k)
 		}
 	}
 	return dst
-}
-
-// filterMatch is a small self-contained matcher (conjunction of
-// predicates, missing attribute or type mismatch = no match), kept so that
-// routing can be tested against a reference independent of the index.
-func filterMatch(f matching.Filter, p *matching.Publication) bool {
-	for _, q := range f.Preds {
-		var v matching.Value
-		found := false
-		for _, a := range p.Attrs {
-			if a.Name == q.Attr {
-				v, found = a.Value, true
-				break
-			}
-		}
-		if !found || !holds(q.Op, q.Value, v) {
-			return false
-		}
-	}
-	return true
-}
-
-func isNum(v matching.Value) bool { return v.Kind == matching.KindInt || v.Kind == matching.KindFloat }
-
-func num(v matching.Value) float64 {
-	if v.Kind == matching.KindInt {
-		return float64(v.Int)
-	}
-	return v.Float
-}
-
-func holds(op matching.Op, c, v matching.Value) bool {
-	switch op {
-	case matching.OpEq, matching.OpNeq, matching.OpStrLt, matching.OpStrLe, matching.OpStrGt,
-		matching.OpStrGe, matching.OpStrPrefix, matching.OpStrPostfix, matching.OpStrContains:
-		if v.Kind != matching.KindString || c.Kind != matching.KindString {
-			return false
-		}
-		s, k := v.Str, c.Str
-		switch op {
-		case matching.OpEq:
-			return s == k
-		case matching.OpNeq:
-			return s != k
-		case matching.OpStrLt:
-			return s < k
-		case matching.OpStrLe:
-			return s <= k
-		case matching.OpStrGt:
-			return s > k
-		case matching.OpStrGe:
-			return s >= k
-		case matching.OpStrPrefix:
-			return strings.HasPrefix(s, k)
-		case matching.OpStrPostfix:
-			return strings.HasSuffix(s, k)
-		default:
-			return strings.Contains(s, k)
-		}
-	case matching.OpIsPresent:
-		if c.Kind == matching.KindString {
-			return v.Kind == matching.KindString
-		}
-		return isNum(c) && isNum(v)
-	}
-	if !isNum(v) || !isNum(c) {
-		return false
-	}
-	if v.Kind == matching.KindInt && c.Kind == matching.KindInt {
-		a, b := v.Int, c.Int
-		switch op {
-		case matching.OpNumEq:
-			return a == b
-		case matching.OpNumNe:
-			return a != b
-		case matching.OpLt:
-			return a < b
-		case matching.OpLe:
-			return a <= b
-		case matching.OpGt:
-			return a > b
-		case matching.OpGe:
-			return a >= b
-		}
-		return false
-	}
-	a, b := num(v), num(c)
-	switch op {
-	case matching.OpNumEq:
-		return a == b
-	case matching.OpNumNe:
-		return a != b
-	case matching.OpLt:
-		return a < b
-	case matching.OpLe:
-		return a <= b
-	case matching.OpGt:
-		return a > b
-	case matching.OpGe:
-		return a >= b
-	}
-	return false
 }
