@@ -64,6 +64,7 @@ type Node struct {
 	admitting    map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
 	pendingState map[message.BrokerID]bool   // StateRequests not answered yet (see answerStateRequests)
 	askedBehind  map[message.BrokerID]bool   // recovery: awaited peers whose back side was asked
+	stateless    map[message.BrokerID]bool   // recovery: peers that answered NotMember (no state to give)
 	stateWaitT   int
 
 	// Publication forwarding.
@@ -125,6 +126,7 @@ func NewNode(cfg Config) (*Node, error) {
 		floods:       map[floodKey]*flood{},
 		viaState:     map[message.SubID]bool{},
 		askedBehind:  map[message.BrokerID]bool{},
+		stateless:    map[message.BrokerID]bool{},
 		thresholds:   map[message.BrokerID]uint64{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},

@@ -166,6 +166,7 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 	n.installSubs(from, m.Subs)
 	if n.rejoin {
 		n.stateWait = map[message.BrokerID]bool{}
+		clear(n.stateless)
 		// Ask every tree neighbour, and every joinpoint too: the runtime
 		// gives a restarted broker its former neighbours, and the
 		// joinpoint's map may not show all of them (it may be recovering
@@ -284,30 +285,28 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 	if m.NotMember {
 		// It restarted and has no state (its own subscriptions died with
 		// it): ask the brokers behind it directly — those our map shows,
-		// and its former neighbours, which it told us. Then stop waiting
-		// for it (it may be waiting for us to join); if nobody could be
-		// asked although it has other neighbours, keep waiting (joining
-		// without that side's subscriptions would swallow publications).
-		asked := n.askBehind(from)
-		others := 0
+		// and its former neighbours, which it told us — and stop waiting
+		// for it (it may be waiting for us to join). A broker that has
+		// answered NotMember once is not asked again in this recovery:
+		// two restarted neighbours naming each other as former neighbours
+		// would otherwise be asked in turn forever while both wait for us
+		// (a chain of restarted brokers with nobody stateful behind it has
+		// no subscriptions to give: they died with its brokers, and a
+		// not-joined broker accepts no new ones).
+		n.stateless[from] = true
+		n.askBehind(from)
 		for _, jp := range m.Joinpoints {
-			if jp.ID == n.cfg.ID || jp.ID == from {
+			if jp.ID == n.cfg.ID || jp.ID == from || n.stateless[jp.ID] || n.stateWait[jp.ID] {
 				continue
 			}
-			others++
-			if !n.stateWait[jp.ID] {
-				n.stateWait[jp.ID] = true
-				asked++
-				if n.peer(jp.ID).up {
-					n.send(jp.ID, &message.StateRequest{Node: n.self})
-				} else {
-					n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, false)
-				}
+			n.stateWait[jp.ID] = true
+			if n.peer(jp.ID).up {
+				n.send(jp.ID, &message.StateRequest{Node: n.self})
+			} else {
+				n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, false)
 			}
 		}
-		if asked > 0 || others == 0 {
-			delete(n.stateWait, from)
-		}
+		delete(n.stateWait, from)
 		n.checkRecovery()
 		return
 	}
@@ -397,7 +396,7 @@ func (n *Node) askBehind(id message.BrokerID) int {
 		n.resyncDirs[dir] = true
 	}
 	for _, f := range front {
-		if f == id || n.dist[f] <= n.dist[id] || n.stateWait[f] {
+		if f == id || n.dist[f] <= n.dist[id] || n.stateWait[f] || n.stateless[f] {
 			continue
 		}
 		n.stateWait[f] = true
