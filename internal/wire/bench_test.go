@@ -90,3 +90,76 @@ func BenchmarkDecodePublish250Generic(b *testing.B) {
 		}
 	}
 }
+
+// benchPub is a publication as brokers forward it: four attributes, a
+// 250-byte payload and δ+1 = 2 stamps.
+func benchPub() *message.Pub {
+	p := samplePublish(250)
+	return &message.Pub{ID: message.PubID{Publisher: "bench-publisher", Epoch: 1764470000000000000, Seq: 123456},
+		Attrs: p.Attrs, Payload: p.Payload, Time: p.Time,
+		Stamps: []message.Stamp{{B: "B1", E: 1764470000, S: 99999}, {B: "B0", E: 1764470001, S: 88888}}}
+}
+
+// BenchmarkForwardPub250 is the codec work of one broker hop: read a Pub
+// frame from a link, make the forwarded Pub (this broker's stamp first, as
+// the core does) and encode it for the next link.
+func BenchmarkForwardPub250(b *testing.B) {
+	frame, _ := AppendFrame(nil, benchPub())
+	const n = 256
+	stream := bytes.Repeat(frame, n)
+	src := bytes.NewReader(stream)
+	r := NewReader(src, 0)
+	e := NewEncoder()
+	out := make([]byte, 0, 1<<16)
+	b.ReportAllocs()
+	for b.Loop() {
+		if src.Len() == 0 {
+			src.Reset(stream)
+		}
+		m, err := r.Read()
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := m.(*message.Pub)
+		stamps := make([]message.Stamp, 0, 2)
+		stamps = append(stamps, message.Stamp{B: "B2", E: 1764470002, S: 77777}, in.Stamps[0])
+		fwd := &message.Pub{ID: in.ID, Attrs: in.Attrs, Payload: in.Payload, Time: in.Time, Stamps: stamps}
+		if out, err = e.AppendFrame(out[:0], fwd); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPubToDeliver100 is the codec work of the far edge broker for
+// one publication and 100 local subscribers: read the Pub, encode one
+// Deliver per subscriber session (each session has its own Encoder).
+func BenchmarkPubToDeliver100(b *testing.B) {
+	frame, _ := AppendFrame(nil, benchPub())
+	const n = 256
+	stream := bytes.Repeat(frame, n)
+	src := bytes.NewReader(stream)
+	r := NewReader(src, 0)
+	encs := make([]*Encoder, 100)
+	for i := range encs {
+		encs[i] = NewEncoder()
+	}
+	out := make([]byte, 0, 1<<16)
+	b.ReportAllocs()
+	for b.Loop() {
+		if src.Len() == 0 {
+			src.Reset(stream)
+		}
+		m, err := r.Read()
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := m.(*message.Pub)
+		for i, e := range encs {
+			d := &message.Deliver{Sub: message.SubID{Edge: "B2", Epoch: 1764470002, N: uint64(i + 1)},
+				Pub: in.ID, Attrs: in.Attrs, Payload: in.Payload, Time: in.Time}
+			if out, err = e.AppendFrame(out[:0], d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
