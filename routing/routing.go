@@ -38,6 +38,10 @@ type Entry struct {
 	Client message.ClientID
 	key    uint64
 	from   int32 // interned From (index into Table.froms)
+	dir    int32 // interned Dir (-1: "")
+	// seq orders the indexed entries of one (From, Dir) group: the
+	// covering scans visit them in increasing seq (insertion order).
+	seq uint64
 	// coveredBy is the indexed entry (same From and Dir) whose filter
 	// covers this one; covers lists the entries hanging under this one.
 	coveredBy *Entry
@@ -67,7 +71,48 @@ type Table struct {
 	// NoCovering disables covering (every entry goes to the matcher); set
 	// it before the first Insert.
 	NoCovering bool
-	byFrom     map[int32][]*Entry // indexed non-local entries per interned From
+	// buckets holds the indexed non-local entries by (From, Dir, class),
+	// each bucket in increasing seq; groups lists the buckets of each
+	// (From, Dir). Covering only looks at entries with the same From and
+	// Dir, and (docs in coverCandidates) an entry [class,eq,v] can neither
+	// cover nor be covered by a satisfiable [class,eq,w] with w ≠ v, so an
+	// insert scans its class bucket instead of every entry with its From:
+	// with 2,600 subscriptions over 26 classes that is 26× fewer Covers.
+	buckets map[bucketKey][]*Entry
+	groups  map[groupKey][]bucketKey
+	nextSeq uint64
+	cands   []*Entry // scratch for coverCandidates
+}
+
+type groupKey struct{ from, dir int32 }
+
+// bucketKey: other is set for entries without a satisfiable
+// [class,eq,...] (they go to one bucket per group, class "").
+type bucketKey struct {
+	groupKey
+	class string
+	other bool
+}
+
+// classAttr is the attribute covering buckets by (PADRES convention:
+// every filter names its class).
+const classAttr = "class"
+
+// bucketOf is the bucket of f within group g.
+func bucketOf(g groupKey, f matching.Filter) bucketKey {
+	if !f.Satisfiable() {
+		return bucketKey{groupKey: g, other: true}
+	}
+	for i := range f.Preds {
+		p := &f.Preds[i]
+		if p.Attr == classAttr {
+			if p.Op == matching.OpEq && p.Value.Kind == matching.KindString {
+				return bucketKey{groupKey: g, class: p.Value.Str}
+			}
+			break // Validate: one predicate per attribute
+		}
+	}
+	return bucketKey{groupKey: g, other: true}
 }
 
 // slotMeta is the part of an entry Recipients needs, kept in a dense
@@ -96,7 +141,8 @@ func New(m Matcher) *Table {
 	if m == nil {
 		m = newLinear()
 	}
-	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22, byFrom: map[int32][]*Entry{},
+	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
+		buckets: map[bucketKey][]*Entry{}, groups: map[groupKey][]bucketKey{},
 		fromIdx: map[message.BrokerID]int32{}}
 }
 
@@ -135,6 +181,7 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	if e.Dir != "" {
 		m.dir = t.intern(e.Dir)
 	}
+	e.dir = m.dir
 	p := &e
 	if err := t.place(p); err != nil {
 		t.free = append(t.free, e.key)
@@ -155,9 +202,9 @@ func (t *Table) place(e *Entry) error {
 	if t.NoCovering || e.Local {
 		return t.m.Insert(e.key, e.Filter)
 	}
-	group := t.byFrom[e.from]
-	for _, c := range group {
-		if c.Dir == e.Dir && matching.Covers(c.Filter, e.Filter) {
+	bk := bucketOf(groupKey{e.from, e.dir}, e.Filter)
+	for _, c := range t.coverCandidates(bk) {
+		if matching.Covers(c.Filter, e.Filter) {
 			e.coveredBy = c
 			c.covers = append(c.covers, e)
 			return nil
@@ -166,10 +213,10 @@ func (t *Table) place(e *Entry) error {
 	if err := t.m.Insert(e.key, e.Filter); err != nil {
 		return err
 	}
-	kept := group[:0]
-	for _, c := range group {
-		if c.Dir == e.Dir && matching.Covers(e.Filter, c.Filter) {
+	for _, c := range t.coverCandidates(bk) {
+		if matching.Covers(e.Filter, c.Filter) {
 			t.m.Delete(c.key)
+			t.unbucket(c)
 			c.coveredBy = e
 			e.covers = append(e.covers, c)
 			for _, g := range c.covers {
@@ -177,12 +224,90 @@ func (t *Table) place(e *Entry) error {
 			}
 			e.covers = append(e.covers, c.covers...)
 			c.covers = nil
-			continue
 		}
-		kept = append(kept, c)
 	}
-	t.byFrom[e.from] = append(kept, e)
+	t.nextSeq++
+	e.seq = t.nextSeq
+	if _, ok := t.buckets[bk]; !ok {
+		t.groups[bk.groupKey] = append(t.groups[bk.groupKey], bk)
+	}
+	t.buckets[bk] = append(t.buckets[bk], e)
 	return nil
+}
+
+// coverCandidates returns (in a scratch slice, in increasing seq, as the
+// scans of place need) the indexed entries of bk's group that may cover,
+// or be covered by, a filter of bucket bk; the others cannot:
+//
+//   - e in the bucket of class w (e satisfiable, [class,eq,w]) and c in
+//     the bucket of class v ≠ w (c satisfiable, [class,eq,v]): Covers(c, e)
+//     needs e's class predicate to imply c's, i.e. w eq v, false; Covers(e, c)
+//     needs v eq w, false. So only class w's bucket and the "other" bucket.
+//   - e in the "other" bucket (unsatisfiable, or no [class,eq,...]): the
+//     whole group.
+func (t *Table) coverCandidates(bk bucketKey) []*Entry {
+	out := t.cands[:0]
+	if bk.other {
+		for _, b := range t.groups[bk.groupKey] {
+			out = append(out, t.buckets[b]...)
+		}
+		slices.SortFunc(out, func(a, b *Entry) int { return cmpSeq(a.seq, b.seq) })
+	} else {
+		mine := t.buckets[bk]
+		others := t.buckets[bucketKey{groupKey: bk.groupKey, other: true}]
+		// Merge the two (each sorted by seq).
+		i, j := 0, 0
+		for i < len(mine) || j < len(others) {
+			if j == len(others) || i < len(mine) && mine[i].seq < others[j].seq {
+				out = append(out, mine[i])
+				i++
+			} else {
+				out = append(out, others[j])
+				j++
+			}
+		}
+	}
+	t.cands = out[:0]
+	return out
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// unbucket removes an indexed entry from its bucket (keeping seq order);
+// an emptied bucket is dropped from its group.
+func (t *Table) unbucket(e *Entry) {
+	bk := bucketOf(groupKey{e.from, e.dir}, e.Filter)
+	b := t.buckets[bk]
+	i, ok := slices.BinarySearchFunc(b, e.seq, func(x *Entry, s uint64) int { return cmpSeq(x.seq, s) })
+	if !ok || b[i] != e {
+		return // not indexed here (cannot happen: callers pass indexed entries)
+	}
+	b = append(b[:i], b[i+1:]...)
+	if len(b) > 0 {
+		t.buckets[bk] = b
+		return
+	}
+	delete(t.buckets, bk)
+	g := t.groups[bk.groupKey]
+	for j, x := range g {
+		if x == bk {
+			g = append(g[:j], g[j+1:]...)
+			break
+		}
+	}
+	if len(g) == 0 {
+		delete(t.groups, bk.groupKey)
+	} else {
+		t.groups[bk.groupKey] = g
+	}
 }
 
 // Delete removes the entry of sub and returns it. The entries it covered
@@ -205,13 +330,7 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 	default:
 		t.m.Delete(e.key)
 		if !e.Local && !t.NoCovering {
-			group := t.byFrom[e.from]
-			for i, x := range group {
-				if x == e {
-					t.byFrom[e.from] = append(group[:i], group[i+1:]...)
-					break
-				}
-			}
+			t.unbucket(e)
 			orphans := e.covers
 			e.covers = nil
 			for _, o := range orphans {
