@@ -363,3 +363,101 @@ func Validate(nodes []message.MapNode) error {
 	}
 	return nil
 }
+
+// Detach computes how the tree is repaired when broker x leaves it (a
+// graceful leave, docs/protocol.md §3): x's children become children of
+// x's parent; when x is the root, its child with the smallest id becomes
+// the root and x's other children become its children. Every other edge
+// is kept, so each of x's subtrees stays connected, and no distance grows
+// (a path through x shrinks by one hop or stays as long).
+//
+// It returns the entries whose Parent changes, sorted by ID, and leaves
+// the map itself unchanged (the caller floods the change; see Apply). x
+// and all of its tree neighbours must be in the map: the leaver's own map
+// always qualifies.
+func (m *Map) Detach(x BrokerID) ([]message.MapNode, error) {
+	xe, ok := m.nodes[x]
+	if !ok {
+		return nil, fmt.Errorf("topology: detach %q: not in the map", x)
+	}
+	parent := xe.Parent
+	if parent != "" && !m.Has(parent) {
+		return nil, fmt.Errorf("topology: detach %q: its parent %q is not in the map", x, parent)
+	}
+	var children []BrokerID
+	for _, nb := range m.Neighbours(x) {
+		if nb != parent {
+			children = append(children, nb) // sorted: Neighbours is
+		}
+	}
+	if len(children) == 0 {
+		return nil, nil
+	}
+	newParent := parent
+	var out []message.MapNode
+	if parent == "" {
+		// x is the root: its smallest child takes its place.
+		newParent = children[0]
+		root := m.nodes[children[0]]
+		root.Parent = ""
+		out = append(out, root)
+		children = children[1:]
+	}
+	for _, c := range children {
+		e := m.nodes[c]
+		e.Parent = newParent
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// ApplyDetach removes x and re-attaches its neighbours as reparented
+// says (the result of Detach on the leaver's map), then merges extra (map
+// entries the leaver knew, so that brokers whose (δ+1)-neighbourhood grew
+// learn the brokers now within reach; entries older than known are
+// ignored) and prunes. An entry of reparented that is not in the map is
+// added: it may now be within δ+1 hops. It returns whether anything
+// changed.
+func (m *Map) ApplyDetach(x BrokerID, reparented, extra []message.MapNode) bool {
+	if x == m.self {
+		return false
+	}
+	v := m.version
+	for _, e := range extra {
+		if e.ID == x || e.ID == m.self {
+			continue
+		}
+		if old, ok := m.nodes[e.ID]; ok && old.Epoch > e.Epoch {
+			continue
+		}
+		if _, ok := m.nodes[e.ID]; ok {
+			continue // what we know of a broker already in the map stays
+		}
+		m.Put(e)
+	}
+	if _, ok := m.nodes[x]; ok {
+		delete(m.nodes, x)
+		m.changed()
+	}
+	for _, e := range reparented {
+		if e.ID == x {
+			continue
+		}
+		cur, ok := m.nodes[e.ID]
+		if !ok {
+			m.Put(e)
+			continue
+		}
+		if cur.Epoch > e.Epoch {
+			// A newer incarnation: it rejoined at its old place (under x's
+			// parent, or x's successor) and learns its place from there.
+			cur.Parent = e.Parent
+			m.Put(cur)
+			continue
+		}
+		m.Put(e)
+	}
+	m.Prune()
+	return m.version != v
+}
