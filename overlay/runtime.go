@@ -102,6 +102,7 @@ type Runtime struct {
 	joinFailed string
 
 	joined      atomic.Bool // for /healthz, read by other goroutines
+	cuts        linkCuts    // failure injection: links refused until healed (runtime_cut.go)
 	dialCtx     context.Context
 	stopDialing context.CancelFunc
 }

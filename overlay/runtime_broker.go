@@ -70,7 +70,10 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 			Gatherer: reg,
 			State:    func(ctx context.Context) (any, error) { return rt.State(ctx) },
 			Health:   rt.Health,
-			Log:      log,
+			// Failure injection (runtime_cut.go): loopback callers only.
+			Control:      adminControl{rt},
+			ControlToken: string(token),
+			Log:          log,
 		})
 		if err != nil {
 			b.closeTr()

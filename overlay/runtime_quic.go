@@ -28,11 +28,11 @@ func listenQUIC(cfg *BrokerConfig, epoch uint64, secret []byte, token string, rt
 		SendQueue:      cfg.Limits.SendQueue,
 		SendQueueBytes: cfg.Limits.SendQueueBytes,
 		Log:            log,
-	}, quicHandler{rt})
+	}, rt.QUICHandler())
 	if err != nil {
 		return nil, nil, err
 	}
-	return quicTransport{ep}, ep.Close, nil
+	return rt.CutTransport(quicTransport{ep}), ep.Close, nil
 }
 
 type quicTransport struct{ ep *quic.Endpoint }

@@ -12,7 +12,7 @@ Commands (broker names as in the experiment file, e.g. B2 or R1):
   restart BROKER...      start crashed brokers again (new epoch)
   freeze BROKER...       stop brokers from processing (SIGSTOP in process mode)
   resume BROKER...       resume frozen brokers
-  cut A B                cut the link between A and B (sim mode only)
+  cut A B                cut the link between A and B (both ends refuse it)
   heal A B               heal it
   brokers                list the brokers of the running testbed
 

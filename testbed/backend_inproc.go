@@ -88,21 +88,6 @@ func (h *inprocHost) addr(n string) string {
 }
 func (h *inprocHost) clientAddr(n string) string { return h.addr(n) }
 
-// runtimeHandler feeds a runtime from its QUIC endpoint (the same adapter
-// as overlay's own, which is not exported).
-type runtimeHandler struct{ rt *overlay.Runtime }
-
-func (x runtimeHandler) PeerUp(l *quic.Link)                              { x.rt.PeerUp(l) }
-func (x runtimeHandler) PeerMessage(l *quic.Link, m message.Message)      { x.rt.PeerMessage(l, m) }
-func (x runtimeHandler) PeerMessages(l *quic.Link, ms []message.Message)  { x.rt.PeerMessages(l, ms) }
-func (x runtimeHandler) PeerDown(l *quic.Link, err error)                 { x.rt.PeerDown(l, err) }
-func (x runtimeHandler) ClientUp(s *quic.Session)                         { x.rt.ClientUp(s) }
-func (x runtimeHandler) ClientMessage(s *quic.Session, m message.Message) { x.rt.ClientMessage(s, m) }
-func (x runtimeHandler) ClientMessages(s *quic.Session, ms []message.Message) {
-	x.rt.ClientMessages(s, ms)
-}
-func (x runtimeHandler) ClientDown(s *quic.Session, err error) { x.rt.ClientDown(s, err) }
-
 type endpointTransport struct{ ep *quic.Endpoint }
 
 func (t endpointTransport) Dial(ctx context.Context, peer message.BrokerID, addr string) (overlay.PeerLink, error) {
@@ -170,7 +155,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 		ep, err = quic.Listen(quic.Config{
 			ID: message.BrokerID(name), Epoch: epoch, Addr: cfg.AdvertisedAddr(), Listen: cfg.Listen,
 			MaxFrame: cfg.Limits.MaxFrame, SendQueue: cfg.Limits.SendQueue, Log: log,
-		}, runtimeHandler{rt})
+		}, rt.QUICHandler()) // the runtime's own handler, honouring cuts
 		if err == nil {
 			break
 		}
@@ -189,7 +174,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	b := &inprocBroker{rt: rt, reg: reg, ep: ep, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
-		_ = rt.Run(rctx, endpointTransport{ep})
+		_ = rt.Run(rctx, rt.CutTransport(endpointTransport{ep}))
 		ep.Close()
 	}()
 	h.mu.Lock()
@@ -304,8 +289,41 @@ func (h *inprocHost) resume(name string) error {
 	return nil
 }
 
-func (h *inprocHost) cut(a, b string) error  { return errNoLinkControl }
-func (h *inprocHost) heal(a, b string) error { return errNoLinkControl }
+// cut blocks the link a–b at both ends (Runtime.Cut, as the admin
+// endpoint's /ctl/cut in process mode). A restarted broker starts with no
+// cuts.
+func (h *inprocHost) cut(a, b string) error {
+	ra, rb, err := h.pair(a, b)
+	if err != nil {
+		return err
+	}
+	return errors.Join(ra.Cut(message.BrokerID(b)), rb.Cut(message.BrokerID(a)))
+}
+
+// heal lifts the cut at both ends.
+func (h *inprocHost) heal(a, b string) error {
+	ra, rb, err := h.pair(a, b)
+	if err != nil {
+		return err
+	}
+	okA, okB := ra.Heal(message.BrokerID(b)), rb.Heal(message.BrokerID(a))
+	if !okA && !okB {
+		return fmt.Errorf("the link %s-%s is not cut", a, b)
+	}
+	return nil
+}
+
+func (h *inprocHost) pair(a, b string) (*overlay.Runtime, *overlay.Runtime, error) {
+	ba, err := h.get(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	bb, err := h.get(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ba.rt, bb.rt, nil
+}
 
 func (h *inprocHost) stopAll() {
 	h.stopOnce.Do(func() {

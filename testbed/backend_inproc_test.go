@@ -29,3 +29,21 @@ func TestInprocEndToEnd(t *testing.T) {
 		t.Errorf("faults not applied cleanly: %+v", sum.Faults)
 	}
 }
+
+// TestInprocCutHeal cuts and heals a link between two live brokers of this
+// process (Runtime.Cut at both ends): verdict PASS.
+func TestInprocCutHeal(t *testing.T) {
+	t.Parallel()
+	p, err := Load("examples/cut.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	sum, err := Run(ctx, p, "inproc", dir, Options{}, nil)
+	if err != nil {
+		t.Fatalf("seed %d: %v", p.Spec.Seed, err)
+	}
+	checkCutHeal(t, p, sum, dir)
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/deltapub/deltapub/internal/admin"
 )
 
 // processBackend runs every broker as a `deltapub broker` process on
@@ -76,11 +79,12 @@ type procHost struct {
 	spawn    chan func()
 	stopOnce sync.Once
 	http     *http.Client
+	ctl      *http.Client // cut and heal: a longer timeout than scrapes (a busy broker must still be cut)
 }
 
 func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 	h := &procHost{p: p, bin: bin, procs: map[string]*proc{}, port: map[string]int{}, aport: map[string]int{},
-		spawn: make(chan func()), http: &http.Client{Timeout: time.Second}}
+		spawn: make(chan func()), http: &http.Client{Timeout: time.Second}, ctl: &http.Client{Timeout: 10 * time.Second}}
 	if out != "" {
 		h.logs = filepath.Join(out, "logs")
 		if err := os.MkdirAll(h.logs, 0o755); err != nil {
@@ -289,10 +293,48 @@ func (h *procHost) resume(name string) error {
 	return err
 }
 
-var errNoLinkControl = errors.New("cut and heal need the sim mode: broker processes offer no control over single links")
+// cut blocks the link a–b at both ends through the brokers' admin
+// endpoints (POST /ctl/cut, overlay/runtime_cut.go): each closes its link to
+// the other and refuses it until healed, like a network partition between
+// two live processes. A broker that is crashed or frozen cannot be asked;
+// cutting a link with a down end is an error (the plan check refuses it).
+// A restarted broker starts with no cuts.
+func (h *procHost) cut(a, b string) error { return h.linkCtl("cut", a, b) }
 
-func (h *procHost) cut(a, b string) error  { return errNoLinkControl }
-func (h *procHost) heal(a, b string) error { return errNoLinkControl }
+// heal lifts the cut at both ends.
+func (h *procHost) heal(a, b string) error { return h.linkCtl("heal", a, b) }
+
+func (h *procHost) linkCtl(op, a, b string) error {
+	// Both ends in parallel: the link goes down at once on both sides.
+	errc := make(chan error, 2)
+	for _, pair := range [][2]string{{a, b}, {b, a}} {
+		go func(self, peer string) {
+			if _, err := h.get(self); err != nil {
+				errc <- err
+				return
+			}
+			req, err := http.NewRequest(http.MethodPost, "http://"+h.admin(self)+"/ctl/"+op+"?peer="+url.QueryEscape(peer), nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			req.Header.Set(admin.ControlHeader, "testbed")
+			resp, err := h.ctl.Do(req)
+			if err != nil {
+				errc <- fmt.Errorf("%s %s at %s: %v", op, peer, self, err)
+				return
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				errc <- fmt.Errorf("%s %s at %s: %s: %s", op, peer, self, resp.Status, strings.TrimSpace(string(body)))
+				return
+			}
+			errc <- nil
+		}(pair[0], pair[1])
+	}
+	return errors.Join(<-errc, <-errc)
+}
 
 func (h *procHost) stopAll() {
 	h.stopOnce.Do(func() {

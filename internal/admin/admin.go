@@ -1,17 +1,20 @@
 // Package admin serves a broker's HTTP admin endpoint: /healthz, /metrics
-// (Prometheus), /state (JSON snapshot of the protocol core) and
-// /debug/pprof/. It knows nothing of the protocol: the runtime hands it
+// (Prometheus), /state (JSON snapshot of the protocol core),
+// /debug/pprof/ and the failure-injection controls /ctl/cut, /ctl/heal and
+// /ctl/cuts. It knows nothing of the protocol: the runtime hands it
 // functions to call.
 package admin
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,8 +36,38 @@ type Options struct {
 	// Health returns nil when the broker is healthy (joined the overlay);
 	// otherwise /healthz answers 503 with the error.
 	Health func(ctx context.Context) error
-	Log    zerolog.Logger
+	// Control, when set, serves the failure-injection endpoints (see
+	// ControlHeader for who may call them).
+	Control Control
+	// ControlToken, when set, must also be sent by callers of the control
+	// endpoints as "Authorization: Bearer TOKEN" (the broker passes its
+	// client token).
+	ControlToken string
+	Log          zerolog.Logger
 }
+
+// Control is what the failure-injection endpoints call:
+//
+//	POST /ctl/cut?peer=B2   cut the link to broker B2 (refused until healed)
+//	POST /ctl/heal?peer=B2  heal it (404 if it was not cut)
+//	GET  /ctl/cuts          the peers cut now, as a JSON list
+type Control interface {
+	Cut(peer string) error
+	Heal(peer string) (bool, error)
+	Cuts() []string
+}
+
+// ControlHeader must be present (any value) on every /ctl/ request. A web
+// page cannot make a browser send a custom header to another origin
+// without a CORS preflight, which this endpoint never approves, so a page
+// the operator visits cannot cut links through a loopback admin address.
+// Besides, /ctl/ answers only requests from a loopback address, whatever
+// address the endpoint is bound to (it may be exposed for scraping
+// /metrics), and checks ControlToken when one is set.
+const ControlHeader = "X-Deltapub-Control"
+
+// maxPeerName bounds the peer parameter of the control endpoints.
+const maxPeerName = 256
 
 // Server is a running admin endpoint.
 type Server struct {
@@ -121,8 +154,82 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	if o.Control != nil {
+		ctl := func(f func(w http.ResponseWriter, r *http.Request)) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				if err := controlAllowed(r, o.ControlToken); err != nil {
+					http.Error(w, "admin: control: "+err.Error(), http.StatusForbidden)
+					return
+				}
+				f(w, r)
+			}
+		}
+		peerOf := func(w http.ResponseWriter, r *http.Request) (string, bool) {
+			peer := r.URL.Query().Get("peer")
+			if peer == "" || len(peer) > maxPeerName || strings.ContainsAny(peer, " \t\r\n") {
+				http.Error(w, "admin: control: want ?peer=BROKER (a broker ID, no spaces)", http.StatusBadRequest)
+				return "", false
+			}
+			return peer, true
+		}
+		mux.HandleFunc("POST /ctl/cut", ctl(func(w http.ResponseWriter, r *http.Request) {
+			peer, ok := peerOf(w, r)
+			if !ok {
+				return
+			}
+			if err := o.Control.Cut(peer); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			o.Log.Warn().Str("peer", peer).Str("from", r.RemoteAddr).Msg("admin: link cut on request")
+			fmt.Fprintln(w, "ok")
+		}))
+		mux.HandleFunc("POST /ctl/heal", ctl(func(w http.ResponseWriter, r *http.Request) {
+			peer, ok := peerOf(w, r)
+			if !ok {
+				return
+			}
+			healed, err := o.Control.Heal(peer)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if !healed {
+				http.Error(w, "admin: control: the link to "+peer+" is not cut", http.StatusNotFound)
+				return
+			}
+			o.Log.Warn().Str("peer", peer).Str("from", r.RemoteAddr).Msg("admin: link healed on request")
+			fmt.Fprintln(w, "ok")
+		}))
+		mux.HandleFunc("GET /ctl/cuts", ctl(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(o.Control.Cuts())
+		}))
+	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "deltapub broker admin: /healthz /metrics /state /debug/pprof/")
+		fmt.Fprintln(w, "deltapub broker admin: /healthz /metrics /state /debug/pprof/ /ctl/")
 	})
 	return mux
+}
+
+// controlAllowed checks a /ctl/ request: from a loopback address, with
+// ControlHeader, and with the bearer token when one is set.
+func controlAllowed(r *http.Request, token string) error {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return fmt.Errorf("cannot tell the caller's address %q", r.RemoteAddr)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("only from a loopback address, not %s", host)
+	}
+	if r.Header.Get(ControlHeader) == "" {
+		return fmt.Errorf("header %s missing", ControlHeader)
+	}
+	if token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return errors.New("wrong or missing bearer token (the broker's client token)")
+		}
+	}
+	return nil
 }
