@@ -112,6 +112,22 @@ type TopoChange struct {
 	Hops   int        `msgpack:"h"`
 	Add    []MapNode  `msgpack:"a,omitempty"`
 	Remove []BrokerID `msgpack:"r,omitempty"`
+	// Leaver is set by a broker leaving gracefully (docs/protocol.md §3):
+	// Remove is [Leaver], Reparent its neighbours' new tree edges, Add the
+	// leaver's map (the brokers whose distance shrank learn the ones now
+	// within δ+1 hops), and Via, per neighbour of the leaver, the
+	// subscriptions behind it (a from-pointer naming the leaver is
+	// re-pointed to that neighbour). Older brokers ignore these fields.
+	Leaver   BrokerID  `msgpack:"l,omitempty"`
+	Reparent []MapNode `msgpack:"p,omitempty"`
+	Via      []SubsVia `msgpack:"v,omitempty"`
+}
+
+// SubsVia lists subscriptions that lie behind Next, as seen from a leaving
+// broker.
+type SubsVia struct {
+	Next BrokerID `msgpack:"n"`
+	Subs []SubID  `msgpack:"s"`
 }
 
 // TopoAck confirms a TopoChange back toward its origin.
@@ -200,6 +216,13 @@ type Routable struct {
 // LeaveRequest announces a graceful leave to a neighbour.
 type LeaveRequest struct {
 	Node MapNode `msgpack:"n"`
+	// Drain: the sender is leaving gracefully and must no longer be routed
+	// through; the receiver switches its routes away from it (retransmitting
+	// by the switch rule) and answers with Ack (docs/protocol.md §3).
+	// Without Drain it is the old leaf-only leave: the receiver removes the
+	// sender at once.
+	Drain bool `msgpack:"d,omitempty"`
+	Ack   bool `msgpack:"k,omitempty"`
 }
 
 // GapFlood carries a loss notice beyond δ (PROTOCOL §8) from the broker

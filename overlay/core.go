@@ -55,6 +55,7 @@ type Node struct {
 	joined       bool // full member: routable
 	leaving      bool
 	left         bool
+	lv           *leaveState // graceful leave in progress (leave.go)
 	joinpoints   []Peer
 	jpIdx        int
 	jpWait       int
@@ -205,36 +206,6 @@ func (n *Node) askJoin(id message.BrokerID) {
 	n.send(id, &message.JoinRequest{Node: n.self})
 }
 
-// Leave starts a graceful leave. Only a broker with at most one tree
-// neighbour (a leaf, or the last broker) can leave in this version; an
-// interior broker gets a NoticeJoinFailed-free refusal notice and stays.
-func (n *Node) Leave() {
-	if !n.joined || n.leaving {
-		return
-	}
-	nb := n.topo.Neighbours(n.cfg.ID)
-	if len(nb) > 1 {
-		n.notice(NoticeLeft, "", "refused: only a broker with one tree neighbour can leave gracefully in this version")
-		return
-	}
-	n.leaving = true
-	// Withdraw the local subscriptions first; the leave completes once
-	// they are confirmed withdrawn and the queue is drained (Tick checks).
-	for _, c := range n.sortedClients() {
-		n.dropClientSubs(c)
-	}
-}
-
-func (n *Node) finishLeave() {
-	nb := n.topo.Neighbours(n.cfg.ID)
-	if len(nb) == 1 {
-		n.send(nb[0], &message.LeaveRequest{Node: n.self})
-	}
-	n.left = true
-	n.joined = false
-	n.notice(NoticeLeft, "", "")
-}
-
 // Tick tells the node that one unit of time passed.
 func (n *Node) Tick() {
 	n.now++
@@ -296,8 +267,8 @@ func (n *Node) Tick() {
 	} else if n.purgeDirty {
 		n.purge()
 	}
-	if n.leaving && !n.left && n.queueLen == 0 && !n.localFloodsPending() {
-		n.finishLeave()
+	if n.leaving && !n.left {
+		n.leaveTick()
 	}
 }
 
@@ -432,7 +403,7 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 // heartbeat builds this broker's heartbeat: epoch, joined, and the tree
 // neighbours it suspects.
 func (n *Node) heartbeat() *message.Heartbeat {
-	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined}
+	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined && !n.leaving} // a leaver is not routed through
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if p := n.peers[nb]; p != nil && p.suspected {
 			hb.Suspects = append(hb.Suspects, nb)
@@ -528,6 +499,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	// A new link: nothing sent on an earlier one is known to have arrived.
 	n.floodsResend(id)
 	n.retransmitTo(id)
+	n.leaveLinkUp(id)
 }
 
 // LinkDown reports that the link to peer is gone. It is not a failure by

@@ -302,7 +302,11 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 		ack("sequence gap: expected " + uitoa(st.seq+1))
 		return
 	}
-	if !n.joined || n.leaving {
+	if n.leaving {
+		ack(ErrLeaving) // not retried here: the publisher must move (leave.go)
+		return
+	}
+	if !n.joined {
 		n.counters.Backpressure++
 		ack("backpressure")
 		return

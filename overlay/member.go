@@ -437,7 +437,9 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 	if dir == "" {
 		dir = from
 	}
-	if err := topology.Validate(m.Add); err == nil {
+	if m.Leaver != "" {
+		n.applyLeave(m) // a graceful leave with its tree repair (leave.go)
+	} else if err := topology.Validate(m.Add); err == nil {
 		for _, a := range m.Add {
 			if a.ID == n.cfg.ID {
 				continue
@@ -448,8 +450,10 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 			n.topo.Put(a)
 		}
 	}
-	for _, r := range m.Remove {
-		n.removeMember(r)
+	if m.Leaver == "" {
+		for _, r := range m.Remove {
+			n.removeMember(r)
+		}
 	}
 	n.topo.Prune()
 	n.routesChanged()
@@ -459,7 +463,8 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 	}
 	n.startFlood(&flood{key: k, except: dir, budget: hops, waiters: []message.BrokerID{from},
 		msg: func(to message.BrokerID, dist int) message.Message {
-			return &message.TopoChange{Origin: m.Origin, Seq: m.Seq, Hops: hops - dist, Add: m.Add, Remove: m.Remove}
+			return &message.TopoChange{Origin: m.Origin, Seq: m.Seq, Hops: hops - dist, Add: m.Add, Remove: m.Remove,
+				Leaver: m.Leaver, Reparent: m.Reparent, Via: m.Via}
 		}})
 }
 
@@ -481,6 +486,10 @@ func (n *Node) removeMember(id message.BrokerID) {
 // onLeave handles a neighbour's graceful leave (a leaf: its subscriptions
 // are already withdrawn and its queue drained).
 func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
+	if m.Drain {
+		n.onLeaveDrain(from, m) // any broker's graceful leave (leave.go)
+		return
+	}
 	if m.Node.ID != from || !n.topo.Has(from) {
 		return
 	}

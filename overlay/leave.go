@@ -1,0 +1,350 @@
+package overlay
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
+	"github.com/deltapub/deltapub/topology"
+)
+
+// ErrLeaving is the error a leaving broker gives its clients: their
+// subscriptions end (UnsubAck{Err}) and publications are refused
+// (PubAck{Err}); they must reconnect to another broker.
+const ErrLeaving = "leaving: this broker is leaving the overlay; reconnect to another broker"
+
+// leaveState is the progress of this broker's graceful leave (see Leave).
+type leaveState struct {
+	await     map[message.BrokerID]bool // peers whose LeaveRequest{Ack} is awaited
+	repairing bool                      // the repair flood was started
+	repaired  bool                      // ... and it completed
+	ticks     int                       // ticks since the repair flood started
+}
+
+// leaveRepairBound bounds, in failure timeouts, how long a leaver waits
+// for the repair flood to be confirmed; at the bound it leaves anyway (a
+// broker that did not apply the repair treats it as crashed, as before).
+const leaveRepairBound = 4
+
+// Leave starts a graceful leave of any broker: leaf, interior or root
+// (docs/protocol.md §3). In order:
+//
+//  1. Local clients are told (UnsubAck{Err: ErrLeaving} per subscription;
+//     publications are refused from now on) and the local subscriptions
+//     are withdrawn.
+//  2. Drain: every peer is sent LeaveRequest{Drain}; it stops routing
+//     through this broker (as through a recovering one: the switch rule
+//     retransmits what it still holds over the bypass) and answers Ack.
+//     Once every peer answered (or is suspected), the local floods are
+//     done and the queue is empty (everything forwarded here is safe
+//     downstream, DACK), no publication can still need this broker.
+//  3. Repair: a TopoChange{Leaver} flood, δ+2 hops, removes this broker,
+//     attaches its children to its parent (or, for the root, to its
+//     smallest child, the new root), gives the brokers whose
+//     neighbourhood grew the entries they now need, and re-points the
+//     from-pointers that named this broker (Via).
+//  4. When the flood is confirmed and the queue still empty, the node is
+//     left (NoticeLeft) and closes its links.
+func (n *Node) Leave() {
+	if !n.joined || n.leaving {
+		return
+	}
+	n.leaving = true
+	n.lv = &leaveState{await: map[message.BrokerID]bool{}}
+	for _, c := range n.sortedClients() {
+		cs := n.clients[c]
+		subs := make([]message.SubID, 0, len(cs.subs))
+		for s := range cs.subs {
+			subs = append(subs, s)
+		}
+		sort.Slice(subs, func(i, j int) bool { return routing.SubLess(subs[i], subs[j]) })
+		for _, s := range subs {
+			n.toClient(c, &message.UnsubAck{Sub: s, Err: ErrLeaving})
+		}
+		n.dropClientSubs(c)
+	}
+	for _, id := range n.sortedPeers() {
+		if p := n.peers[id]; p.up {
+			n.leaveAnnounce(id)
+		}
+	}
+}
+
+// leaveAnnounce tells peer id that this broker is leaving and waits for
+// its Ack (a heartbeat, which now says not joined, goes first).
+func (n *Node) leaveAnnounce(id message.BrokerID) {
+	n.send(id, n.heartbeat())
+	n.send(id, &message.LeaveRequest{Node: n.self, Drain: true})
+	n.lv.await[id] = true
+}
+
+// leaveLinkUp is LinkUp's hook while leaving: a peer linked now may not
+// know yet that it must not route through this broker.
+func (n *Node) leaveLinkUp(id message.BrokerID) {
+	if n.leaving && n.lv != nil && !n.lv.repairing {
+		n.leaveAnnounce(id)
+	}
+}
+
+// onLeaveDrain handles LeaveRequest{Drain}: from a leaving peer (stop
+// routing through it, then Ack: by FIFO, everything sent to it before
+// arrives before the Ack), or the Ack of a peer we announced our leave to.
+func (n *Node) onLeaveDrain(from message.BrokerID, m *message.LeaveRequest) {
+	if m.Node.ID != from {
+		return
+	}
+	if m.Ack {
+		if n.lv != nil {
+			delete(n.lv.await, from)
+		}
+		return
+	}
+	p := n.peer(from)
+	if m.Node.Epoch >= p.epoch {
+		was := n.unusable(from)
+		p.epoch, p.joined, p.heardHB = m.Node.Epoch, false, true
+		if !was {
+			n.notice(NoticeNotRoutable, from, "leaving")
+			n.routesChanged()
+		}
+	}
+	n.send(from, &message.LeaveRequest{Node: n.self, Drain: true, Ack: true})
+}
+
+// leaveTick is Tick's hook while leaving: it moves the leave on.
+func (n *Node) leaveTick() {
+	lv := n.lv
+	if lv == nil {
+		// Leave was started by an older path (cannot happen today); finish
+		// as a leaf would.
+		lv = &leaveState{await: map[message.BrokerID]bool{}}
+		n.lv = lv
+	}
+	for id := range lv.await {
+		if p := n.peers[id]; p == nil || p.suspected || !p.up {
+			delete(lv.await, id) // down: it routes around us anyway
+		}
+	}
+	if !lv.repairing {
+		if len(lv.await) == 0 && n.queueLen == 0 && !n.localFloodsPending() {
+			n.startRepair()
+		}
+		return
+	}
+	lv.ticks++
+	if (lv.repaired && n.queueLen == 0) || lv.ticks > leaveRepairBound*n.cfg.FailureTicks+n.cfg.GoneAfterTicks {
+		detail := ""
+		if !lv.repaired {
+			detail = fmt.Sprintf("repair not confirmed after %d ticks: leaving anyway", lv.ticks)
+		} else if n.queueLen > 0 {
+			detail = fmt.Sprintf("%d publications still queued", n.queueLen)
+		}
+		n.finishLeave(detail)
+	}
+}
+
+// startRepair floods the tree repair (step 3 of Leave).
+func (n *Node) startRepair() {
+	lv := n.lv
+	lv.repairing = true
+	rep, err := n.topo.Detach(n.cfg.ID)
+	if err != nil {
+		// Our own map always holds our neighbours; if not, leave without
+		// a repair (the neighbourhood treats us as crashed).
+		n.notice(NoticeLeft, "", "cannot compute the repair: "+err.Error())
+		lv.repaired = true
+		return
+	}
+	var extra []message.MapNode
+	for _, e := range n.topo.Nodes() {
+		if e.ID != n.cfg.ID {
+			extra = append(extra, e)
+		}
+	}
+	byNext := map[message.BrokerID][]message.SubID{}
+	for _, e := range n.table.Entries() { // sorted by SubID
+		if !e.Local && e.Dir != "" {
+			byNext[e.Dir] = append(byNext[e.Dir], e.Sub)
+		}
+	}
+	nexts := make([]message.BrokerID, 0, len(byNext))
+	for id := range byNext {
+		nexts = append(nexts, id)
+	}
+	sortIDs(nexts)
+	via := make([]message.SubsVia, 0, len(nexts))
+	for _, id := range nexts {
+		via = append(via, message.SubsVia{Next: id, Subs: byNext[id]})
+	}
+	n.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.rememberTopo(key)
+	// δ+2 hops: a broker δ+2 hops away sees a re-attached neighbour of ours
+	// at δ+1 hops, and its map must show that neighbour's new parent.
+	budget := n.cfg.Delta + 2
+	rm := []message.BrokerID{n.cfg.ID}
+	n.startFlood(&flood{key: key, budget: budget,
+		msg: func(to message.BrokerID, dist int) message.Message {
+			return &message.TopoChange{Origin: key.origin, Seq: key.seq, Hops: budget - dist,
+				Remove: rm, Leaver: n.cfg.ID, Reparent: rep, Add: extra, Via: via}
+		},
+		done: func() { lv.repaired = true }})
+}
+
+// finishLeave completes the leave: the node stops and closes its links.
+func (n *Node) finishLeave(detail string) {
+	n.left = true
+	n.joined = false
+	for _, id := range n.sortedPeers() {
+		if p := n.peers[id]; p.up {
+			p.up = false
+			n.out.Closes = append(n.out.Closes, id)
+		}
+	}
+	n.notice(NoticeLeft, "", detail)
+}
+
+// applyLeave applies a leaver's repair (TopoChange{Leaver}) at a broker of
+// its neighbourhood: the map is repaired, routing entries whose
+// from-pointer named the leaver are re-pointed (m.Via; without an entry
+// there, to the last broker before the leaver on our path), every entry's
+// direction is recomputed on the new tree, and queued publications routed
+// toward the leaver are routed toward the brokers behind it instead.
+func (n *Node) applyLeave(m *message.TopoChange) {
+	x := m.Leaver
+	if x == n.cfg.ID {
+		return
+	}
+	if topology.Validate(m.Reparent) != nil || topology.Validate(m.Add) != nil {
+		m = &message.TopoChange{Leaver: x}
+	}
+	if !n.topo.Has(x) {
+		// δ+2 hops away: only the parents of brokers we see change.
+		n.topo.ApplyDetach(x, m.Reparent, nil)
+		return
+	}
+	n.geometry()
+	// Before the map changes: the leaver's neighbours beyond it, the last
+	// broker before it on our path, the old next hop toward it.
+	before := n.pathTo(x)
+	fallback := message.BrokerID("")
+	if len(before) >= 3 {
+		fallback = before[len(before)-2]
+	}
+	var beyond []message.BrokerID
+	for _, nb := range n.topo.Neighbours(x) {
+		if len(before) >= 2 && nb == before[len(before)-2] {
+			continue
+		}
+		beyond = append(beyond, nb)
+	}
+	oldHop, hadHop := n.hops[x]
+
+	n.topo.ApplyDetach(x, m.Reparent, m.Add)
+	if e, ok := n.topo.Get(n.cfg.ID); ok {
+		n.self.Parent = e.Parent
+	}
+	if p := n.peers[x]; p != nil {
+		// Not a member any more: never routed through, never waited for
+		// by a flood (floodGaveUp), never probed. The link, if any, stays
+		// until the leaver closes it (our TopoAck travels on it).
+		p.gone, p.joined, p.heardHB, p.suspected = true, false, true, false
+	}
+	delete(n.hops, x)
+	n.notice(NoticeMemberLeft, x, "")
+
+	// Routing entries.
+	via := map[message.SubID]message.BrokerID{}
+	for _, g := range m.Via {
+		for _, s := range g.Subs {
+			via[s] = g.Next
+		}
+	}
+	n.geometry()
+	for _, e := range n.table.Entries() {
+		if e.Local {
+			continue
+		}
+		from := e.From
+		if from == x {
+			if nx, ok := via[e.Sub]; ok && n.topo.Has(nx) && nx != n.cfg.ID {
+				from = nx
+			} else if fallback != "" && n.topo.Has(fallback) {
+				from = fallback
+			}
+		}
+		dir := n.direction(from)
+		if from == e.From && dir == e.Dir {
+			continue
+		}
+		if dir == "" {
+			continue // nothing better known: left as it is
+		}
+		ne := routing.Entry{Sub: e.Sub, Filter: e.Filter, From: from, Dir: dir, Client: e.Client}
+		n.table.Delete(e.Sub)
+		if _, err := n.table.Insert(ne); err != nil {
+			n.notice(NoticeGap, x, "re-pointing "+fmt.Sprint(e.Sub)+" after a leave: "+err.Error())
+		}
+	}
+
+	// Queued publications: a recipient that was the leaver becomes the
+	// brokers behind it (a superset of where its subscribers are: safe,
+	// and purged by the same DACKs).
+	var newRecips []message.BrokerID
+	for _, e := range n.queue {
+		if e.purged {
+			continue
+		}
+		idx := -1
+		for i, r := range e.recips {
+			if r == x {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			continue
+		}
+		wasSafe := e.safe[idx]
+		e.recips = append(e.recips[:idx], e.recips[idx+1:]...)
+		e.safe = append(e.safe[:idx], e.safe[idx+1:]...)
+		for _, b := range beyond {
+			if b == n.cfg.ID || !n.topo.Has(b) {
+				continue
+			}
+			dup := false
+			for _, r := range e.recips {
+				if r == b {
+					dup = true
+				}
+			}
+			if !dup {
+				e.recips = append(e.recips, b)
+				e.safe = append(e.safe, wasSafe)
+				newRecips = append(newRecips, b)
+			}
+		}
+	}
+	n.routesChanged()
+	// A new recipient whose next hop is not the one the leaver had: send
+	// it everything queued for it, in stamp order (the switch rule).
+	gained := map[message.BrokerID]bool{}
+	for _, r := range newRecips {
+		h := n.hop(r)
+		if h.ok && (!hadHop || !oldHop.ok || h.to != oldHop.to) {
+			gained[h.to] = true
+		}
+	}
+	tos := make([]message.BrokerID, 0, len(gained))
+	for t := range gained {
+		tos = append(tos, t)
+	}
+	sortIDs(tos)
+	for _, t := range tos {
+		if p := n.peers[t]; p != nil && p.up {
+			n.retransmitTo(t)
+		}
+	}
+	n.purgeDirty = true
+}

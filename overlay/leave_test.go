@@ -1,0 +1,210 @@
+package overlay
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/topology"
+)
+
+// seqsFrom returns the sequence numbers client c got from publisher pub,
+// in order.
+func (h *harness) seqsFrom(c message.ClientID, pub string) []uint64 {
+	var out []uint64
+	for _, m := range h.got[c] {
+		if d, ok := m.(*message.Deliver); ok && d.Pub.Publisher == pub {
+			out = append(out, d.Pub.Seq)
+		}
+	}
+	return out
+}
+
+func (h *harness) checkRange(c message.ClientID, pub string, n int) {
+	h.t.Helper()
+	got := h.seqsFrom(c, pub)
+	want := make([]uint64, n)
+	for i := range want {
+		want[i] = uint64(i + 1)
+	}
+	if !reflect.DeepEqual(got, want) && !(n == 0 && len(got) == 0) {
+		h.t.Fatalf("client %d from %s: got %v, want 1..%d exactly once in order", c, pub, got, n)
+	}
+}
+
+// repairedTree is the global tree of chainEdges (rooted at P1) with x
+// removed and repaired as topology.Detach says.
+func repairedTree(t *testing.T, delta int, x message.BrokerID) *topology.Map {
+	g := topology.New(message.MapNode{ID: "P1", Addr: "addr-P1", Epoch: 1}, 100)
+	for _, e := range chainEdges {
+		g.Put(message.MapNode{ID: e[0], Addr: "addr-" + string(e[0]), Epoch: 1, Parent: e[1]})
+	}
+	rep, err := g.Detach(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := topology.New(message.MapNode{ID: "__"}, 100)
+	for _, n := range g.Nodes() {
+		if n.ID != x {
+			out.Put(n)
+		}
+	}
+	for _, n := range rep {
+		out.Put(n)
+	}
+	return out
+}
+
+func parentPairs(nodes []message.MapNode) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, fmt.Sprintf("%s<%s", n.ID, n.Parent))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestLeaveAnyBroker: a graceful leave of a leaf, an interior broker with
+// two or three neighbours, and the root, with δ = 1 and 2, while a
+// publisher publishes through the leaver (and the leaver's own publisher
+// has publications queued): every subscriber whose edge stays gets every
+// publication exactly once in order, the leaver's subscriber is told, the
+// leaver's late publications are refused, every remaining map is exactly
+// the (δ+1)-neighbourhood of the repaired tree, and fresh publications are
+// delivered after the leave.
+func TestLeaveAnyBroker(t *testing.T) {
+	tests := []struct {
+		leaver message.BrokerID
+		pubAt  message.BrokerID // the publisher's edge
+		crash  message.BrokerID // crashed right after the leave starts ("" none; δ=2 only)
+	}{
+		{leaver: "B", pubAt: "P1"},             // interior, three neighbours (A, C, X)
+		{leaver: "C", pubAt: "P1"},             // interior on the path
+		{leaver: "D", pubAt: "P1"},             // interior with two children (S1, Y)
+		{leaver: "S1", pubAt: "P1"},            // a leaf with a subscriber
+		{leaver: "P1", pubAt: "X"},             // the root (one child: A becomes the root)
+		{leaver: "A", pubAt: "P1"},             // the only link between the root and the rest
+		{leaver: "C", pubAt: "P1", crash: "D"}, // a crash next to the leaver
+		{leaver: "B", pubAt: "P1", crash: "A"}, // a crash on the publisher's side
+	}
+	for _, tc := range tests {
+		for _, delta := range []int{1, 2} {
+			if tc.crash != "" && delta < 2 {
+				continue // the leaver is bypassed while it drains: with the crash, 2 in a row
+			}
+			t.Run(fmt.Sprintf("leave=%s/crash=%s/delta=%d", tc.leaver, tc.crash, delta), func(t *testing.T) {
+				testLeave(t, delta, tc.leaver, tc.pubAt, tc.crash)
+			})
+		}
+	}
+}
+
+func testLeave(t *testing.T, delta int, leaver, pubAt, crash message.BrokerID) {
+	h := newHarness(t, delta)
+	h.buildTree("P1", chainEdges)
+	subs := map[message.ClientID]message.BrokerID{101: "S1", 102: "S2", 103: "X"}
+	for c, b := range subs {
+		if b == leaver || b == crash {
+			continue
+		}
+		h.subscribe(b, c, classFilter("stock"))
+	}
+	h.subscribe(leaver, 104, classFilter("stock")) // the leaver's own subscriber
+	const pub = message.ClientID(1)
+	const lpub = message.ClientID(2)
+	h.do(pubAt, func(n *Node) { n.ClientOpen(pub); n.Client(pub, &message.ClientHello{Publisher: "pub", Epoch: 1}) })
+	h.do(leaver, func(n *Node) { n.ClientOpen(lpub); n.Client(lpub, &message.ClientHello{Publisher: "lpub", Epoch: 1}) })
+	seq := uint64(0)
+	for ; seq < 10; seq++ {
+		h.publish(pubAt, pub, seq+1, "stock")
+		h.round()
+	}
+	// The leaver's publisher: 5 publications, the leave starts right after
+	// (they are still queued at the leaver).
+	for s := uint64(1); s <= 5; s++ {
+		h.publish(leaver, lpub, s, "stock")
+	}
+	h.do(leaver, func(n *Node) { n.Leave() })
+	if crash != "" {
+		h.crash(crash)
+	}
+	h.publish(leaver, lpub, 6, "stock") // refused: the broker is leaving
+	for ; seq < 30; seq++ {
+		h.publish(pubAt, pub, seq+1, "stock")
+		h.round()
+	}
+	h.runUntil(600, string(leaver)+" left", func() bool { return h.nodes[leaver].Status().Left })
+	for ; seq < 40; seq++ {
+		h.publish(pubAt, pub, seq+1, "stock")
+		h.round()
+	}
+	h.dead[leaver] = true // gone from the harness: nothing more reaches it
+	if crash == "" {
+		h.runUntil(600, "queues drained"+h.queueReport(), h.queuesEmpty)
+	} else {
+		h.run(150)
+	}
+	for c, b := range subs {
+		if b == leaver || b == crash {
+			continue
+		}
+		h.checkRange(c, "pub", 40)
+		h.checkRange(c, "lpub", 5)
+	}
+	// The leaver's subscriber was told, and its publisher refused.
+	told := false
+	for _, m := range h.got[104] {
+		if a, ok := m.(*message.UnsubAck); ok && a.Err == ErrLeaving {
+			told = true
+		}
+	}
+	if !told {
+		t.Fatalf("the leaver's subscriber got no UnsubAck{%q}: %v", ErrLeaving, h.got[104])
+	}
+	if ok, refused := h.pubAcks(lpub); ok != 5 || refused != 1 {
+		t.Fatalf("leaver's publisher: %d acked, %d refused; want 5 and 1", ok, refused)
+	}
+	if crash != "" {
+		return // the crashed broker's neighbours keep it in their maps (bypassed)
+	}
+	// Every remaining map is the (δ+1)-neighbourhood of the repaired tree.
+	g := repairedTree(t, delta, leaver)
+	for _, id := range h.ids {
+		if id == leaver {
+			continue
+		}
+		got := parentPairs(h.nodes[id].Status().Map)
+		want := parentPairs(g.Within(id, delta+1))
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("map of %s after %s left: %v, want %v", id, leaver, got, want)
+		}
+		if st := h.nodes[id].Status(); len(st.Bypasses) > 0 {
+			t.Errorf("%s still bypasses %v after the repair", id, st.Bypasses)
+		}
+	}
+}
+
+// TestLeaveLastBroker: a broker alone leaves at once.
+func TestLeaveLastBroker(t *testing.T) {
+	h := newHarness(t, 1)
+	h.add("A", 1)
+	h.do("A", func(n *Node) { n.Bootstrap() })
+	h.do("A", func(n *Node) { n.Leave() })
+	h.runUntil(10, "A left", func() bool { return h.nodes["A"].Status().Left })
+}
+
+// TestLeaveTwice: Leave on a leaving or left broker does nothing more.
+func TestLeaveTwice(t *testing.T) {
+	h := newHarness(t, 1)
+	h.buildTree("P1", chainEdges[:2])
+	h.do("B", func(n *Node) { n.Leave(); n.Leave() })
+	h.runUntil(200, "B left", func() bool { return h.nodes["B"].Status().Left })
+	h.do("B", func(n *Node) { n.Leave() })
+	for _, nt := range h.notices {
+		if nt.Kind == NoticeLeft && nt.Detail != "" {
+			t.Fatalf("unexpected leave notice detail: %q", nt.Detail)
+		}
+	}
+}
