@@ -31,7 +31,7 @@ type streamConn struct {
 	stream []byte
 }
 
-func newStreamConn(b *testing.B) *streamConn {
+func newStreamConn(b *testing.B, set bool) *streamConn {
 	d := &message.Deliver{Sub: message.SubID{Edge: "B1", Epoch: 1, N: 1},
 		Pub: message.PubID{Publisher: "bench", Epoch: 1, Seq: 1}, Time: time.Now().UnixNano(),
 		Attrs: []matching.Attr{
@@ -40,10 +40,15 @@ func newStreamConn(b *testing.B) *streamConn {
 			{Name: "price", Value: matching.Value{Kind: matching.KindFloat, Float: 101.25}},
 			{Name: "volume", Value: matching.Value{Kind: matching.KindInt, Int: 1 << 20}},
 		}, Payload: bytes.Repeat([]byte{'x'}, 250)}
-	f, err := wire.AppendFrame(nil, d)
+	var m message.Message = d
+	if set { // what a broker sends a client of protocol version 2
+		m = &message.DeliverSet{Subs: []uint64{d.Sub.N}, Pub: d.Pub, Attrs: d.Attrs, Payload: d.Payload, Time: d.Time}
+	}
+	f, err := wire.AppendFrame(nil, m)
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.ReportMetric(float64(len(f)), "frame_bytes")
 	c := &streamConn{ctl: make(chan message.Message, 4), closed: make(chan struct{}), stream: bytes.Repeat(f, 256)}
 	c.src = bytes.NewReader(c.stream)
 	c.rd = wire.NewReader(c.src, 0)
@@ -73,8 +78,8 @@ func (c *streamConn) Recv() (message.Message, error) {
 
 func (c *streamConn) Close() error { c.once.Do(func() { close(c.closed) }); return nil }
 
-func benchClient(b *testing.B) (*Client, *streamConn) {
-	conn := newStreamConn(b)
+func benchClient(b *testing.B, set bool) (*Client, *streamConn) {
+	conn := newStreamConn(b, set)
 	c, err := Connect(context.Background(), "bench", Options{Dial: func(context.Context, string) (Conn, error) { return conn, nil }})
 	if err != nil {
 		b.Fatal(err)
@@ -82,9 +87,14 @@ func benchClient(b *testing.B) (*Client, *streamConn) {
 	return c, conn
 }
 
-// BenchmarkClientReceiveChan: deliveries read from Subscription.C.
-func BenchmarkClientReceiveChan(b *testing.B) {
-	c, _ := benchClient(b)
+// BenchmarkClientReceiveChan: Deliver frames, read from Subscription.C.
+func BenchmarkClientReceiveChan(b *testing.B) { benchReceiveChan(b, false) }
+
+// BenchmarkClientReceiveChanSet: DeliverSet frames, read from C.
+func BenchmarkClientReceiveChanSet(b *testing.B) { benchReceiveChan(b, true) }
+
+func benchReceiveChan(b *testing.B, set bool) {
+	c, _ := benchClient(b, set)
 	defer c.Close()
 	sub, err := c.Subscribe(context.Background(), matching.Filter{})
 	if err != nil {
@@ -102,4 +112,35 @@ func BenchmarkClientReceiveChan(b *testing.B) {
 	if n == 0 {
 		b.Fatal("no payload")
 	}
+}
+
+// BenchmarkClientReceiveFunc: DeliverSet frames handed to a SubscribeFunc
+// handler on the receive goroutine (no channel, no goroutine switch).
+func BenchmarkClientReceiveFunc(b *testing.B) {
+	c, _ := benchClient(b, true)
+	defer c.Close()
+	// The handler counts; the benchmark goroutine waits for b.N of them.
+	var (
+		mu     sync.Mutex
+		n      int
+		target = -1
+		done   = make(chan struct{})
+	)
+	_, err := c.SubscribeFunc(context.Background(), matching.Filter{}, func(d Delivery) {
+		mu.Lock()
+		n++
+		if n == target {
+			close(done)
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	mu.Lock()
+	target = n + b.N
+	mu.Unlock()
+	<-done
 }

@@ -132,6 +132,7 @@ type Client struct {
 	nextReq uint64
 	subReqs map[uint64]*Subscription
 	subs    map[message.SubID]*Subscription
+	subsByN map[uint64]*Subscription // the same by SubID.N: DeliverSet names only N
 	unsubs  map[message.SubID]chan error
 }
 
@@ -184,6 +185,7 @@ func Connect(ctx context.Context, addr string, opts Options) (*Client, error) {
 		conn:    conn,
 		subReqs: map[uint64]*Subscription{},
 		subs:    map[message.SubID]*Subscription{},
+		subsByN: map[uint64]*Subscription{},
 		unsubs:  map[message.SubID]chan error{},
 	}
 	go c.recvLoop(conn)
@@ -531,6 +533,9 @@ func (c *Client) dispatch(m message.Message) {
 		delete(c.unsubs, m.Sub)
 		s := c.subs[m.Sub]
 		delete(c.subs, m.Sub)
+		if s != nil {
+			delete(c.subsByN, m.Sub.N)
+		}
 		c.mu.Unlock()
 		if s != nil {
 			s.end(nil)
@@ -550,6 +555,19 @@ func (c *Client) dispatch(m message.Message) {
 			s.deliver(Delivery{Sub: m.Sub, Pub: m.Pub, Attrs: m.Attrs, Payload: m.Payload,
 				PublishedAt: time.Unix(0, m.Time), ReceivedAt: time.Now()}, c.done)
 		}
+	case *message.DeliverSet:
+		// One publication for one or more of this session's subscriptions
+		// (protocol version 2): the broker encoded it once for all.
+		now := time.Now()
+		for _, n := range m.Subs {
+			c.mu.Lock()
+			s := c.subsByN[n]
+			c.mu.Unlock()
+			if s != nil {
+				s.deliver(Delivery{Sub: s.ID(), Pub: m.Pub, Attrs: m.Attrs, Payload: m.Payload,
+					PublishedAt: time.Unix(0, m.Time), ReceivedAt: now}, c.done)
+			}
+		}
 	case *message.Gap:
 		c.mu.Lock()
 		s := c.subs[m.Sub]
@@ -567,6 +585,7 @@ func (c *Client) endSubscriptions(err error) {
 	c.mu.Lock()
 	subs := c.subs
 	c.subs = map[message.SubID]*Subscription{}
+	c.subsByN = map[uint64]*Subscription{}
 	reqs := c.subReqs
 	c.subReqs = map[uint64]*Subscription{}
 	unsubs := c.unsubs

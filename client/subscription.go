@@ -13,7 +13,9 @@ import (
 
 // Delivery is one publication delivered to a subscription, or (Gap set) a
 // notice that publications of a source may have been lost (more than δ
-// brokers failed in a row).
+// brokers failed in a row). Attrs and Payload may be shared with the
+// deliveries of the same publication to this client's other subscriptions:
+// treat them as read-only.
 type Delivery struct {
 	Sub         message.SubID
 	Pub         message.PubID // publisher, epoch, sequence number
@@ -28,10 +30,12 @@ type Delivery struct {
 type Subscription struct {
 	// C yields the deliveries in order, per publisher in publication
 	// order. It is closed when the subscription ends (Unsubscribe, Close,
-	// connection lost); Err then says why.
+	// connection lost); Err then says why. For a subscription made with
+	// SubscribeFunc, C yields nothing and is only closed at the end.
 	C <-chan Delivery
 
 	c         *Client
+	fn        func(Delivery) // SubscribeFunc's handler, or nil: deliveries go to ch
 	filter    matching.Filter
 	ch        chan Delivery
 	accepted  chan struct{} // closed at the first SubAck
@@ -86,13 +90,40 @@ func (s *Subscription) Err() error {
 // the subscription (deliveries may flow from then on). Wait on Confirmed
 // for the overlay-wide confirmation.
 func (c *Client) Subscribe(ctx context.Context, filter matching.Filter) (*Subscription, error) {
+	return c.subscribe(ctx, filter, nil)
+}
+
+// SubscribeFunc is Subscribe with a handler instead of a channel: handle is
+// called for every delivery (and gap notice) of the subscription, in order,
+// on the client's receive goroutine, without a channel hand-off per
+// delivery. While handle runs the client reads nothing else from the broker,
+// so handle must return promptly and must not wait for the client: calling
+// Subscribe, Unsubscribe or Publish from inside handle may deadlock (they
+// wait for answers that the receive goroutine would read); start a
+// goroutine for those. A slow handler slows the connection down like an
+// unread C (and finally gets the client disconnected as a slow consumer).
+// No call of handle starts after Unsubscribe was called or the
+// subscription ended; C is closed at the end and Err says why.
+func (c *Client) SubscribeFunc(ctx context.Context, filter matching.Filter, handle func(Delivery)) (*Subscription, error) {
+	if handle == nil {
+		return nil, errors.New("client: SubscribeFunc: nil handler")
+	}
+	return c.subscribe(ctx, filter, handle)
+}
+
+func (c *Client) subscribe(ctx context.Context, filter matching.Filter, fn func(Delivery)) (*Subscription, error) {
 	s := &Subscription{
 		c:         c,
 		filter:    filter,
-		ch:        make(chan Delivery, c.opts.DeliveryBuffer),
+		fn:        fn,
 		accepted:  make(chan struct{}),
 		confirmed: make(chan struct{}),
 		stop:      make(chan struct{}),
+	}
+	if fn != nil {
+		s.ch = make(chan Delivery) // never sent to: closed at the end
+	} else {
+		s.ch = make(chan Delivery, c.opts.DeliveryBuffer)
 	}
 	s.C = s.ch
 	c.sendMu.Lock()
@@ -146,6 +177,7 @@ func (c *Client) onSubAck(a *message.SubAck) {
 		delete(c.subReqs, a.Req)
 		if a.Err == "" {
 			c.subs[a.Sub] = s
+			c.subsByN[a.Sub.N] = s
 		}
 	} else {
 		s = c.subs[a.Sub]
@@ -199,6 +231,15 @@ func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
 	ended := s.ended
 	s.mu.Unlock()
 	if ended {
+		return
+	}
+	if s.fn != nil {
+		select {
+		case <-s.stop:
+		case <-done:
+		default:
+			s.fn(d)
+		}
 		return
 	}
 	select {

@@ -15,6 +15,7 @@ const (
 	TypeUnsubAck
 	TypeDeliver
 	TypeGap
+	TypeDeliverSet // protocol version 2
 	// append new client protocol types here
 )
 
@@ -82,6 +83,22 @@ type Deliver struct {
 	Time    int64           `msgpack:"t"`
 }
 
+// DeliverSet carries one publication to one or more subscriptions of the
+// receiving session: the edge broker encodes the publication once and sends
+// the same bytes to every local session, with only Subs differing. Subs are
+// the N of the subscriptions' SubIDs; their Edge and Epoch are those of the
+// session's broker (every subscription of a session has them). It is sent
+// only to clients that spoke protocol version 2 or later in the handshake;
+// older clients get one Deliver per subscription. The wire format is a
+// compact array (internal/wire), not a map of this struct's fields.
+type DeliverSet struct {
+	Subs    []uint64
+	Pub     PubID
+	Attrs   []matching.Attr
+	Payload []byte
+	Time    int64
+}
+
 // Gap tells a subscription that publications of Source with sequence
 // numbers in [From, To] may have been lost (more than δ brokers failed in a
 // row). To = 0 means "from From on, until further notice".
@@ -102,6 +119,7 @@ func (*Unsubscribe) Type() Type { return TypeUnsubscribe }
 func (*UnsubAck) Type() Type    { return TypeUnsubAck }
 func (*Deliver) Type() Type     { return TypeDeliver }
 func (*Gap) Type() Type         { return TypeGap }
+func (*DeliverSet) Type() Type  { return TypeDeliverSet }
 
 func init() {
 	Register(TypeClientHello, "ClientHello", func() Message { return new(ClientHello) })
@@ -113,4 +131,5 @@ func init() {
 	Register(TypeUnsubAck, "UnsubAck", func() Message { return new(UnsubAck) })
 	Register(TypeDeliver, "Deliver", func() Message { return new(Deliver) })
 	Register(TypeGap, "Gap", func() Message { return new(Gap) })
+	Register(TypeDeliverSet, "DeliverSet", func() Message { return new(DeliverSet) })
 }

@@ -240,6 +240,14 @@ func (c *peerConn) localReason() (string, bool) {
 	}
 }
 
+// readArena is the block size in which a broker's readers (links and
+// client sessions) copy received payloads: one allocation per ~60
+// publications of 250 bytes instead of one each. A block is freed once
+// every publication in it is (the broker releases them in arrival order, at
+// the latest when they are purged). Client readers do not use one: an
+// application may keep a few payloads out of many.
+const readArena = 16 << 10
+
 // shrinkAbove: a send buffer larger than this is released when a write
 // uses less than a quarter of it.
 const shrinkAbove = 256 << 10

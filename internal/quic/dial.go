@@ -226,6 +226,7 @@ func (e *Endpoint) dialOnce(ctx context.Context, peer message.BrokerID, addr str
 		return nil, fmt.Errorf("quic: dial %s: %w", who, err)
 	}
 	rd := wire.NewReader(str, e.cfg.MaxFrame)
+	rd.UseArena(readArena)
 	m, err := rd.Read()
 	if err != nil {
 		_ = qc.CloseWithError(codeRefused, "")

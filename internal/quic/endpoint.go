@@ -119,6 +119,10 @@ func (l *Link) Offer(m message.Message) error { return l.send(m, nil, false) }
 // encoding forwarded to several links. Blocks like Send.
 func (l *Link) SendFrame(frame []byte) error { return l.send(nil, frame, true) }
 
+// TrySendFrame is SendFrame without blocking: false when the frame was not
+// queued (queue full, link closed).
+func (l *Link) TrySendFrame(frame []byte) bool { return l.send(nil, frame, false) == nil }
+
 // Queued is the number of frames waiting to be written.
 func (l *Link) Queued() int { return l.queued() }
 
@@ -137,9 +141,18 @@ func (l *Link) String() string { return fmt.Sprintf("link %s↔%s", l.ep.cfg.ID,
 // Session is a client's session with this broker.
 type Session struct {
 	*peerConn
-	ep *Endpoint
-	id message.ClientID
+	ep      *Endpoint
+	id      message.ClientID
+	version uint16
 }
+
+// Version is the protocol version agreed with the client in the
+// handshake: from 2 on, the client understands DeliverSet.
+func (s *Session) Version() uint16 { return s.version }
+
+// TrySendFrame queues an already encoded frame without blocking: false
+// when it was not queued (queue full, session closed).
+func (s *Session) TrySendFrame(frame []byte) bool { return s.send(nil, frame, false) == nil }
 
 // ID is the broker-local handle of the session.
 func (s *Session) ID() message.ClientID { return s.id }
@@ -336,6 +349,7 @@ func (e *Endpoint) accept(qc *quic.Conn) func() {
 	}
 	_ = str.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
 	rd := wire.NewReader(str, e.cfg.MaxFrame)
+	rd.UseArena(readArena)
 	m, err := rd.Read()
 	if err != nil {
 		refuse(qc, str, log, from, message.RefuseProtocol, fmt.Sprintf("reading Hello: %v", err))
@@ -381,7 +395,7 @@ func (e *Endpoint) acceptClient(qc *quic.Conn, str *quic.Stream, rd *wire.Reader
 		return nil
 	}
 	id := message.ClientID(e.nextID.Add(1))
-	s := &Session{ep: e, id: id}
+	s := &Session{ep: e, id: id, version: v}
 	s.peerConn = newPeerConn(qc, str, rd, &e.cfg, log.With().Uint64("client", uint64(id)).Logger())
 	e.mu.Lock()
 	if e.closed {

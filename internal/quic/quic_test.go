@@ -381,7 +381,7 @@ func TestVersionMismatchRefused(t *testing.T) {
 		t.Fatalf("Dial to an incompatible broker: %v", err)
 	}
 	want := "incompatible protocol version: broker B1 (127.0.0.1"
-	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "versions 1 to 1, broker B2 speaks 3 to 5") {
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "versions 1 to 2, broker B2 speaks 3 to 5") {
 		t.Fatalf("unclear reason: %v", err)
 	}
 	waitFor(t, "both logs", func() bool {

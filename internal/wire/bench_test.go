@@ -109,6 +109,7 @@ func BenchmarkForwardPub250(b *testing.B) {
 	stream := bytes.Repeat(frame, n)
 	src := bytes.NewReader(stream)
 	r := NewReader(src, 0)
+	r.UseArena(16 << 10) // as a broker's readers do
 	e := NewEncoder()
 	out := make([]byte, 0, 1<<16)
 	b.ReportAllocs()
@@ -139,6 +140,7 @@ func BenchmarkPubToDeliver100(b *testing.B) {
 	stream := bytes.Repeat(frame, n)
 	src := bytes.NewReader(stream)
 	r := NewReader(src, 0)
+	r.UseArena(16 << 10) // as a broker's readers do
 	encs := make([]*Encoder, 100)
 	for i := range encs {
 		encs[i] = NewEncoder()
@@ -160,6 +162,38 @@ func BenchmarkPubToDeliver100(b *testing.B) {
 			if out, err = e.AppendFrame(out[:0], d); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+// BenchmarkPubToDeliverSet100 is the same work as the runtime now does it:
+// the publication encoded once (DeliveryEncoder), one DeliverSet frame per
+// session copied into each session's send buffer.
+func BenchmarkPubToDeliverSet100(b *testing.B) {
+	frame, _ := AppendFrame(nil, benchPub())
+	const n = 256
+	stream := bytes.Repeat(frame, n)
+	src := bytes.NewReader(stream)
+	r := NewReader(src, 0)
+	r.UseArena(16 << 10)
+	var de DeliveryEncoder
+	bufs := make([][]byte, 100)
+	subs := make([]uint64, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if src.Len() == 0 {
+			src.Reset(stream)
+		}
+		m, err := r.Read()
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := m.(*message.Pub)
+		d := &message.Deliver{Pub: in.ID, Attrs: in.Attrs, Payload: in.Payload, Time: in.Time}
+		de.Reset(d)
+		for i := range bufs {
+			subs[0] = uint64(i + 1)
+			bufs[i] = append(bufs[i][:0], de.DeliverSetFrame(subs)...)
 		}
 	}
 }

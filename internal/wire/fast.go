@@ -34,6 +34,10 @@ type fastCodec struct {
 	// dec decodes b into m (a zero value) and reports whether it handled the
 	// whole body; on false m may be partly filled and must be discarded.
 	dec func(d *fastDec, m message.Message) bool
+	// only: the hand-written codec is the type's only codec (its format
+	// is not the msgpack map of the struct, see deliver.go): a body it
+	// refuses is malformed, there is no generic fallback.
+	only bool
 }
 
 var fastCodecMap = map[message.Type]fastCodec{
@@ -75,6 +79,20 @@ var fastCodecMap = map[message.Type]fastCodec{
 			p, ok := m.(*message.Deliver)
 			return ok && d.deliver(p)
 		},
+	},
+	message.TypeDeliverSet: {
+		enc: func(b []byte, m message.Message) ([]byte, bool) {
+			p, ok := m.(*message.DeliverSet)
+			if !ok {
+				return b, false
+			}
+			return appendDeliverSet(b, p), true
+		},
+		dec: func(d *fastDec, m message.Message) bool {
+			p, ok := m.(*message.DeliverSet)
+			return ok && d.deliverSet(p)
+		},
+		only: true,
 	},
 }
 
@@ -304,6 +322,42 @@ type fastDec struct {
 	b      []byte
 	i      int
 	intern *interner // nil: no interning
+
+	// Room allocated together with the message being decoded (see
+	// Reader.newMessage): small attribute, stamp and subscription lists go
+	// there instead of separate allocations. Each is used at most once.
+	attrBuf  []matching.Attr
+	stampBuf []message.Stamp
+	subBuf   []uint64
+	// arena, when not nil, is where payloads are copied to: one
+	// allocation of arenaSize bytes serves many payloads (brokers; see
+	// Reader.UseArena).
+	arena     []byte
+	arenaSize int
+}
+
+// takeAttrs returns a slice of n attributes, from attrBuf if it fits.
+func (d *fastDec) takeAttrs(n int) []matching.Attr {
+	if n > 0 && n <= len(d.attrBuf) {
+		a := d.attrBuf[:n:n]
+		d.attrBuf = nil
+		return a
+	}
+	return make([]matching.Attr, n)
+}
+
+// bytesFor returns n bytes for a payload: from the arena (capacity capped
+// at n, so an append by the user never reaches a neighbour), or fresh.
+func (d *fastDec) bytesFor(n int) []byte {
+	if d.arenaSize == 0 || n > d.arenaSize/8 {
+		return make([]byte, n)
+	}
+	if cap(d.arena)-len(d.arena) < n {
+		d.arena = make([]byte, 0, d.arenaSize)
+	}
+	k := len(d.arena)
+	d.arena = d.arena[:k+n]
+	return d.arena[k : k+n : k+n]
 }
 
 func (d *fastDec) reset(b []byte) { d.b, d.i = b, 0 }
@@ -442,7 +496,7 @@ func (d *fastDec) bin() ([]byte, bool) {
 	if !ok || n == 0 || n > uint64(len(d.b)-d.i) {
 		return nil, false
 	}
-	p := make([]byte, n)
+	p := d.bytesFor(int(n))
 	copy(p, d.b[d.i:])
 	d.i += int(n)
 	return p, true
@@ -541,7 +595,7 @@ func (d *fastDec) attrs() ([]matching.Attr, bool) {
 	if !ok || n < 0 {
 		return nil, ok
 	}
-	attrs := make([]matching.Attr, n)
+	attrs := d.takeAttrs(n)
 	for i := range attrs {
 		m, ok := d.mapLen()
 		var mask uint32
@@ -661,7 +715,11 @@ func (d *fastDec) pub(m *message.Pub) bool {
 			if !ok || c < 0 {
 				break
 			}
-			m.Stamps = make([]message.Stamp, c)
+			if c <= len(d.stampBuf) {
+				m.Stamps, d.stampBuf = d.stampBuf[:c:c], nil
+			} else {
+				m.Stamps = make([]message.Stamp, c)
+			}
 			for i := range m.Stamps {
 				s := &m.Stamps[i]
 				var sn int

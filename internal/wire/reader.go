@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -165,14 +166,82 @@ func (r *Reader) tailErr() error {
 
 // decode decodes body as the message registered for t.
 func (r *Reader) decode(t message.Type, body []byte) (message.Message, error) {
-	m, ok := message.New(t)
+	m, ok := r.newMessage(t)
 	if !ok {
 		return nil, &UnknownTypeError{Type: t}
 	}
-	if err := r.DecodeInto(m, body); err != nil {
+	err := r.DecodeInto(m, body)
+	r.fd.attrBuf, r.fd.stampBuf, r.fd.subBuf = nil, nil, nil
+	if err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// Hot messages are allocated together with room for their usual lists (a
+// publication has a handful of attributes and δ+1 stamps; a DeliverSet
+// usually names one subscription): one allocation instead of two or three
+// per message. A longer list gets its own allocation as before.
+const (
+	inlineAttrs  = 4
+	inlineStamps = 3
+)
+
+type publishAlloc struct {
+	m     message.Publish
+	attrs [inlineAttrs]matching.Attr
+}
+
+type pubAlloc struct {
+	m      message.Pub
+	attrs  [inlineAttrs]matching.Attr
+	stamps [inlineStamps]message.Stamp
+}
+
+type deliverAlloc struct {
+	m     message.Deliver
+	attrs [inlineAttrs]matching.Attr
+}
+
+type deliverSetAlloc struct {
+	m     message.DeliverSet
+	subs  [1]uint64
+	attrs [inlineAttrs]matching.Attr
+}
+
+// newMessage is message.New, with room for the lists of the hot messages
+// (handed to the fast decoder).
+func (r *Reader) newMessage(t message.Type) (message.Message, bool) {
+	switch t {
+	case message.TypePublish:
+		a := new(publishAlloc)
+		r.fd.attrBuf = a.attrs[:]
+		return &a.m, true
+	case message.TypePub:
+		a := new(pubAlloc)
+		r.fd.attrBuf, r.fd.stampBuf = a.attrs[:], a.stamps[:]
+		return &a.m, true
+	case message.TypeDeliver:
+		a := new(deliverAlloc)
+		r.fd.attrBuf = a.attrs[:]
+		return &a.m, true
+	case message.TypeDeliverSet:
+		a := new(deliverSetAlloc)
+		r.fd.attrBuf, r.fd.subBuf = a.attrs[:], a.subs[:]
+		return &a.m, true
+	}
+	return message.New(t)
+}
+
+// UseArena makes the Reader copy payloads into shared blocks of size bytes
+// (one allocation for many payloads; payloads longer than size/8 are
+// allocated on their own) instead of one allocation each. A block stays in
+// memory while any payload in it is referenced, so this suits a broker,
+// whose publications are released in arrival order, better than an
+// application that keeps a few payloads out of many. size <= 0 turns it off.
+func (r *Reader) UseArena(size int) {
+	r.fd.arenaSize = max(size, 0)
+	r.fd.arena = nil
 }
 
 // DecodeInto decodes a frame body (as returned by ReadFrame) into m, which
@@ -182,6 +251,9 @@ func (r *Reader) DecodeInto(m message.Message, body []byte) error {
 		r.fd.reset(body)
 		if fc.dec(&r.fd, m) {
 			return nil
+		}
+		if fc.only {
+			return malformed(m.Type(), "not a valid %v body", m.Type())
 		}
 		// Not the canonical shape: start again from a zero value with the
 		// generic decoder, which decides what is valid.

@@ -34,8 +34,12 @@ import (
 // ProtocolVersion is the version of the deltapub protocol this build speaks.
 // Bump it only for incompatible changes (adding a message type or a field is
 // compatible); MinCompatibleVersion is the oldest version still spoken.
+//
+// Version 2 adds DeliverSet (a client that speaks 2 may receive it instead
+// of Deliver; see deliver.go). Everything of version 1 is unchanged, so a
+// version-1 peer is still spoken to, in version 1.
 const (
-	ProtocolVersion      = 1
+	ProtocolVersion      = 2
 	MinCompatibleVersion = 1
 )
 
