@@ -115,19 +115,20 @@ type TopoChange struct {
 	// Leaver is set by a broker leaving gracefully (docs/protocol.md §3):
 	// Remove is [Leaver], Reparent its neighbours' new tree edges, Add the
 	// leaver's map (the brokers whose distance shrank learn the ones now
-	// within δ+1 hops), and Via, per neighbour of the leaver, the
-	// subscriptions behind it (a from-pointer naming the leaver is
-	// re-pointed to that neighbour). Older brokers ignore these fields.
+	// within δ+1 hops), and Via the leaver's routes (the brokers routing
+	// through the leaver push their from-pointers out to δ+1 hops along
+	// them). Older brokers ignore these fields.
 	Leaver   BrokerID  `msgpack:"l,omitempty"`
 	Reparent []MapNode `msgpack:"p,omitempty"`
 	Via      []SubsVia `msgpack:"v,omitempty"`
 }
 
-// SubsVia lists subscriptions that lie behind Next, as seen from a leaving
-// broker.
+// SubsVia lists subscriptions that a leaving broker routes along Path:
+// its tree path toward their from-pointer, its own neighbour first and the
+// from-pointer last.
 type SubsVia struct {
-	Next BrokerID `msgpack:"n"`
-	Subs []SubID  `msgpack:"s"`
+	Path []BrokerID `msgpack:"p"`
+	Subs []SubID    `msgpack:"s"`
 }
 
 // TopoAck confirms a TopoChange back toward its origin.

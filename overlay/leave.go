@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
 	"github.com/deltapub/deltapub/topology"
@@ -162,20 +163,24 @@ func (n *Node) startRepair() {
 			extra = append(extra, e)
 		}
 	}
-	byNext := map[message.BrokerID][]message.SubID{}
+	// Our routes, grouped by from-pointer (few groups: the brokers δ+1
+	// hops away and the edges closer than that).
+	byFrom := map[message.BrokerID][]message.SubID{}
 	for _, e := range n.table.Entries() { // sorted by SubID
-		if !e.Local && e.Dir != "" {
-			byNext[e.Dir] = append(byNext[e.Dir], e.Sub)
+		if !e.Local && e.From != n.cfg.ID {
+			byFrom[e.From] = append(byFrom[e.From], e.Sub)
 		}
 	}
-	nexts := make([]message.BrokerID, 0, len(byNext))
-	for id := range byNext {
-		nexts = append(nexts, id)
+	froms := make([]message.BrokerID, 0, len(byFrom))
+	for id := range byFrom {
+		froms = append(froms, id)
 	}
-	sortIDs(nexts)
-	via := make([]message.SubsVia, 0, len(nexts))
-	for _, id := range nexts {
-		via = append(via, message.SubsVia{Next: id, Subs: byNext[id]})
+	sortIDs(froms)
+	via := make([]message.SubsVia, 0, len(froms))
+	for _, f := range froms {
+		if p := n.pathTo(f); len(p) >= 2 {
+			via = append(via, message.SubsVia{Path: append([]message.BrokerID(nil), p[1:]...), Subs: byFrom[f]})
+		}
 	}
 	n.topoSeq++
 	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
@@ -206,11 +211,12 @@ func (n *Node) finishLeave(detail string) {
 }
 
 // applyLeave applies a leaver's repair (TopoChange{Leaver}) at a broker of
-// its neighbourhood: the map is repaired, routing entries whose
-// from-pointer named the leaver are re-pointed (m.Via; without an entry
-// there, to the last broker before the leaver on our path), every entry's
-// direction is recomputed on the new tree, and queued publications routed
-// toward the leaver are routed toward the brokers behind it instead.
+// its neighbourhood: the map is repaired, routing entries whose route went
+// through the leaver get their from-pointer pushed out to δ+1 hops along
+// the leaver's route (m.Via; a pointer naming the leaver that it did not
+// know becomes the last broker before it), every entry's direction is
+// recomputed on the new tree, and queued publications get their
+// recipients recomputed.
 func (n *Node) applyLeave(m *message.TopoChange) {
 	x := m.Leaver
 	if x == n.cfg.ID {
@@ -232,13 +238,6 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	if len(before) >= 3 {
 		fallback = before[len(before)-2]
 	}
-	var beyond []message.BrokerID
-	for _, nb := range n.topo.Neighbours(x) {
-		if len(before) >= 2 && nb == before[len(before)-2] {
-			continue
-		}
-		beyond = append(beyond, nb)
-	}
 	oldHop, hadHop := n.hops[x]
 
 	n.topo.ApplyDetach(x, m.Reparent, m.Add)
@@ -254,11 +253,14 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	delete(n.hops, x)
 	n.notice(NoticeMemberLeft, x, "")
 
-	// Routing entries.
-	via := map[message.SubID]message.BrokerID{}
+	// Routing entries: every route through the leaver gets its
+	// from-pointer pushed out to δ+1 hops again (distances through the
+	// leaver shrank by one; a pointer left at δ hops would let δ crashes
+	// hide every broker between us and it).
+	routes := map[message.SubID][]message.BrokerID{}
 	for _, g := range m.Via {
 		for _, s := range g.Subs {
-			via[s] = g.Next
+			routes[s] = g.Path
 		}
 	}
 	n.geometry()
@@ -267,11 +269,20 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 			continue
 		}
 		from := e.From
+		if p, ok := routes[e.Sub]; ok && len(p) > 0 && (len(before) < 2 || p[0] != before[len(before)-2]) {
+			// We are not on the subscriber's side of the leaver: our route
+			// went through it. The farthest broker of its route within
+			// δ+1 hops of us is our new pointer.
+			for i := len(p) - 1; i >= 0; i-- {
+				if d, ok := n.dist[p[i]]; ok && d <= n.cfg.Delta+1 && p[i] != n.cfg.ID {
+					from = p[i]
+					break
+				}
+			}
+		}
 		if from == x {
-			if nx, ok := via[e.Sub]; ok && n.topo.Has(nx) && nx != n.cfg.ID {
-				from = nx
-			} else if fallback != "" && n.topo.Has(fallback) {
-				from = fallback
+			if fallback != "" && n.topo.Has(fallback) {
+				from = fallback // a route the leaver did not know: the last broker before it
 			}
 		}
 		dir := n.direction(from)
@@ -288,43 +299,31 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		}
 	}
 
-	// Queued publications: a recipient that was the leaver becomes the
-	// brokers behind it (a superset of where its subscribers are: safe,
-	// and purged by the same DACKs).
+	// Queued publications: recipients recomputed on the re-pointed table
+	// (a recipient kept keeps its safe flag). A publication that came from
+	// the leaver may now also be routed back toward its source's side:
+	// copies the brokers there drop as duplicates (and report arrived).
 	var newRecips []message.BrokerID
 	for _, e := range n.queue {
 		if e.purged {
 			continue
 		}
-		idx := -1
-		for i, r := range e.recips {
-			if r == x {
-				idx = i
-				break
-			}
-		}
-		if idx < 0 {
-			continue
-		}
-		wasSafe := e.safe[idx]
-		e.recips = append(e.recips[:idx], e.recips[idx+1:]...)
-		e.safe = append(e.safe[:idx], e.safe[idx+1:]...)
-		for _, b := range beyond {
-			if b == n.cfg.ID || !n.topo.Has(b) {
-				continue
-			}
-			dup := false
-			for _, r := range e.recips {
-				if r == b {
-					dup = true
+		pm := matching.Publication{Attrs: e.pub.Attrs}
+		now := n.table.Recipients(&pm, e.except, nil, nil)
+		safe := make([]bool, len(now))
+		for i, r := range now {
+			found := false
+			for j, o := range e.recips {
+				if o == r {
+					safe[i], found = e.safe[j], true
+					break
 				}
 			}
-			if !dup {
-				e.recips = append(e.recips, b)
-				e.safe = append(e.safe, wasSafe)
-				newRecips = append(newRecips, b)
+			if !found {
+				newRecips = append(newRecips, r)
 			}
 		}
+		e.recips, e.safe = now, safe
 	}
 	n.routesChanged()
 	// A new recipient whose next hop is not the one the leaver had: send
@@ -348,3 +347,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	}
 	n.purgeDirty = true
 }
+
+// Leaving reports whether Leave was called (cheap; the leave is complete
+// when Joined is false as well).
+func (n *Node) Leaving() bool { return n.leaving }

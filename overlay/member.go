@@ -425,6 +425,12 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		return
 	}
 	if f, ok := n.floods[k]; ok {
+		if m.Leaver != "" {
+			// A leave's repair reaches us on the old and on the new edges
+			// (a cycle while it spreads): answer at once, it is applied.
+			n.sendFloodAck(k, from)
+			return
+		}
 		f.waiters = append(f.waiters, from)
 		return
 	}

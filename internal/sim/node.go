@@ -21,6 +21,8 @@ type Node interface {
 	ClientClose(c message.ClientID)
 	Client(c message.ClientID, m message.Message)
 	// Ready returns the outputs produced since the last call and clears them.
+	// Its slices may be reused by the next call: the simulator acts on them
+	// before it calls Ready again.
 	Ready() Ready
 	// Status is a cheap read-only snapshot of what the checkers need.
 	Status() NodeStatus

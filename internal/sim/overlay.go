@@ -6,7 +6,13 @@ import (
 )
 
 // overlayNode adapts the protocol core, overlay.Node, to the simulator.
-type overlayNode struct{ n *overlay.Node }
+// Ready's slices are reused from one call to the next (the simulator acts
+// on them before it calls Ready again, node.go): no allocation per flush.
+// (A value type holding pointers: drivers may assert b.node.(overlayNode).)
+type overlayNode struct {
+	n   *overlay.Node
+	out *Ready
+}
 
 // NewOverlayNode is the NodeFactory of the real protocol core.
 func NewOverlayNode(cfg NodeConfig) (Node, error) {
@@ -18,7 +24,7 @@ func NewOverlayNode(cfg NodeConfig) (Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return overlayNode{n}, nil
+	return overlayNode{n: n, out: &Ready{}}, nil
 }
 
 // DefaultFactory is the node the scenario files and the fuzzer run.
@@ -43,32 +49,27 @@ func (o overlayNode) Client(c message.ClientID, m message.Message)  { o.n.Client
 
 func (o overlayNode) Ready() Ready {
 	r := o.n.Ready()
-	out := Ready{Closes: r.Closes}
-	if len(r.Dials) > 0 {
-		out.Dials = make([]Peer, len(r.Dials))
-		for i, p := range r.Dials {
-			out.Dials[i] = Peer{ID: p.ID, Addr: p.Addr}
-		}
+	out := o.out
+	clear(out.Messages) // drop the references of the previous call
+	clear(out.ToClients)
+	out.Closes = r.Closes
+	out.Dials = out.Dials[:0]
+	for _, p := range r.Dials {
+		out.Dials = append(out.Dials, Peer{ID: p.ID, Addr: p.Addr})
 	}
-	if len(r.Messages) > 0 {
-		out.Messages = make([]Envelope, len(r.Messages))
-		for i, m := range r.Messages {
-			out.Messages[i] = Envelope{To: m.To, Msg: m.Msg}
-		}
+	out.Messages = out.Messages[:0]
+	for _, m := range r.Messages {
+		out.Messages = append(out.Messages, Envelope{To: m.To, Msg: m.Msg})
 	}
-	if len(r.ToClients) > 0 {
-		out.ToClients = make([]ClientEnvelope, len(r.ToClients))
-		for i, m := range r.ToClients {
-			out.ToClients[i] = ClientEnvelope{To: m.To, Msg: m.Msg}
-		}
+	out.ToClients = out.ToClients[:0]
+	for _, m := range r.ToClients {
+		out.ToClients = append(out.ToClients, ClientEnvelope{To: m.To, Msg: m.Msg})
 	}
-	if len(r.Notices) > 0 {
-		out.Notices = make([]Notice, len(r.Notices))
-		for i, n := range r.Notices {
-			out.Notices[i] = Notice{Kind: string(n.Kind), Peer: n.Peer, Detail: n.Detail}
-		}
+	out.Notices = out.Notices[:0]
+	for _, n := range r.Notices {
+		out.Notices = append(out.Notices, Notice{Kind: string(n.Kind), Peer: n.Peer, Detail: n.Detail})
 	}
-	return out
+	return *out
 }
 
 // Status uses the core's cheap accessors: a full overlay.Status snapshot

@@ -2,11 +2,14 @@ package sim
 
 import (
 	"time"
+
+	"github.com/deltapub/deltapub/message"
 )
 
 // event is one thing that happens at a virtual instant. Events are ordered
 // by time, then by the order in which they were scheduled (seq), so a run is
-// a pure function of its seed.
+// a pure function of its seed. The order is total (seq is unique), so any
+// correct priority queue pops the same sequence.
 type event struct {
 	at  time.Duration
 	seq uint64
@@ -15,7 +18,10 @@ type event struct {
 	// (inc differs) and held back while the broker is frozen.
 	target *broker
 	inc    int
-	fn     func()
+	// Exactly one of fn and d is set: d is a broker message in flight
+	// (the bulk of all events), carried without a closure.
+	fn func()
+	d  *delivery
 }
 
 func (e *event) before(o *event) bool {
@@ -25,47 +31,65 @@ func (e *event) before(o *event) bool {
 	return e.seq < o.seq
 }
 
-// eventHeap is a binary min-heap of events, written out rather than
-// through container/heap: the queue is the simulator's innermost loop and
-// the interface calls cost ~10% of a large run.
-type eventHeap []*event
+// delivery is a broker message in flight on link l. Deliveries are
+// recycled (Sim.freeDeliv) once processed or dropped.
+type delivery struct {
+	from  message.BrokerID
+	l     *link
+	k     linkKey
+	name  string
+	msg   message.Message
+	frame []byte
+}
 
-func (h *eventHeap) push(e *event) {
+// eventHeap is a 4-ary min-heap of events held by value: no allocation per
+// event, half the depth of a binary heap, and the four children of a node
+// are adjacent in memory. The queue is the simulator's innermost loop.
+type eventHeap []event
+
+func (h *eventHeap) push(e event) {
 	q := append(*h, e)
 	i := len(q) - 1
 	for i > 0 {
-		p := (i - 1) / 2
-		if !q[i].before(q[p]) {
+		p := (i - 1) / 4
+		if !e.before(&q[p]) {
 			break
 		}
-		q[i], q[p] = q[p], q[i]
+		q[i] = q[p]
 		i = p
 	}
+	q[i] = e
 	*h = q
 }
 
-func (h *eventHeap) pop() *event {
+func (h *eventHeap) pop() event {
 	q := *h
 	top := q[0]
 	n := len(q) - 1
-	q[0] = q[n]
-	q[n] = nil
+	last := q[n]
+	q[n] = event{} // drop the references held by the slot
 	q = q[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
+	if n > 0 {
+		i := 0
+		for {
+			c := 4*i + 1
+			if c >= n {
+				break
+			}
+			m := c
+			end := min(c+4, n)
+			for j := c + 1; j < end; j++ {
+				if q[j].before(&q[m]) {
+					m = j
+				}
+			}
+			if !q[m].before(&last) {
+				break
+			}
+			q[i] = q[m]
+			i = m
 		}
-		m := l
-		if r := l + 1; r < n && q[r].before(q[l]) {
-			m = r
-		}
-		if !q[m].before(q[i]) {
-			break
-		}
-		q[i], q[m] = q[m], q[i]
-		i = m
+		q[i] = last
 	}
 	*h = q
 	return top
@@ -78,13 +102,34 @@ func (s *Sim) schedule(at time.Duration, fn func()) {
 
 // scheduleFor queues an input for broker b's current incarnation.
 func (s *Sim) scheduleFor(at time.Duration, b *broker, fn func()) {
+	s.enqueue(at, b, fn, nil)
+}
+
+func (s *Sim) enqueue(at time.Duration, b *broker, fn func(), d *delivery) {
 	if at < s.now {
 		at = s.now
 	}
 	s.seq++
-	e := &event{at: at, seq: s.seq, target: b, fn: fn}
+	e := event{at: at, seq: s.seq, target: b, fn: fn, d: d}
 	if b != nil {
 		e.inc = b.inc
 	}
 	s.q.push(e)
+}
+
+// newDelivery returns a recycled (or new) delivery record. The free list
+// is bounded by the largest number of messages ever in flight at once.
+func (s *Sim) newDelivery() *delivery {
+	if n := len(s.freeDeliv); n > 0 {
+		d := s.freeDeliv[n-1]
+		s.freeDeliv = s.freeDeliv[:n-1]
+		return d
+	}
+	return &delivery{}
+}
+
+func (s *Sim) releaseDelivery(d *delivery) {
+	// The frame is not reused: a decoded message may share its bytes.
+	*d = delivery{}
+	s.freeDeliv = append(s.freeDeliv, d)
 }

@@ -30,6 +30,7 @@ import (
 //	unsubscribe S1
 //	crash B3 [B4 ...] | restart B3 [via B2 ...] | freeze B5 ... | resume B5 ...
 //	cut B2 B3 | heal B2 B3
+//	leave B3 [max=DURATION]     graceful leave; runs until B3 has left (leave.go)
 //	run DURATION                advance virtual time
 //	settle [for=DURATION]       stop publishing, run, then check that every queue drained
 //	beyond                      the scenario exceeds δ: judge it by the beyond-δ rules
@@ -347,6 +348,8 @@ func (r *runner) exec(l scriptLine) error {
 			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
 		}
 		return s.Restart(id, jps...)
+	case "leave":
+		return r.leave(opts, rest)
 	case "cut", "heal":
 		if len(rest) != 2 {
 			return fmt.Errorf("want: %s BROKER BROKER", cmd)
@@ -382,7 +385,7 @@ func (r *runner) exec(l scriptLine) error {
 		r.beyond = true
 		return nil
 	}
-	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, freeze, resume, cut, heal, run, settle, beyond)")
+	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, freeze, resume, cut, heal, leave, run, settle, beyond)")
 }
 
 func (r *runner) config(args []string) error {

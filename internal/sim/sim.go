@@ -134,7 +134,7 @@ type broker struct {
 	state brokerState
 	// pending holds the inputs that reached the broker while frozen, in
 	// arrival order; they are processed when it resumes.
-	pending     []*event
+	pending     []event
 	everCrashed bool
 	joined      bool
 	everJoined  bool // some incarnation was a member
@@ -157,6 +157,7 @@ type link struct {
 	k      linkKey
 	incA   int
 	incB   int
+	bA, bB *broker // the brokers of k.a and k.b (brokers are never removed)
 	since  time.Duration
 	up     bool // not closed or reported down
 	broken bool // cut or closed: nothing more arrives
@@ -198,7 +199,13 @@ type Sim struct {
 	stats    Stats
 	err      error
 	enc      *wire.Encoder // for Config.Wire
-	online   map[int]*online
+	// freeDeliv recycles the records of messages in flight.
+	freeDeliv []*delivery
+	// typeNames caches message.Type.String (a map look-up) and msgCount
+	// counts the messages sent by type; Stats builds Stats.Messages.
+	typeNames []string
+	msgCount  []int64
+	online    map[int]*online
 	// firstViolation is the first duplicate or reorder seen online, or -1.
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
@@ -221,7 +228,6 @@ func New(cfg Config) (*Sim, error) {
 
 		firstViolation: -1,
 	}
-	s.stats.Messages = map[string]int64{}
 	s.stats.Notices = map[string]int64{}
 	if cfg.SampleEvery > 0 {
 		s.schedule(cfg.SampleEvery, s.sample)
@@ -237,7 +243,29 @@ func (s *Sim) Now() time.Duration { return s.now }
 func (s *Sim) Err() error { return s.err }
 
 // Stats returns the counters of the run so far.
-func (s *Sim) Stats() Stats { st := s.stats; st.VirtualTime = s.now; return st }
+func (s *Sim) Stats() Stats {
+	st := s.stats
+	st.VirtualTime = s.now
+	st.Messages = make(map[string]int64, len(s.msgCount))
+	for t, n := range s.msgCount {
+		if n > 0 {
+			st.Messages[s.typeNames[t]] = n
+		}
+	}
+	return st
+}
+
+// countType returns t.String() (cached) and makes room to count type t.
+func (s *Sim) countType(t message.Type) string {
+	if int(t) >= len(s.typeNames) {
+		s.typeNames = append(s.typeNames, make([]string, int(t)+1-len(s.typeNames))...)
+		s.msgCount = append(s.msgCount, make([]int64, int(t)+1-len(s.msgCount))...)
+	}
+	if s.typeNames[t] == "" {
+		s.typeNames[t] = t.String()
+	}
+	return s.typeNames[t]
+}
 
 // Log is the record of publications, subscriptions and deliveries.
 func (s *Sim) Log() *Log { return s.log }
@@ -308,7 +336,7 @@ func (s *Sim) stepOne() {
 		s.err = ErrEventBound
 		return
 	}
-	s.run(e)
+	s.run(&e)
 }
 
 // run executes one event: a global action, or an input to a broker's node
@@ -320,13 +348,20 @@ func (s *Sim) run(e *event) {
 		return
 	}
 	if b.inc != e.inc || b.state == stateCrashed {
+		if e.d != nil {
+			s.releaseDelivery(e.d)
+		}
 		return // the incarnation this input was meant for is gone
 	}
 	if b.state == stateFrozen {
-		b.pending = append(b.pending, e)
+		b.pending = append(b.pending, *e)
 		return
 	}
-	e.fn()
+	if e.d != nil {
+		s.deliver(b, e.d)
+	} else {
+		e.fn()
+	}
 	s.flush(b)
 }
 
@@ -568,8 +603,8 @@ func (s *Sim) Resume(id message.BrokerID) error {
 	b.pending = nil
 	// Processed synchronously: an event already queued for this instant
 	// must not overtake inputs that arrived earlier on the same link.
-	for _, e := range pending {
-		s.run(e)
+	for i := range pending {
+		s.run(&pending[i])
 	}
 	return nil
 }
@@ -655,10 +690,10 @@ func (l *link) incOf(id message.BrokerID) int {
 }
 
 func (s *Sim) alive(l *link) bool {
-	if l == nil || !l.up || l.broken || s.cuts[l.k] {
+	if l == nil || !l.up || l.broken || len(s.cuts) > 0 && s.cuts[l.k] {
 		return false
 	}
-	a, b := s.brokers[l.k.a], s.brokers[l.k.b]
+	a, b := l.bA, l.bB
 	return a.inc == l.incA && b.inc == l.incB && a.state != stateCrashed && b.state != stateCrashed
 }
 
@@ -707,9 +742,9 @@ func (s *Sim) dial(b *broker, to message.BrokerID) {
 		s.nextLink++
 		l := &link{id: s.nextLink, k: k, since: s.now, up: true}
 		if k.a == b.id {
-			l.incA, l.incB = b.inc, t.inc
+			l.incA, l.incB, l.bA, l.bB = b.inc, t.inc, b, t
 		} else {
-			l.incA, l.incB = t.inc, b.inc
+			l.incA, l.incB, l.bA, l.bB = t.inc, b.inc, t, b
 		}
 		s.links[k] = l
 		s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
@@ -739,7 +774,8 @@ func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 }
 
 func (s *Sim) send(b *broker, env Envelope) {
-	name := env.Msg.Type().String()
+	typ := env.Msg.Type()
+	name := s.countType(typ)
 	k := keyOf(b.id, env.To)
 	l := s.links[k]
 	if l == nil || !l.up || l.incOf(b.id) != b.inc {
@@ -747,7 +783,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
 		return
 	}
-	s.stats.Messages[name]++
+	s.msgCount[typ]++
 	dir := 0
 	if b.id != k.a {
 		dir = 1
@@ -773,23 +809,32 @@ func (s *Sim) send(b *broker, env Envelope) {
 			return
 		}
 	}
-	from := b.id
-	s.scheduleFor(at, t, func() {
-		if s.links[k] != l || !s.alive(l) {
-			s.stats.InFlightLost++
-			s.tracef("%s -> %s LOST in flight %s", from, t.id, name)
+	d := s.newDelivery()
+	d.from, d.l, d.k, d.name, d.msg, d.frame = b.id, l, k, name, msg, frame
+	s.enqueue(at, t, nil, d)
+}
+
+// deliver hands a message in flight to its receiver t (an up broker of
+// the incarnation it was sent to), unless its link broke meanwhile.
+func (s *Sim) deliver(t *broker, d *delivery) {
+	from, msg := d.from, d.msg
+	if s.links[d.k] != d.l || !s.alive(d.l) {
+		s.stats.InFlightLost++
+		s.tracef("%s -> %s LOST in flight %s", from, t.id, d.name)
+		s.releaseDelivery(d)
+		return
+	}
+	if d.frame != nil {
+		m, _, err := wire.Decode(d.frame, len(d.frame)+16)
+		if err != nil {
+			s.log.problem(&s.log.Errors, "%s -> %s %s: cannot decode: %v", from, t.id, d.name, err)
+			s.releaseDelivery(d)
 			return
 		}
-		if frame != nil {
-			m, _, err := wire.Decode(frame, len(frame)+16)
-			if err != nil {
-				s.log.problem(&s.log.Errors, "%s -> %s %s: cannot decode: %v", from, t.id, name, err)
-				return
-			}
-			msg = m
-		}
-		t.node.Step(from, msg)
-	})
+		msg = m
+	}
+	s.releaseDelivery(d)
+	t.node.Step(from, msg)
 }
 
 // sample records queue lengths for the bound check and the statistics.

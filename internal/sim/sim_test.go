@@ -171,14 +171,19 @@ func TestEventHeapOrder(t *testing.T) {
 	seq := uint64(0)
 	for i := 0; i < 1000; i++ {
 		seq++
-		h.push(&event{at: time.Duration((i * 7919) % 97), seq: seq})
+		h.push(event{at: time.Duration((i * 7919) % 97), seq: seq})
 	}
 	var last *event
+	n := 0
 	for len(h) > 0 {
 		e := h.pop()
 		if last != nil && e.before(last) {
 			t.Fatalf("out of order: %v/%d after %v/%d", e.at, e.seq, last.at, last.seq)
 		}
-		last = e
+		last = &e
+		n++
+	}
+	if n != 1000 {
+		t.Fatalf("popped %d events, pushed 1000", n)
 	}
 }

@@ -1,0 +1,89 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
+)
+
+// coreNode is a node that is the real protocol core (the adapter of
+// overlay.go; a value receiver, so that both the adapter and a pointer to
+// it qualify).
+type coreNode interface{ core() *overlay.Node }
+
+func (o overlayNode) core() *overlay.Node { return o.n }
+
+// Leave starts a graceful leave of broker id (the overlay core's
+// Node.Leave, docs/protocol.md §3). Its clients move away: its subscribers
+// are excluded from the guarantees from now on (they are told their
+// subscriptions ended and would resubscribe elsewhere) and its publishers
+// stop; what they published before stays guaranteed (it must reach every
+// subscriber, as if the publisher had moved). Other nodes than the
+// overlay core cannot leave.
+func (s *Sim) Leave(id message.BrokerID) error {
+	b, err := s.broker(id)
+	if err != nil {
+		return err
+	}
+	if b.state != stateUp {
+		return fmt.Errorf("sim: leave %s: it is %s, not up", id, b.state)
+	}
+	on, ok := b.node.(coreNode)
+	if !ok {
+		return fmt.Errorf("sim: leave %s: this node kind cannot leave", id)
+	}
+	s.tracef("%s LEAVE", id)
+	for _, c := range b.clients {
+		if c.sub >= 0 {
+			s.log.Subs[c.sub].Excluded = true
+		}
+		if c.pub != nil {
+			c.pub.stopped = true
+		}
+		// The client goes away: an answer to a request in flight (a
+		// refused Publish) is not waited for.
+		c.dead = true
+	}
+	s.input(b, 0, func() { on.core().Leave() })
+	return nil
+}
+
+// HasLeft reports whether broker id completed a graceful leave.
+func (s *Sim) HasLeft(id message.BrokerID) bool {
+	b, err := s.broker(id)
+	if err != nil || b.node == nil {
+		return false
+	}
+	on, ok := b.node.(coreNode)
+	return ok && on.core().Leaving() && !on.core().Joined()
+}
+
+// leave runs the scenario command "leave B [max=DURATION]": it starts the
+// leave and runs until B has left (at most max, default 3s), noting how
+// long it took. Publishers go on meanwhile.
+func (r *runner) leave(opts map[string]string, rest []string) error {
+	if len(rest) != 1 {
+		return fmt.Errorf("want: leave BROKER [max=DURATION]")
+	}
+	max := 3 * time.Second
+	if v, ok := opts["max"]; ok {
+		var err error
+		if max, err = parseDur("max", v); err != nil {
+			return err
+		}
+	}
+	id := message.BrokerID(rest[0])
+	if err := r.s.Leave(id); err != nil {
+		return err
+	}
+	ok, err := r.s.RunUntilCond(max, func() bool { return r.s.HasLeft(id) })
+	if err != nil {
+		return err
+	}
+	if !ok {
+		r.note("leave %s: not completed within %v", id, max)
+	}
+	return nil
+}
