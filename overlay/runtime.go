@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -97,6 +98,9 @@ type Runtime struct {
 	trace      bool                      // trace logging on: log every peer message
 	answers    []ClientEnvelope          // the runtime's own answers, sent after the core's outputs
 	laterAck   map[message.ClientID]bool // scratch of coalesceAcks
+	denc       wire.DeliveryEncoder      // the publication being delivered (sendClients)
+	runBuf     []ClientEnvelope          // scratch of sendDeliveries
+	subsBuf    []uint64                  // scratch of sendDeliveries
 	leaving    bool
 	left       bool
 	joinFailed string
@@ -740,11 +744,7 @@ func (r *Runtime) drain() {
 			r.sendPeer(rd.Messages[i].To, rd.Messages[i].Msg)
 		}
 		r.coalesceAcks(rd.ToClients)
-		for i := range rd.ToClients {
-			if rd.ToClients[i].Msg != nil {
-				r.sendClient(rd.ToClients[i].To, rd.ToClients[i].Msg)
-			}
-		}
+		r.sendClients(rd.ToClients)
 		// Inputs fed to the core while carrying out (LinkUp of a link
 		// already there, LinkDown of a slow link, ClientClose of a slow
 		// client) produced more outputs: another round, bounded because
@@ -869,6 +869,135 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 	r.node.LinkDown(peer)
 }
 
+// frameSession is a ClientSession that also takes encoded frames
+// (internal/quic's Session): deliveries are encoded once per publication
+// and the same bytes queued on every session.
+type frameSession interface {
+	TrySendFrame(frame []byte) bool
+	// Version is the protocol version agreed in the handshake: from 2 on
+	// the client understands DeliverSet.
+	Version() uint16
+}
+
+// sendClients carries out the core's outputs to clients (nil ones are
+// skipped: coalesced acknowledgements). The core emits the deliveries of one
+// publication together; each such run goes to sendDeliveries.
+func (r *Runtime) sendClients(out []ClientEnvelope) {
+	for i := 0; i < len(out); {
+		d, ok := out[i].Msg.(*message.Deliver)
+		if !ok {
+			if out[i].Msg != nil {
+				r.sendClient(out[i].To, out[i].Msg)
+			}
+			i++
+			continue
+		}
+		r.denc.Reset(d)
+		j := i + 1
+		for ; j < len(out); j++ {
+			d2, ok := out[j].Msg.(*message.Deliver)
+			if !ok || !r.denc.Same(&d2.Pub, d2.Attrs, d2.Payload, d2.Time) {
+				break
+			}
+		}
+		r.sendDeliveries(out[i:j])
+		i = j
+	}
+}
+
+// sendDeliveries sends the deliveries of one publication (r.denc holds it)
+// to their sessions. A session that takes frames gets the publication
+// encoded once for all sessions: one DeliverSet frame listing all its
+// matching subscriptions (protocol version 2), or one Deliver frame per
+// subscription built from the shared encoding (version 1). Per session the
+// deliveries keep their order; across sessions order does not matter.
+func (r *Runtime) sendDeliveries(run []ClientEnvelope) {
+	if len(run) > 1 {
+		// Group each session's deliveries (stable: their order is kept).
+		r.runBuf = append(r.runBuf[:0], run...)
+		slices.SortStableFunc(r.runBuf, func(a, b ClientEnvelope) int {
+			switch {
+			case a.To < b.To:
+				return -1
+			case a.To > b.To:
+				return 1
+			}
+			return 0
+		})
+		run = r.runBuf
+		defer clear(r.runBuf) // do not pin the messages until the next run
+	}
+	if t := run[0].Msg.(*message.Deliver).Time; t > 0 {
+		// One observation per publication delivered here (not per
+		// delivery: with 100 local subscribers the histogram cost as much
+		// as encoding).
+		r.m.deliveryLatency.Observe(r.now().Sub(time.Unix(0, t)).Seconds())
+	}
+	for i := 0; i < len(run); {
+		c := run[i].To
+		j := i + 1
+		for j < len(run) && run[j].To == c {
+			j++
+		}
+		r.deliverTo(c, run[i:j])
+		i = j
+	}
+}
+
+// deliverTo sends one session its deliveries of the publication r.denc
+// holds; a session whose queue is full is disconnected (see Runtime).
+func (r *Runtime) deliverTo(c message.ClientID, ds []ClientEnvelope) {
+	ss := r.sessions[c]
+	if ss == nil {
+		r.m.unroutable.WithLabelValues("client").Add(float64(len(ds)))
+		r.log.Debug().Uint64("client", uint64(c)).Msg("no session for a delivery (client just left)")
+		return
+	}
+	fs, frames := ss.s.(frameSession)
+	sent := true
+	switch {
+	case frames && fs.Version() >= 2 && r.ownSubs(ds):
+		r.subsBuf = r.subsBuf[:0]
+		for i := range ds {
+			r.subsBuf = append(r.subsBuf, ds[i].Msg.(*message.Deliver).Sub.N)
+		}
+		sent = fs.TrySendFrame(r.denc.DeliverSetFrame(r.subsBuf))
+	case frames:
+		for i := 0; i < len(ds) && sent; i++ {
+			sent = fs.TrySendFrame(r.denc.DeliverFrame(&ds[i].Msg.(*message.Deliver).Sub))
+		}
+	default:
+		for i := 0; i < len(ds) && sent; i++ {
+			sent = ss.s.TrySend(ds[i].Msg)
+		}
+	}
+	if !sent {
+		r.slowConsumer(c, ss)
+	}
+}
+
+// ownSubs reports whether every delivery is to a subscription this broker
+// incarnation made: a DeliverSet names subscriptions by N only, the client
+// knows their edge and epoch from its SubAcks.
+func (r *Runtime) ownSubs(ds []ClientEnvelope) bool {
+	for i := range ds {
+		s := &ds[i].Msg.(*message.Deliver).Sub
+		if s.Edge != r.node.cfg.ID || s.Epoch != r.node.cfg.Epoch {
+			return false
+		}
+	}
+	return true
+}
+
+// slowConsumer disconnects a client whose send queue is full.
+func (r *Runtime) slowConsumer(c message.ClientID, ss *sessionState) {
+	r.log.Warn().Uint64("client", uint64(c)).Int("queue", r.cfg.Limits.SendQueue).Msg("disconnecting a slow consumer: its send queue is full")
+	ss.s.Close(fmt.Sprintf("slow consumer: %d messages queued and not read", r.cfg.Limits.SendQueue))
+	r.m.clientDisconnects.WithLabelValues("slow consumer").Inc()
+	r.dropSession(c)
+	r.node.ClientClose(c)
+}
+
 // sendClient sends m to a client session; a client whose queue is full is
 // disconnected (see Runtime).
 func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
@@ -879,10 +1008,6 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 		return
 	}
 	switch m := m.(type) {
-	case *message.Deliver:
-		if m.Time > 0 {
-			r.m.deliveryLatency.Observe(r.now().Sub(time.Unix(0, m.Time)).Seconds())
-		}
 	case *message.PubAck:
 		if m.Err != "" {
 			r.m.pubAckErrors.WithLabelValues(m.Err).Inc()
@@ -898,11 +1023,7 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 	if ss.s.TrySend(m) {
 		return
 	}
-	r.log.Warn().Uint64("client", uint64(c)).Int("queue", r.cfg.Limits.SendQueue).Msg("disconnecting a slow consumer: its send queue is full")
-	ss.s.Close(fmt.Sprintf("slow consumer: %d messages queued and not read", r.cfg.Limits.SendQueue))
-	r.m.clientDisconnects.WithLabelValues("slow consumer").Inc()
-	r.dropSession(c)
-	r.node.ClientClose(c)
+	r.slowConsumer(c, ss)
 }
 
 // State is what /state serves: the core's Status (its fields at the top

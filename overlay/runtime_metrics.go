@@ -70,7 +70,7 @@ func newRuntimeMetrics(reg *prometheus.Registry, inputLen func() float64) *runti
 	m.pubAckErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "deltapub_puback_errors_total", Help: "Publications refused, by error (backpressure: retried by the client)."}, []string{"err"})
 	m.deliveryLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "deltapub_delivery_latency_seconds",
-		Help:    "End-to-end delay of deliveries to local subscribers: publisher's clock at publish to this broker's clock at delivery (meaningful when the clocks agree, e.g. on one machine).",
+		Help:    "End-to-end delay of publications delivered to local subscribers, one observation per publication (not per subscriber): publisher's clock at publish to this broker's clock at delivery (meaningful when the clocks agree, e.g. on one machine).",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50 µs … 6.5 s
 	})
 	m.stepSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
