@@ -82,8 +82,10 @@ func benchPublishFrame(b *testing.B) ([]byte, int) {
 	return f, i + 1
 }
 
-func BenchmarkBrokerPublishDeliver1(b *testing.B)   { benchPublishDeliver(b, 1, wire.ProtocolVersion) }
-func BenchmarkBrokerPublishDeliver100(b *testing.B) { benchPublishDeliver(b, 100, wire.ProtocolVersion) }
+func BenchmarkBrokerPublishDeliver1(b *testing.B) { benchPublishDeliver(b, 1, wire.ProtocolVersion) }
+func BenchmarkBrokerPublishDeliver100(b *testing.B) {
+	benchPublishDeliver(b, 100, wire.ProtocolVersion)
+}
 
 // BenchmarkBrokerPublishDeliver100V1: the same with clients of protocol
 // version 1 (one Deliver frame per subscription, from the shared encoding).
