@@ -21,6 +21,7 @@ type leaveState struct {
 	repairing bool                      // the repair flood was started
 	repaired  bool                      // ... and it completed
 	ticks     int                       // ticks since the repair flood started
+	detail    string                    // for the final NoticeLeft
 }
 
 // leaveRepairBound bounds, in failure timeouts, how long a leaver waits
@@ -135,7 +136,7 @@ func (n *Node) leaveTick() {
 	}
 	lv.ticks++
 	if (lv.repaired && n.queueLen == 0) || lv.ticks > leaveRepairBound*n.cfg.FailureTicks+n.cfg.GoneAfterTicks {
-		detail := ""
+		detail := lv.detail
 		if !lv.repaired {
 			detail = fmt.Sprintf("repair not confirmed after %d ticks: leaving anyway", lv.ticks)
 		} else if n.queueLen > 0 {
@@ -153,7 +154,7 @@ func (n *Node) startRepair() {
 	if err != nil {
 		// Our own map always holds our neighbours; if not, leave without
 		// a repair (the neighbourhood treats us as crashed).
-		n.notice(NoticeLeft, "", "cannot compute the repair: "+err.Error())
+		lv.detail = "left without a repair: " + err.Error()
 		lv.repaired = true
 		return
 	}
