@@ -301,28 +301,69 @@ func (s *Sim) CheckLiveness() {
 // trace shows a violation at the instant it happens (the full verdict is
 // still Log.Check after the run).
 type online struct {
-	got  map[message.PubID]bool
-	last map[message.Source]uint64
+	src map[message.Source]*seen
+}
+
+// seen is what one subscriber got from one source: the highest sequence
+// number (last, once set) and the set of sequence numbers delivered, as a
+// bitmap below seenBits (sequence numbers start at 1 and grow by one) and
+// a map above (a stray huge number must not allocate a huge bitmap).
+type seen struct {
+	last    uint64
+	hasLast bool
+	bits    []uint64
+	far     map[uint64]bool
+}
+
+const seenBits = 1 << 20
+
+func (x *seen) has(seq uint64) bool {
+	if seq < seenBits {
+		w := seq / 64
+		return w < uint64(len(x.bits)) && x.bits[w]&(1<<(seq%64)) != 0
+	}
+	return x.far[seq]
+}
+
+func (x *seen) add(seq uint64) {
+	if seq < seenBits {
+		w := int(seq / 64)
+		for len(x.bits) <= w {
+			x.bits = append(x.bits, 0)
+		}
+		x.bits[w] |= 1 << (seq % 64)
+		return
+	}
+	if x.far == nil {
+		x.far = map[uint64]bool{}
+	}
+	x.far[seq] = true
 }
 
 func (s *Sim) checkOnline(c *client, d *message.Deliver) {
-	if s.online == nil {
-		s.online = map[int]*online{}
+	for len(s.online) <= c.sub {
+		s.online = append(s.online, nil)
 	}
 	o := s.online[c.sub]
 	if o == nil {
-		o = &online{got: map[message.PubID]bool{}, last: map[message.Source]uint64{}}
+		o = &online{src: map[message.Source]*seen{}}
 		s.online[c.sub] = o
 	}
-	violation := ""
-	if o.got[d.Pub] {
-		violation = "duplicate"
-	} else if last, ok := o.last[d.Pub.Source()]; ok && d.Pub.Seq <= last {
-		violation = fmt.Sprintf("reorder (after seq %d)", last)
+	src := d.Pub.Source()
+	x := o.src[src]
+	if x == nil {
+		x = &seen{}
+		o.src[src] = x
 	}
-	o.got[d.Pub] = true
-	if d.Pub.Seq > o.last[d.Pub.Source()] {
-		o.last[d.Pub.Source()] = d.Pub.Seq
+	violation := ""
+	if x.has(d.Pub.Seq) {
+		violation = "duplicate"
+	} else if x.hasLast && d.Pub.Seq <= x.last {
+		violation = fmt.Sprintf("reorder (after seq %d)", x.last)
+	}
+	x.add(d.Pub.Seq)
+	if d.Pub.Seq > x.last {
+		x.last, x.hasLast = d.Pub.Seq, true
 	}
 	if violation != "" {
 		if s.firstViolation < 0 {

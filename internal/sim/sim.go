@@ -205,7 +205,7 @@ type Sim struct {
 	// counts the messages sent by type; Stats builds Stats.Messages.
 	typeNames []string
 	msgCount  []int64
-	online    map[int]*online
+	online    []*online // by subscriber index (Log.Subs)
 	// firstViolation is the first duplicate or reorder seen online, or -1.
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
