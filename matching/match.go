@@ -151,15 +151,28 @@ func (f Filter) Validate() error {
 	if len(f.Preds) > MaxPreds {
 		return fmt.Errorf("matching: %d predicates, at most %d", len(f.Preds), MaxPreds)
 	}
-	seen := make(map[string]bool, len(f.Preds))
+	// Duplicate attributes: a scan of the earlier predicates for small
+	// filters (no allocation; every routing insert validates), a set
+	// beyond.
+	var seen map[string]bool
+	if len(f.Preds) > 16 {
+		seen = make(map[string]bool, len(f.Preds))
+	}
 	for i, p := range f.Preds {
 		if !ValidName(p.Attr) {
 			return fmt.Errorf("matching: predicate %d: invalid attribute name %q", i+1, p.Attr)
 		}
-		if seen[p.Attr] {
+		dup := seen[p.Attr]
+		if seen == nil {
+			for j := 0; j < i && !dup; j++ {
+				dup = f.Preds[j].Attr == p.Attr
+			}
+		} else {
+			seen[p.Attr] = true
+		}
+		if dup {
 			return fmt.Errorf("matching: predicate %d: attribute %q appears twice", i+1, p.Attr)
 		}
-		seen[p.Attr] = true
 		switch {
 		case p.Op.IsString():
 			if p.Value.Kind != KindString {

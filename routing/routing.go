@@ -203,7 +203,9 @@ func (t *Table) place(e *Entry) error {
 		return t.m.Insert(e.key, e.Filter)
 	}
 	bk := bucketOf(groupKey{e.from, e.dir}, e.Filter)
-	for _, c := range t.coverCandidates(bk) {
+	// One candidate list for both scans: the first changes nothing.
+	cands := t.coverCandidates(bk)
+	for _, c := range cands {
 		if matching.Covers(c.Filter, e.Filter) {
 			e.coveredBy = c
 			c.covers = append(c.covers, e)
@@ -213,7 +215,7 @@ func (t *Table) place(e *Entry) error {
 	if err := t.m.Insert(e.key, e.Filter); err != nil {
 		return err
 	}
-	for _, c := range t.coverCandidates(bk) {
+	for _, c := range cands {
 		if matching.Covers(e.Filter, c.Filter) {
 			t.m.Delete(c.key)
 			t.unbucket(c)
