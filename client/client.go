@@ -137,7 +137,8 @@ type Client struct {
 }
 
 type pendingPub struct {
-	msg  *message.Publish
+	msg  *message.Publish // points to pub: one allocation for both
+	pub  message.Publish
 	done chan error // buffered 1: the outcome
 }
 
@@ -279,9 +280,10 @@ func (c *Client) PublishAsync(ctx context.Context, pub matching.Publication) (<-
 	}
 	c.nextSeq++
 	p := &pendingPub{
-		msg:  &message.Publish{Seq: c.nextSeq, Attrs: pub.Attrs, Payload: pub.Payload, Time: time.Now().UnixNano()},
+		pub:  message.Publish{Seq: c.nextSeq, Attrs: pub.Attrs, Payload: pub.Payload, Time: time.Now().UnixNano()},
 		done: make(chan error, 1),
 	}
+	p.msg = &p.pub
 	c.pending = append(c.pending, p)
 	send := !c.bp
 	if send {

@@ -19,12 +19,14 @@ import (
 // connection with one stream, a bounded send queue drained by a writer
 // goroutine in large writes, and the frame reader.
 //
-// Send path: Send encodes the message straight into pending (under mu);
-// the writer swaps pending with its spare buffer and writes the whole batch
-// with one stream Write. So encoding happens once, in the sender's
-// goroutine; batching is automatic (everything queued while a Write is in
-// progress goes out in the next one); and the steady state allocates
-// nothing (the two buffers are reused).
+// Send path: Send encodes the message straight into the queue (under mu);
+// the writer swaps the queue out and writes it with a few large stream
+// Writes. So encoding happens once, in the sender's goroutine, and batching
+// is automatic (everything queued while a Write is in progress goes out in
+// the next one). The queue is a list of chunks of chunkSize bytes taken from
+// a pool shared by all connections: a burst that queues megabytes does not
+// grow (and copy) one buffer over and over, an idle connection holds no
+// buffer, and the steady state allocates nothing.
 type peerConn struct {
 	qc  *quic.Conn
 	str *quic.Stream
@@ -35,7 +37,8 @@ type peerConn struct {
 
 	mu        sync.Mutex
 	enc       *wire.Encoder
-	pending   []byte
+	pending   [][]byte // queued frames, in chunks (see chunkSize)
+	bytes     int      // bytes in pending
 	frames    int
 	spaceWait chan struct{} // closed by the writer when it takes the queue; nil if nobody waits
 	closedErr error         // non-nil once closing: every send fails with it
@@ -78,22 +81,24 @@ func (c *peerConn) send(m message.Message, raw []byte, block bool) error {
 		}
 		// An empty queue takes any frame, so a frame larger than the byte
 		// bound still goes through; otherwise both bounds apply.
-		if c.frames == 0 || (c.frames < c.maxFrames && len(c.pending) < c.maxBytes) {
-			n0 := len(c.pending)
+		if c.frames == 0 || (c.frames < c.maxFrames && c.bytes < c.maxBytes) {
+			chunk := c.chunkFor(len(raw))
+			n0 := len(*chunk)
 			var err error
 			if raw != nil {
-				c.pending = append(c.pending, raw...)
+				*chunk = append(*chunk, raw...)
 			} else {
-				c.pending, err = c.enc.AppendFrame(c.pending, m)
+				*chunk, err = c.enc.AppendFrame(*chunk, m)
 			}
-			if err == nil && len(c.pending)-n0 > c.maxFrame+8 {
-				err = fmt.Errorf("quic: send %v: frame of %d bytes exceeds MaxFrame %d", typeOf(m), len(c.pending)-n0, c.maxFrame)
+			if err == nil && len(*chunk)-n0 > c.maxFrame+8 {
+				err = fmt.Errorf("quic: send %v: frame of %d bytes exceeds MaxFrame %d", typeOf(m), len(*chunk)-n0, c.maxFrame)
 			}
 			if err != nil {
-				c.pending = c.pending[:n0]
+				*chunk = (*chunk)[:n0]
 				c.mu.Unlock()
 				return err
 			}
+			c.bytes += len(*chunk) - n0
 			c.frames++
 			c.sentFrames.Add(1)
 			first := c.frames == 1
@@ -136,12 +141,41 @@ func (c *peerConn) queued() int {
 	return c.frames
 }
 
-// take swaps the queue out for writing.
-func (c *peerConn) take(spare []byte) []byte {
+// chunkSize is the size of the send queue's chunks. Frames never straddle
+// chunks; a frame larger than a chunk gets a chunk of its own size.
+const chunkSize = 32 << 10
+
+// chunks is the pool of send chunks shared by every connection.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 0, chunkSize); return &b }}
+
+// chunkFor returns the chunk to append a frame of about n bytes to (n = 0:
+// unknown, an encoding), adding one to the queue when the last one is too
+// full. Called with mu held.
+func (c *peerConn) chunkFor(n int) *[]byte {
+	if k := len(c.pending); k > 0 {
+		last := &c.pending[k-1]
+		room := cap(*last) - len(*last)
+		if (n > 0 && n <= room) || (n == 0 && room >= 2<<10) {
+			return last
+		}
+	}
+	var b []byte
+	if n > chunkSize {
+		b = make([]byte, 0, n)
+	} else {
+		b = (*chunks.Get().(*[]byte))[:0]
+	}
+	c.pending = append(c.pending, b)
+	return &c.pending[len(c.pending)-1]
+}
+
+// take swaps the queue out for writing (spare: an empty list to reuse).
+func (c *peerConn) take(spare [][]byte) [][]byte {
 	c.mu.Lock()
 	batch := c.pending
 	c.pending = spare[:0]
 	c.frames = 0
+	c.bytes = 0
 	if c.spaceWait != nil {
 		close(c.spaceWait)
 		c.spaceWait = nil
@@ -150,10 +184,22 @@ func (c *peerConn) take(spare []byte) []byte {
 	return batch
 }
 
+// release returns a written batch's chunks to the pool (and clears the
+// list for reuse).
+func release(batch [][]byte) {
+	for i, b := range batch {
+		if cap(b) == chunkSize {
+			b = b[:0]
+			chunks.Put(&b)
+		}
+		batch[i] = nil
+	}
+}
+
 // writeLoop is the writer goroutine.
 func (c *peerConn) writeLoop() {
 	defer close(c.writerDone)
-	var spare []byte
+	var spare [][]byte
 	for {
 		select {
 		case <-c.wake:
@@ -166,19 +212,21 @@ func (c *peerConn) writeLoop() {
 			spare = batch
 			continue
 		}
-		if _, err := c.str.Write(batch); err != nil {
-			c.abort(codeProtocol, fmt.Sprintf("write failed: %v", err))
-			c.finish()
-			return
+		n := 0
+		for _, b := range batch {
+			if len(b) == 0 {
+				continue // an encoding that failed left its new chunk empty
+			}
+			if _, err := c.str.Write(b); err != nil {
+				c.abort(codeProtocol, fmt.Sprintf("write failed: %v", err))
+				c.finish()
+				return
+			}
+			n += len(b)
 		}
-		c.sentBytes.Add(uint64(len(batch)))
+		c.sentBytes.Add(uint64(n))
 		c.writes.Add(1)
-		// Keep the buffer for the next swap, unless a burst grew it far
-		// beyond what traffic now needs: then let it go, so an idle link
-		// does not pin up to SendQueueBytes twice over.
-		if cap(batch) > shrinkAbove && len(batch) < cap(batch)/4 {
-			batch = nil
-		}
+		release(batch)
 		spare = batch
 	}
 }
@@ -190,7 +238,10 @@ func (c *peerConn) finish() {
 	if c.graceful {
 		deadline := time.Now().Add(closeLinger)
 		_ = c.str.SetWriteDeadline(deadline)
-		batch := c.take(nil)
+		var batch []byte
+		for _, b := range c.take(nil) {
+			batch = append(batch, b...)
+		}
 		batch, _ = wire.AppendFrame(batch, &message.Refuse{Code: message.RefuseClosing, Reason: c.closeReason})
 		if _, err := c.str.Write(batch); err == nil {
 			_ = c.str.Close()
@@ -247,10 +298,6 @@ func (c *peerConn) localReason() (string, bool) {
 // the latest when they are purged). Client readers do not use one: an
 // application may keep a few payloads out of many.
 const readArena = 16 << 10
-
-// shrinkAbove: a send buffer larger than this is released when a write
-// uses less than a quarter of it.
-const shrinkAbove = 256 << 10
 
 // maxBatch bounds the messages handed to a BatchHandler at once.
 const maxBatch = 256
