@@ -164,6 +164,7 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 	}
 	cmd := exec.Command(h.bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Env = brokerEnv(os.Environ(), h.p.Spec.Process)
 	if logf != nil {
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
@@ -191,6 +192,26 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 	h.procs[name] = pr
 	h.mu.Unlock()
 	return nil
+}
+
+// brokerEnv is the environment of a broker process: the testbed's, with
+// GOMAXPROCS and GOGC from the spec (process.gomaxprocs, process.gogc)
+// replacing any inherited value.
+func brokerEnv(env []string, ps ProcessSpec) []string {
+	out := make([]string, 0, len(env)+2)
+	for _, kv := range env {
+		if (ps.GOMAXPROCS > 0 && strings.HasPrefix(kv, "GOMAXPROCS=")) || (ps.GOGC > 0 && strings.HasPrefix(kv, "GOGC=")) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	if ps.GOMAXPROCS > 0 {
+		out = append(out, "GOMAXPROCS="+strconv.Itoa(ps.GOMAXPROCS))
+	}
+	if ps.GOGC > 0 {
+		out = append(out, "GOGC="+strconv.Itoa(ps.GOGC))
+	}
+	return out
 }
 
 func (h *procHost) get(name string) (*proc, error) {

@@ -251,6 +251,12 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	if s.Metrics.Sample.Duration < 10*time.Millisecond {
 		errs.add(L("metrics.sample"), "sample = %v: at least 10ms", s.Metrics.Sample.Duration)
 	}
+	if s.Process.GOMAXPROCS < 0 || s.Process.GOMAXPROCS > 1024 {
+		errs.add(L("process.gomaxprocs"), "gomaxprocs = %d: must be within 0..1024 (0: Go's default)", s.Process.GOMAXPROCS)
+	}
+	if s.Process.GOGC < 0 || s.Process.GOGC > 100000 {
+		errs.add(L("process.gogc"), "gogc = %d: must be within 0..100000 (0: Go's default)", s.Process.GOGC)
+	}
 	if s.Process.BasePort != 0 && (s.Process.BasePort < 1024 || s.Process.BasePort+2*len(topo.Names) > 65535) {
 		errs.add(L("process.base_port"), "base_port = %d: brokers need ports %d..%d within 1024..65535", s.Process.BasePort, s.Process.BasePort, s.Process.BasePort+2*len(topo.Names))
 	}

@@ -76,6 +76,58 @@ const (
 	sampleParallel = 8
 )
 
+// subscribeWindow bounds the subscriptions made but not yet confirmed
+// during the setup. Each one floods through the overlay; thousands at once
+// (srds09: 2,600) queue up in every broker's input ahead of the heartbeats,
+// which then arrive later than the failure timeout: brokers suspect each
+// other, bypass and retransmit, and on a small machine that storm fed on
+// itself until the run failed. A window paces the setup at the overlay's
+// own speed.
+const subscribeWindow = 32
+
+// waitWindowEmpty waits (at most d) until no slot of win is held; it
+// returns how many still were at the deadline.
+func waitWindowEmpty(ctx context.Context, win chan struct{}, d time.Duration) int {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if len(win) == 0 {
+			return 0
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return len(win)
+}
+
+func countSubs(p *Plan) int {
+	n := 0
+	for _, sb := range p.Subscribers {
+		n += len(sb.Parsed)
+	}
+	return n
+}
+
+// deliveryBudget bounds the deliveries buffered in the testbed's clients,
+// over all subscriptions; deliveryBuffer divides it. A buffer is allocated
+// in full when the subscription is made (168 bytes per slot, holding
+// pointers the garbage collector scans on every cycle): 65,536 slots for
+// each of srds09's 2,600 subscriptions were 28 GB of heap to scan, and the
+// run drowned in garbage collection. A full buffer loses nothing: the
+// client stops reading the connection until the drainer catches up.
+const (
+	deliveryBudget    = 1 << 19
+	minDeliveryBuffer = 128
+	maxDeliveryBuffer = 1 << 16
+)
+
+// deliveryBuffer is the per-subscription client buffer for p: the budget
+// shared by its subscriptions, within [minDeliveryBuffer, maxDeliveryBuffer].
+func deliveryBuffer(p *Plan) int {
+	return min(maxDeliveryBuffer, max(minDeliveryBuffer, deliveryBudget/max(countSubs(p), 1)))
+}
+
 // runRealtime runs a plan in wall-clock time on a host.
 func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options) (err error) {
 	defer h.stopAll()
@@ -129,7 +181,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 		// (bounded) before the run gives up.
 		for try := 0; try < setupTries; try++ {
 			cctx, ccancel := context.WithTimeout(ctx, setupTimeout)
-			c, err = client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: 65536})
+			c, err = client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: deliveryBuffer(p)})
 			ccancel()
 			if err == nil || ctx.Err() != nil {
 				break
@@ -149,6 +201,10 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	// draining its deliveries. Sessions are opened setupParallel at a time
 	// (a QUIC handshake each), so hundreds of subscribers start in seconds.
 	sem := make(chan struct{}, setupParallel)
+	// subWin holds a slot per subscription not confirmed yet: at most
+	// subscribeWindow are being flooded through the overlay at once (see
+	// subscribeWindow).
+	subWin := make(chan struct{}, subscribeWindow)
 	var setupErr error
 	var setupMu sync.Mutex
 	var setup sync.WaitGroup
@@ -177,13 +233,34 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 				return
 			}
 			for k, f := range sb.Parsed {
+				select {
+				case subWin <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 				sctx, scancel := context.WithTimeout(ctx, setupTimeout)
 				sub, err := c.Subscribe(sctx, f)
 				scancel()
 				if err != nil {
+					<-subWin
 					fail(fmt.Errorf("testbed: subscriber %s at %s: subscribe %s: %w", sb.Name, sb.Broker, sb.Filters[k], err))
 					return
 				}
+				// The slot is freed at the confirmation, or after
+				// setupTimeout for one that is slow to confirm (the
+				// oracle judges it by its confirmation time, if any).
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t := time.NewTimer(setupTimeout)
+					defer t.Stop()
+					select {
+					case <-sub.Confirmed():
+					case <-t.C:
+					case <-ctx.Done():
+					}
+					<-subWin
+				}()
 				wg.Add(2)
 				go func(k int, sub *client.Subscription) {
 					defer wg.Done()
@@ -238,6 +315,13 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	if setupErr != nil {
 		return setupErr
 	}
+	// Let the last subscriptions settle before the clock starts: the run
+	// then begins with an overlay at rest, not in the middle of a flood.
+	rec.SetPhase("waiting for the subscriptions to confirm")
+	if n := waitWindowEmpty(ctx, subWin, setupTimeout); n > 0 {
+		rec.Note(fmt.Sprintf("%d subscriptions still unconfirmed %v after the last was made; starting anyway", n, setupTimeout))
+	}
+	logf("%d subscriptions made in %v", countSubs(p), time.Since(buildStart).Round(time.Millisecond))
 
 	// Publishers: one goroutine each publishes on schedule; a second one
 	// collects the acknowledgements in order.
@@ -387,13 +471,16 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	// machine delays them past the planned end), by at most
 	// maxDrainExtension: a delivery that is merely late is not counted lost.
 	lastCount, lastChange := int64(-1), time.Now()
+	// The drain ends after quiet without a delivery: long enough for a
+	// retransmission after a failure detection (a few failure timeouts).
+	quiet := max(2*time.Second, 3*p.Spec.Overlay.FailureTimeout.Duration)
 	for {
 		now := time.Now()
 		rec.SetElapsed(now.Sub(start))
 		if c := rec.Progress().Deliveries; c != lastCount {
 			lastCount, lastChange = c, now
 		}
-		if !now.Before(end) && (now.Sub(lastChange) >= time.Second || now.Sub(end) >= maxDrainExtension) {
+		if !now.Before(end) && (now.Sub(lastChange) >= quiet || now.Sub(end) >= maxDrainExtension) {
 			if ext := now.Sub(end); ext >= time.Second {
 				rec.Note(fmt.Sprintf("drain extended by %v: deliveries were still arriving", ext.Round(100*time.Millisecond)))
 			}

@@ -119,6 +119,13 @@ type MetricsSpec struct {
 type ProcessSpec struct {
 	BasePort int    `toml:"base_port"` // if set, broker i uses UDP base+2i (QUIC) and TCP base+2i+1 (admin); default 0: free ports picked at start
 	Binary   string `toml:"binary"`    // deltapub binary for the brokers; default: this executable
+	// GOMAXPROCS of each broker process; default 1 (a broker's core runs
+	// on one goroutine, and dozens of brokers on a few cores only lose
+	// time to idle OS threads spinning for work); 0: Go's default (every
+	// core).
+	GOMAXPROCS int `toml:"gomaxprocs"`
+	// GOGC of each broker process; default 0: Go's default (100).
+	GOGC int `toml:"gogc"`
 }
 
 // defaults fills zero values. It runs before validation so that validation
@@ -181,6 +188,9 @@ func (s *Spec) defaults() {
 		if sb.Subscriptions == 0 {
 			sb.Subscriptions = 1
 		}
+	}
+	if s.Process.GOMAXPROCS == 0 && !s.lines.has("process.gomaxprocs") {
+		s.Process.GOMAXPROCS = 1
 	}
 	if s.Metrics.Sample.Duration == 0 {
 		s.Metrics.Sample.Duration = time.Second
