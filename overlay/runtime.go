@@ -101,6 +101,7 @@ type Runtime struct {
 	denc       wire.DeliveryEncoder      // the publication being delivered (sendClients)
 	runBuf     []ClientEnvelope          // scratch of sendDeliveries
 	subsBuf    []uint64                  // scratch of sendDeliveries
+	held       []heldQueue               // links and sessions to flush at the end of the drain
 	leaving    bool
 	left       bool
 	joinFailed string
@@ -115,6 +116,7 @@ type linkState struct {
 	l         PeerLink
 	announced bool   // the core has been told LinkUp for this link
 	sends     uint64 // messages sent, for sampling the queue length
+	held      bool   // frames held for the end of the drain (holder)
 }
 
 type sessionState struct {
@@ -132,6 +134,7 @@ type sessionState struct {
 	refusing bool
 	resumeAt uint64
 	lastFwd  uint64
+	held     bool // frames held for the end of the drain (holder)
 }
 
 type evKind uint8
@@ -719,6 +722,7 @@ func (r *Runtime) drain() {
 		for i := range answers {
 			r.sendClient(answers[i].To, answers[i].Msg)
 		}
+		r.flushHeld()
 		// A slow consumer disconnected here told the core ClientClose;
 		// what that produced is carried out at the next drain.
 	}()
@@ -826,7 +830,14 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 	if r.trace {
 		r.log.Trace().Str("to", string(peer)).Str("type", m.Type().String()).Msg("send")
 	}
-	if ls.l.TrySend(m) {
+	var ok bool
+	if h, held := ls.l.(holder); held {
+		r.markHeld(h, &ls.held)
+		ok = h.Hold(m)
+	} else {
+		ok = ls.l.TrySend(m)
+	}
+	if ok {
 		r.m.peerOut(m.Type())
 		// Above the high-water mark the link is congested: refuse new
 		// publications for a tick (PubAck "backpressure") before the
@@ -873,10 +884,57 @@ func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
 // (internal/quic's Session): deliveries are encoded once per publication
 // and the same bytes queued on every session.
 type frameSession interface {
-	TrySendFrame(frame []byte) bool
+	// HoldFrame queues an encoded frame without blocking and without
+	// waking the session's writer (false: queue full or closed); see
+	// holder.
+	HoldFrame(frame []byte) bool
 	// Version is the protocol version agreed in the handshake: from 2 on
 	// the client understands DeliverSet.
 	Version() uint16
+}
+
+// holder is a link or session whose writer can be woken once per batch
+// (internal/quic's Link and Session): during a drain the runtime queues
+// with Hold (TrySend without waking the writer) and flushes every link and
+// session it queued on at the end of the drain, so each writer takes all
+// of the drain's frames in one stream write instead of one frame at a time
+// while the runtime is still producing them.
+type holder interface {
+	Hold(m message.Message) bool
+	Flush()
+}
+
+// trySend queues m on s (held, see holder) and remembers to flush it.
+func (r *Runtime) trySendClient(ss *sessionState, m message.Message) bool {
+	if h, ok := ss.s.(holder); ok {
+		r.markHeld(h, &ss.held)
+		return h.Hold(m)
+	}
+	return ss.s.TrySend(m)
+}
+
+// markHeld records that h has held frames to flush at the end of the drain.
+func (r *Runtime) markHeld(h holder, flag *bool) {
+	if !*flag {
+		*flag = true
+		r.held = append(r.held, heldQueue{h: h, flag: flag})
+	}
+}
+
+// flushHeld wakes the writer of every link and session queued on during
+// the drain.
+func (r *Runtime) flushHeld() {
+	for i := range r.held {
+		*r.held[i].flag = false
+		r.held[i].h.Flush()
+		r.held[i] = heldQueue{}
+	}
+	r.held = r.held[:0]
+}
+
+type heldQueue struct {
+	h    holder
+	flag *bool // the link's or session's held mark
 }
 
 // sendClients carries out the core's outputs to clients (nil ones are
@@ -961,14 +1019,16 @@ func (r *Runtime) deliverTo(c message.ClientID, ds []ClientEnvelope) {
 		for i := range ds {
 			r.subsBuf = append(r.subsBuf, ds[i].Msg.(*message.Deliver).Sub.N)
 		}
-		sent = fs.TrySendFrame(r.denc.DeliverSetFrame(r.subsBuf))
+		r.markHeld(ss.s.(holder), &ss.held)
+		sent = fs.HoldFrame(r.denc.DeliverSetFrame(r.subsBuf))
 	case frames:
+		r.markHeld(ss.s.(holder), &ss.held)
 		for i := 0; i < len(ds) && sent; i++ {
-			sent = fs.TrySendFrame(r.denc.DeliverFrame(&ds[i].Msg.(*message.Deliver).Sub))
+			sent = fs.HoldFrame(r.denc.DeliverFrame(&ds[i].Msg.(*message.Deliver).Sub))
 		}
 	default:
 		for i := 0; i < len(ds) && sent; i++ {
-			sent = ss.s.TrySend(ds[i].Msg)
+			sent = r.trySendClient(ss, ds[i].Msg)
 		}
 	}
 	if !sent {
@@ -1020,7 +1080,7 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 	case *message.UnsubAck:
 		delete(ss.subs, m.Sub)
 	}
-	if ss.s.TrySend(m) {
+	if r.trySendClient(ss, m) {
 		return
 	}
 	r.slowConsumer(c, ss)

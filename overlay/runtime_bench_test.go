@@ -44,8 +44,8 @@ func (s *encodingSession) TrySend(m message.Message) bool {
 	return true
 }
 
-// TrySendFrame is the raw-frame path (an already encoded frame).
-func (s *encodingSession) TrySendFrame(f []byte) bool {
+// HoldFrame is the raw-frame path (an already encoded frame).
+func (s *encodingSession) HoldFrame(f []byte) bool {
 	s.buf = append(s.buf, f...)
 	s.frames++
 	s.trim()
@@ -60,7 +60,9 @@ func (s *encodingSession) trim() {
 	}
 }
 
-func (s *encodingSession) Close(string) {}
+func (s *encodingSession) Hold(m message.Message) bool { return s.TrySend(m) }
+func (s *encodingSession) Flush()                      {}
+func (s *encodingSession) Close(string)                {}
 
 // benchPublishFrame returns a Publish frame with a 250-byte payload and the
 // offset of its 4-byte sequence number (patched per op).

@@ -125,10 +125,10 @@ func (c *ClientConn) ID() message.ClientID { return c.id }
 func (c *ClientConn) Broker() message.BrokerID { return c.broker }
 
 // Send queues m for the broker, blocking while the send queue is full.
-func (c *ClientConn) Send(m message.Message) error { return c.send(m, nil, true) }
+func (c *ClientConn) Send(m message.Message) error { return c.send(m, nil, sendBlock) }
 
 // TrySend is Send without blocking: false when full or closed.
-func (c *ClientConn) TrySend(m message.Message) bool { return c.send(m, nil, false) == nil }
+func (c *ClientConn) TrySend(m message.Message) bool { return c.send(m, nil, sendTry) == nil }
 
 // Recv returns the next message from the broker. Unknown message types are
 // skipped. After an error the session is closed.

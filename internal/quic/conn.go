@@ -68,10 +68,22 @@ func newPeerConn(qc *quic.Conn, str *quic.Stream, rd *wire.Reader, cfg *Config, 
 	}
 }
 
-// send queues m (or, when raw != nil, an already encoded frame). With block
-// it waits for room while the queue is full; without, it returns
-// ErrQueueFull.
-func (c *peerConn) send(m message.Message, raw []byte, block bool) error {
+// How send behaves: sendTry returns ErrQueueFull when the queue is full;
+// sendBlock waits for room; sendHold is sendTry without waking the writer
+// (the caller calls flush after queueing a batch, so that the writer takes
+// the whole batch in one go instead of one frame at a time).
+const (
+	sendTry = iota
+	sendBlock
+	sendHold
+)
+
+// holdLimit: a held queue this large wakes the writer anyway.
+const holdLimit = 64 << 10
+
+// send queues m (or, when raw != nil, an already encoded frame); see sendTry
+// and the others for mode.
+func (c *peerConn) send(m message.Message, raw []byte, mode int) error {
 	for {
 		c.mu.Lock()
 		if c.closedErr != nil {
@@ -101,9 +113,12 @@ func (c *peerConn) send(m message.Message, raw []byte, block bool) error {
 			c.bytes += len(*chunk) - n0
 			c.frames++
 			c.sentFrames.Add(1)
-			first := c.frames == 1
+			wake := c.frames == 1
+			if mode == sendHold {
+				wake = c.bytes >= holdLimit && c.bytes-(len(*chunk)-n0) < holdLimit
+			}
 			c.mu.Unlock()
-			if first {
+			if wake {
 				select {
 				case c.wake <- struct{}{}:
 				default:
@@ -111,7 +126,7 @@ func (c *peerConn) send(m message.Message, raw []byte, block bool) error {
 			}
 			return nil
 		}
-		if !block {
+		if mode != sendBlock {
 			c.mu.Unlock()
 			return ErrQueueFull
 		}
@@ -120,6 +135,7 @@ func (c *peerConn) send(m message.Message, raw []byte, block bool) error {
 		}
 		w := c.spaceWait
 		c.mu.Unlock()
+		c.wakeWriter() // the queue may be held (sendHold): it must drain
 		select {
 		case <-w:
 		case <-c.closing:
@@ -132,6 +148,24 @@ func typeOf(m message.Message) string {
 		return "raw frame"
 	}
 	return m.Type().String()
+}
+
+// wakeWriter makes the writer take the queue (if it is not empty).
+func (c *peerConn) wakeWriter() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// flush wakes the writer for what sendHold queued.
+func (c *peerConn) flush() {
+	c.mu.Lock()
+	n := c.frames
+	c.mu.Unlock()
+	if n > 0 {
+		c.wakeWriter()
+	}
 }
 
 // queued returns the number of frames waiting to be written.

@@ -105,23 +105,32 @@ func (l *Link) Dialled() bool { return l.dialled }
 // Send queues m for the peer, blocking while the send queue is full
 // (backpressure) until there is room or the link closes (ErrClosed). The
 // link owns m's encoding at once: m may be reused when Send returns.
-func (l *Link) Send(m message.Message) error { return l.send(m, nil, true) }
+func (l *Link) Send(m message.Message) error { return l.send(m, nil, sendBlock) }
 
 // TrySend is Send without blocking: false when m was not queued (queue
 // full, link closed, or m not encodable; Offer says which).
-func (l *Link) TrySend(m message.Message) bool { return l.send(m, nil, false) == nil }
+func (l *Link) TrySend(m message.Message) bool { return l.send(m, nil, sendTry) == nil }
 
 // Offer is TrySend with the reason: ErrQueueFull, an ErrClosed error, or an
 // encoding error.
-func (l *Link) Offer(m message.Message) error { return l.send(m, nil, false) }
+func (l *Link) Offer(m message.Message) error { return l.send(m, nil, sendTry) }
 
 // SendFrame queues an already encoded frame (wire.AppendFrame), e.g. one
 // encoding forwarded to several links. Blocks like Send.
-func (l *Link) SendFrame(frame []byte) error { return l.send(nil, frame, true) }
+func (l *Link) SendFrame(frame []byte) error { return l.send(nil, frame, sendBlock) }
 
 // TrySendFrame is SendFrame without blocking: false when the frame was not
 // queued (queue full, link closed).
-func (l *Link) TrySendFrame(frame []byte) bool { return l.send(nil, frame, false) == nil }
+func (l *Link) TrySendFrame(frame []byte) bool { return l.send(nil, frame, sendTry) == nil }
+
+// Hold is TrySend without waking the writer: a caller that queues several
+// messages in a row calls Flush after the last one, and the writer takes
+// them in one go (one stream write instead of one per message). A held
+// queue larger than 64 KiB wakes the writer anyway.
+func (l *Link) Hold(m message.Message) bool { return l.send(m, nil, sendHold) == nil }
+
+// Flush wakes the writer for what Hold queued.
+func (l *Link) Flush() { l.flush() }
 
 // Queued is the number of frames waiting to be written.
 func (l *Link) Queued() int { return l.queued() }
@@ -152,22 +161,32 @@ func (s *Session) Version() uint16 { return s.version }
 
 // TrySendFrame queues an already encoded frame without blocking: false
 // when it was not queued (queue full, session closed).
-func (s *Session) TrySendFrame(frame []byte) bool { return s.send(nil, frame, false) == nil }
+func (s *Session) TrySendFrame(frame []byte) bool { return s.send(nil, frame, sendTry) == nil }
+
+// Hold and HoldFrame are TrySend and TrySendFrame without waking the
+// writer; Flush wakes it (see Link.Hold).
+func (s *Session) Hold(m message.Message) bool { return s.send(m, nil, sendHold) == nil }
+
+// HoldFrame: see Hold.
+func (s *Session) HoldFrame(frame []byte) bool { return s.send(nil, frame, sendHold) == nil }
+
+// Flush wakes the writer for what Hold and HoldFrame queued.
+func (s *Session) Flush() { s.flush() }
 
 // ID is the broker-local handle of the session.
 func (s *Session) ID() message.ClientID { return s.id }
 
 // Send queues m for the client; blocks while the queue is full.
-func (s *Session) Send(m message.Message) error { return s.send(m, nil, true) }
+func (s *Session) Send(m message.Message) error { return s.send(m, nil, sendBlock) }
 
 // TrySend is Send without blocking: false when m was not queued.
-func (s *Session) TrySend(m message.Message) bool { return s.send(m, nil, false) == nil }
+func (s *Session) TrySend(m message.Message) bool { return s.send(m, nil, sendTry) == nil }
 
 // Offer is TrySend with the reason (ErrQueueFull, ErrClosed, encoding).
-func (s *Session) Offer(m message.Message) error { return s.send(m, nil, false) }
+func (s *Session) Offer(m message.Message) error { return s.send(m, nil, sendTry) }
 
 // SendFrame queues an already encoded frame.
-func (s *Session) SendFrame(frame []byte) error { return s.send(nil, frame, true) }
+func (s *Session) SendFrame(frame []byte) error { return s.send(nil, frame, sendBlock) }
 
 // Queued is the number of frames waiting to be written.
 func (s *Session) Queued() int { return s.queued() }
