@@ -26,6 +26,8 @@ type peer struct {
 	dialing   bool   // a dial was requested and not answered
 	dialWait  int    // ticks before the next dial may be requested
 	dackSent  uint64 // store version covered by the last DACK on this link
+	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
+	dackIn    int64  // tick of the last DACK received from it (0: none)
 }
 
 // clientState is one local client session.
@@ -72,6 +74,7 @@ type Node struct {
 	queue      []*qentry
 	queueLen   int
 	purgeDirty bool                        // reports about us changed since the last purge
+	discDirty  bool                        // own discarded watermarks may be stale (queue or arrivals changed)
 	thresholds map[message.BrokerID]uint64 // purge scratch: safe threshold per recipient
 	stampSeq   uint64
 	seen       map[message.Source]*srcState
@@ -262,10 +265,16 @@ func (n *Node) Tick() {
 	if changed {
 		n.routesChanged()
 	}
-	if n.member && n.now%int64(n.cfg.DACKTicks) == 0 {
-		n.dackPeriod()
-	} else if n.purgeDirty {
-		n.purge()
+	if n.member {
+		if n.now%int64(n.cfg.DACKTicks) == 0 {
+			// A purge pass per period besides those on DACK receipt:
+			// paths change with the map and with usability.
+			n.purge()
+			n.discDirty = true
+		} else if n.purgeDirty {
+			n.purge()
+		}
+		n.dackLinks()
 	}
 	if n.leaving && !n.left {
 		n.leaveTick()
@@ -439,6 +448,12 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 		defer n.routesChanged()
 	}
 	was := n.unusable(p.id)
+	if !p.heardHB && m.Joined && n.bypassInUse() {
+		// A newly linked broker may stand behind a bypass hop whose dial
+		// is still pending, or be a skipped broker that is alive after
+		// all: recompute the routes now (computeHop).
+		defer n.routesChanged()
+	}
 	if m.Epoch > p.epoch {
 		n.peerRestarted(p.id, m.Epoch)
 	}
@@ -488,6 +503,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	}
 	p := n.peer(id)
 	p.up, p.dialing, p.silent, p.heardHB, p.dackSent = true, false, 0, false, 0
+	p.dackAt = n.now - int64(n.cfg.DACKTicks) // a new link may carry a DACK at once
 	n.send(id, n.heartbeat())
 	if !n.member && len(n.joinpoints) > 0 && n.joinpoints[n.jpIdx%len(n.joinpoints)].ID == id && !n.jpAsked {
 		n.askJoin(id)

@@ -135,8 +135,28 @@ func (n *Node) probeFrontiers() {
 	}
 }
 
+// computeHop returns the next hop toward r: the closest broker on the
+// path not known unusable (topology.ClosestLive). When that is a bypass
+// hop whose link is not up yet (its dial is pending: after δ adjacent
+// crashes it is often dead too, and a failed dial takes a dial timeout),
+// and a broker further along the path is already linked and known joined
+// (probeFrontiers and prefetchDials dialled it at the same time), that one
+// is used at once instead of waiting for the dial's outcome. Skipping a
+// broker that turns out alive is harmless: it is a bypass like any other,
+// and the route switches back to it, with retransmission (switch rule),
+// as soon as its link is up. A tree neighbour whose link is merely down
+// (skipped = 0) is never skipped this way.
 func (n *Node) computeHop(r message.BrokerID) hopInfo {
 	to, skipped, ok := n.topo.ClosestLive(r, n.unusable)
+	if !ok || skipped == 0 || n.peer(to).up {
+		return hopInfo{to: to, skipped: skipped, ok: ok}
+	}
+	path := n.pathTo(r)
+	for i := skipped + 2; i < len(path) && i <= n.cfg.Delta+1; i++ {
+		if b := path[i]; n.knownJoined(b) {
+			return hopInfo{to: b, skipped: i - 1, ok: true}
+		}
+	}
 	return hopInfo{to: to, skipped: skipped, ok: ok}
 }
 
@@ -185,6 +205,7 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 		return
 	}
 	n.store.Arrive(m.Stamps)
+	n.discDirty = true
 	src := m.ID.Source()
 	st := n.seen[src]
 	if st != nil && m.ID.Seq <= st.seq {
@@ -322,15 +343,31 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 	ack("")
 }
 
-// dackPeriod sends one aggregated DACK per up link, after refreshing this
-// broker's discarded watermarks and purging what became safe.
-func (n *Node) dackPeriod() {
-	n.purge()
-	n.updateDiscarded()
+// dackLinks sends the aggregated DACKs: each link carries at most one
+// DACK per DACKTicks ticks, whatever the publication rate (aggregation).
+// When it goes out within that budget is chosen so that relays pipeline
+// (dackDue). Own discarded watermarks are refreshed right before any DACK
+// is built.
+func (n *Node) dackLinks() {
+	ver := n.store.Version()
+	due := false
+	for _, p := range n.peers {
+		if p.up && (p.dackSent != ver || n.discDirty) && n.dackDue(p) {
+			due = true
+			break
+		}
+	}
+	if !due {
+		return
+	}
+	if n.discDirty {
+		n.discDirty = false
+		n.updateDiscarded()
+	}
 	n.geometry()
 	for _, id := range n.sortedPeers() {
 		p := n.peers[id]
-		if !p.up {
+		if !p.up || !n.dackDue(p) {
 			continue
 		}
 		pside := n.side[id]
@@ -362,12 +399,49 @@ func (n *Node) dackPeriod() {
 		})
 		p.dackSent = ver
 		if len(entries) > 0 {
+			p.dackAt = n.now
 			n.send(id, &message.DAck{Entries: entries})
 		}
 	}
 }
 
+// dackDue reports whether the DACK on link p may go out this tick. Never
+// within DACKTicks of the previous one on that link. Past that, it is
+// held back (at most W = DACKTicks/2 ticks, at least one) while a DACK
+// from another neighbour is due within W ticks (one arrived about a period
+// ago and none since our last DACK on p): its reports are then relayed
+// with ours instead of a whole period later. Why: the drain after
+// publishing stops is a chain of relays up to δ+1 hops back to the
+// stamping broker (docs/protocol.md §6); with every link sending at the
+// same phase (traffic starts everywhere at once) each relay hop costs a
+// full period, while held links settle one tick behind their inputs, so a
+// chain costs about a tick per hop. The hold never delays a DACK by more
+// than W ticks, and never makes two DACKs on a link within a period.
+func (n *Node) dackDue(p *peer) bool {
+	P := int64(n.cfg.DACKTicks)
+	late := n.now - p.dackAt - P
+	if late < 0 {
+		return false
+	}
+	W := max(P/2, 1)
+	if late >= W {
+		return true
+	}
+	for _, k := range n.peers {
+		if k == p || !k.up || k.dackIn == 0 || k.dackIn > p.dackAt {
+			continue
+		}
+		if next := k.dackIn + P; next >= n.now && next-n.now <= W {
+			return false
+		}
+	}
+	return true
+}
+
 func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
+	if p, ok := n.peers[from]; ok {
+		p.dackIn = n.now
+	}
 	changed := false
 	for _, e := range m.Entries {
 		if e.Reporter == n.cfg.ID || e.Reporter == "" || e.About == "" {
@@ -381,7 +455,12 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 		}
 	}
 	if changed {
-		n.purgeDirty = true // purged on the next tick: one pass whatever the number of DACKs
+		// Purge at once rather than on the next tick: the drain after
+		// publishing stops is a chain of DACK hops, and each would
+		// otherwise wait up to a tick more. One pass per DACK received,
+		// i.e. at most one per link per DACK period: bounded whatever the
+		// publication rate.
+		n.purge()
 	}
 }
 
@@ -419,6 +498,7 @@ func (n *Node) purge() {
 			if all {
 				e.purged = true
 				n.queueLen--
+				n.discDirty = true
 				n.counters.Purged++
 			}
 		}
@@ -504,4 +584,16 @@ func uitoa(v uint64) string {
 		v /= 10
 	}
 	return string(b[i:])
+}
+
+// bypassInUse reports whether some next hop is a bypass hop: a newly
+// linked broker may then change routes (computeHop: a linked broker behind
+// a pending bypass hop, or a skipped broker that turned out alive).
+func (n *Node) bypassInUse() bool {
+	for _, h := range n.hops {
+		if h.ok && h.skipped > 0 {
+			return true
+		}
+	}
+	return false
 }
