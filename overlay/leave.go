@@ -211,32 +211,33 @@ func (n *Node) finishLeave(detail string) {
 	n.notice(NoticeLeft, "", detail)
 }
 
-// applyLeave applies a leaver's repair (TopoChange{Leaver}) at a broker of
-// its neighbourhood: the map is repaired, routing entries whose route went
-// through the leaver get their from-pointer pushed out to δ+1 hops along
-// the leaver's route (m.Via; a pointer naming the leaver that it did not
-// know becomes the last broker before it), every entry's direction is
+// applyLeave applies a repair (TopoChange{Leaver}: a graceful leave, or a
+// gone broker's removal, see goneRepair) at a broker of the neighbourhood:
+// the map is repaired, routing entries whose route went through the
+// removed broker get their from-pointer pushed out to δ+1 hops along the
+// routes in m.Via (a pointer naming the removed broker that no route
+// covers becomes the last broker before it), every entry's direction is
 // recomputed on the new tree, and queued publications get their
-// recipients recomputed.
+// recipients recomputed. A gone broker is removed by each of its tree
+// neighbours (each knows the routes on its own side): a neighbour that
+// learns the removal from another one sends its own first.
 func (n *Node) applyLeave(m *message.TopoChange) {
 	x := m.Leaver
 	if x == n.cfg.ID {
 		return
 	}
 	if topology.Validate(m.Reparent) != nil || topology.Validate(m.Add) != nil {
-		m = &message.TopoChange{Leaver: x}
+		m = &message.TopoChange{Origin: m.Origin, Leaver: x}
 	}
-	if !n.topo.Has(x) {
-		// δ+2 hops away: only the parents of brokers we see change.
-		n.topo.ApplyDetach(x, m.Reparent, nil)
-		return
+	if m.Origin != x && m.Origin != n.cfg.ID && n.isNeighbour(x) {
+		n.goneRepair(x) // removes x here too
 	}
+	known := n.topo.Has(x)
 	n.geometry()
-	// Before the map changes: the leaver's neighbours beyond it, the last
-	// broker before it on our path, the old next hop toward it.
-	before := n.pathTo(x)
+	// Before the map changes: the last broker before x on our path, the
+	// old next hop toward x.
 	fallback := message.BrokerID("")
-	if len(before) >= 3 {
+	if before := n.pathTo(x); len(before) >= 3 {
 		fallback = before[len(before)-2]
 	}
 	oldHop, hadHop := n.hops[x]
@@ -252,12 +253,20 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		p.gone, p.joined, p.heardHB, p.suspected = true, false, true, false
 	}
 	delete(n.hops, x)
-	n.notice(NoticeMemberLeft, x, "")
+	if known && m.Origin == x {
+		n.notice(NoticeMemberLeft, x, "")
+	} else if known {
+		n.notice(NoticeMemberLeft, x, "gone: removed from the tree by "+string(m.Origin))
+	}
 
-	// Routing entries: every route through the leaver gets its
-	// from-pointer pushed out to δ+1 hops again (distances through the
-	// leaver shrank by one; a pointer left at δ hops would let δ crashes
-	// hide every broker between us and it).
+	// Routing entries: every route through the removed broker gets its
+	// from-pointer pushed out to δ+1 hops again (distances through it
+	// shrank by one; a pointer left at δ hops would let δ crashes hide
+	// every broker between us and it). A route p of m.Via starts at a
+	// neighbour of x; it is ours if our tree path to one of its brokers
+	// passes through p[0] (then it continues along p), and the farthest
+	// such broker within δ+1 hops is our pointer. A broker on p, or on the
+	// far side of p[0], has its own route and keeps it.
 	routes := map[message.SubID][]message.BrokerID{}
 	for _, g := range m.Via {
 		for _, s := range g.Subs {
@@ -270,21 +279,23 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 			continue
 		}
 		from := e.From
-		if p, ok := routes[e.Sub]; ok && len(p) > 0 && (len(before) < 2 || p[0] != before[len(before)-2]) {
-			// We are not on the subscriber's side of the leaver: our route
-			// went through it. The farthest broker of its route within
-			// δ+1 hops of us is our new pointer.
+		if p, ok := routes[e.Sub]; ok && len(p) > 0 && !onPath(p, n.cfg.ID) {
 			for i := len(p) - 1; i >= 0; i-- {
-				if d, ok := n.dist[p[i]]; ok && d <= n.cfg.Delta+1 && p[i] != n.cfg.ID {
+				d, ok := n.dist[p[i]]
+				if !ok || d > n.cfg.Delta+1 {
+					continue
+				}
+				path := n.pathTo(p[i])
+				// Our path enters p at p[0] (for p[0] itself: not coming
+				// back from p[1], i.e. from the subscriber's side).
+				if i > 0 && onPath(path, p[0]) || i == 0 && (len(p) == 1 || !onPath(path, p[1])) {
 					from = p[i]
 					break
 				}
 			}
 		}
-		if from == x {
-			if fallback != "" && n.topo.Has(fallback) {
-				from = fallback // a route the leaver did not know: the last broker before it
-			}
+		if from == x && fallback != "" && n.topo.Has(fallback) {
+			from = fallback // a route nobody told us: the last broker before x
 		}
 		dir := n.direction(from)
 		if from == e.From && dir == e.Dir {
@@ -352,3 +363,89 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 // Leaving reports whether Leave was called (cheap; the leave is complete
 // when Joined is false as well).
 func (n *Node) Leaving() bool { return n.leaving }
+
+func onPath(path []message.BrokerID, b message.BrokerID) bool {
+	for _, x := range path {
+		if x == b {
+			return true
+		}
+	}
+	return false
+}
+
+// isNeighbour reports whether b is a tree neighbour of this broker.
+func (n *Node) isNeighbour(b message.BrokerID) bool {
+	return onPath(n.topo.Neighbours(n.cfg.ID), b)
+}
+
+// goneRepair removes a tree neighbour declared gone (PROTOCOL §6) from the
+// tree the way a leave does (docs/protocol.md §3): it stops counting
+// toward the δ crashed-in-a-row budget, and its subtrees are re-attached.
+// Every tree neighbour of the gone broker sends this repair (it is
+// computed the same way from any of their maps) with the routes on its
+// own side (Via: itself, then its path to its from-pointer) and its map
+// (Add), δ+3 hops (δ+2 from the gone broker). Only an isolated gone
+// broker is removed (every other neighbour of it usable): beyond that the
+// sides may not hear of each other's repair. If the gone broker comes
+// back it is a stranger: a restart rejoins as a new member.
+func (n *Node) goneRepair(g message.BrokerID) {
+	if !n.joined || n.leaving || !n.isNeighbour(g) {
+		return
+	}
+	for _, nb := range n.topo.Neighbours(g) {
+		if nb != n.cfg.ID && n.unusable(nb) {
+			// Adjacent failures: the other sides may be cut off from us
+			// and would repair differently (or not at all); the gone
+			// broker stays a bypassed vertex, as before.
+			return
+		}
+	}
+	rep, err := n.topo.Detach(g)
+	if err != nil {
+		return
+	}
+	var extra []message.MapNode
+	for _, e := range n.topo.Nodes() {
+		if e.ID != g {
+			extra = append(extra, e)
+		}
+	}
+	byFrom := map[message.BrokerID][]message.SubID{}
+	for _, e := range n.table.Entries() {
+		if e.Dir == g {
+			continue // behind the gone broker: not our side
+		}
+		f := e.From
+		if e.Local {
+			f = n.cfg.ID
+		}
+		byFrom[f] = append(byFrom[f], e.Sub)
+	}
+	froms := make([]message.BrokerID, 0, len(byFrom))
+	for id := range byFrom {
+		froms = append(froms, id)
+	}
+	sortIDs(froms)
+	via := make([]message.SubsVia, 0, len(froms))
+	for _, f := range froms {
+		path := []message.BrokerID{n.cfg.ID}
+		if p := n.pathTo(f); len(p) >= 2 {
+			path = append(path, p[1:]...)
+		}
+		via = append(via, message.SubsVia{Path: path, Subs: byFrom[f]})
+	}
+	n.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.rememberTopo(key)
+	budget := n.cfg.Delta + 3
+	rm := []message.BrokerID{g}
+	msg := &message.TopoChange{Origin: n.cfg.ID, Seq: key.seq, Remove: rm, Leaver: g, Reparent: rep, Add: extra, Via: via}
+	n.applyLeave(msg)
+	n.routesChanged()
+	n.startFlood(&flood{key: key, budget: budget,
+		msg: func(to message.BrokerID, dist int) message.Message {
+			c := *msg
+			c.Hops = budget - dist
+			return &c
+		}})
+}

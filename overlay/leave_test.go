@@ -208,3 +208,74 @@ func TestLeaveTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestGoneBrokerIsRemoved: a broker down past gone_after is removed from
+// the tree by its neighbours the way a leave removes it (children
+// re-attached to its parent), when its other neighbours are up; then a
+// crash of its former neighbour is a single failure (δ = 1) with no loss,
+// where without the repair it would be two in a row. With two adjacent
+// brokers gone (beyond δ) nothing is removed.
+func TestGoneBrokerIsRemoved(t *testing.T) {
+	tests := []struct {
+		gone  []message.BrokerID // crashed and left down past gone_after
+		then  message.BrokerID   // crashed after the repair ("" none)
+		delta int
+		fresh bool // fresh publications after "then" are all delivered
+	}{
+		{gone: []message.BrokerID{"B"}, then: "C", delta: 1, fresh: true},
+		{gone: []message.BrokerID{"C"}, then: "D", delta: 1, fresh: true},
+		{gone: []message.BrokerID{"C"}, then: "B", delta: 2, fresh: true},
+		{gone: []message.BrokerID{"B", "C"}, delta: 1}, // adjacent: kept as bypassed vertices
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("gone=%v/then=%s/delta=%d", tc.gone, tc.then, tc.delta), func(t *testing.T) {
+			h := newHarness(t, tc.delta)
+			h.cfg.GoneAfterTicks = 40
+			h.buildTree("P1", chainEdges)
+			h.subscribe("S1", 101, classFilter("stock"))
+			h.subscribe("S2", 102, classFilter("stock"))
+			h.do("P1", func(n *Node) { n.ClientOpen(1) })
+			for _, g := range tc.gone {
+				h.crash(g)
+			}
+			h.run(120) // suspected, then gone (40 ticks), then repaired
+			removed := len(tc.gone) == 1
+			if !removed {
+				// A still has B, D still has C: bypassed vertices.
+				if !h.nodes["A"].topo.Has("B") || !h.nodes["D"].topo.Has("C") {
+					t.Errorf("adjacent gone brokers were removed: A has %v, D has %v", h.nodes["A"].Status().Map, h.nodes["D"].Status().Map)
+				}
+				return
+			}
+			for _, id := range h.ids {
+				if h.alive(id) && h.nodes[id].topo.Has(tc.gone[0]) {
+					t.Errorf("%s still has the gone %s in its map", id, tc.gone[0])
+				}
+			}
+			g := repairedTree(t, tc.delta, tc.gone[0])
+			for _, id := range h.ids {
+				if !h.alive(id) {
+					continue
+				}
+				if got, want := parentPairs(h.nodes[id].Status().Map), parentPairs(g.Within(id, tc.delta+1)); !reflect.DeepEqual(got, want) {
+					t.Errorf("map of %s: %v, want %v", id, got, want)
+				}
+			}
+			if tc.then != "" {
+				h.crash(tc.then)
+			}
+			for seq := uint64(1); seq <= 30; seq++ {
+				h.publish("P1", 1, seq, "stock")
+				h.round()
+			}
+			h.runUntil(400, "queues drained"+h.queueReport(), h.queuesEmpty)
+			h.checkRange(101, "P1#1", 30)
+			h.checkRange(102, "P1#1", 30)
+			for _, nt := range h.notices {
+				if nt.Kind == NoticeGap {
+					t.Errorf("gap notice %+v: the gone broker still counted toward δ", nt)
+				}
+			}
+		})
+	}
+}

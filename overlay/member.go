@@ -531,6 +531,7 @@ func (n *Node) declareGone(p *peer) {
 		n.withdrawFlood(s, except, "", nil)
 	}
 	n.releaseRecipients()
+	n.goneRepair(p.id) // a tree neighbour removes it from the tree (leave.go)
 }
 
 type gapKey struct {
