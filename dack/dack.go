@@ -8,6 +8,8 @@
 package dack
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 
 	"github.com/deltapub/deltapub/message"
@@ -180,11 +182,13 @@ func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []
 			out = append(out, st.e)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Reporter != out[j].Reporter {
-			return out[i].Reporter < out[j].Reporter
+	// (Reporter, About) is the store's key, so the order is total and any
+	// sort gives the same result; SortFunc avoids sort.Slice's reflection.
+	slices.SortFunc(out, func(a, b message.DAckEntry) int {
+		if c := cmp.Compare(a.Reporter, b.Reporter); c != 0 {
+			return c
 		}
-		return out[i].About < out[j].About
+		return cmp.Compare(a.About, b.About)
 	})
 	return out
 }
