@@ -129,7 +129,7 @@ func (n *Node) leaveTick() {
 		}
 	}
 	if !lv.repairing {
-		if len(lv.await) == 0 && n.queueLen == 0 && !n.localFloodsPending() {
+		if len(lv.await) == 0 && n.queueLen == 0 && !n.localFloodsPending() && !n.neighbourLeavesFirst() {
 			n.startRepair()
 		}
 		return
@@ -144,6 +144,20 @@ func (n *Node) leaveTick() {
 		}
 		n.finishLeave(detail)
 	}
+}
+
+// neighbourLeavesFirst reports whether a tree neighbour with a smaller id
+// is alive but not routable (leaving, or joining/recovering): two adjacent
+// leavers computing their repairs on the same old edges would re-attach
+// subtrees to each other, so the smaller id repairs first and the other
+// one computes its repair on the map that repair gave it.
+func (n *Node) neighbourLeavesFirst() bool {
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if p := n.peers[nb]; nb < n.cfg.ID && p != nil && p.up && !p.suspected && !p.gone && p.heardHB && !p.joined {
+			return true
+		}
+	}
+	return false
 }
 
 // startRepair floods the tree repair (step 3 of Leave).

@@ -279,3 +279,56 @@ func TestGoneBrokerIsRemoved(t *testing.T) {
 		})
 	}
 }
+
+// TestAdjacentLeaves: two adjacent brokers (and a third one next to them)
+// leave at the same time: they repair one after the other (smaller id
+// first), and the remaining tree and deliveries are right.
+func TestAdjacentLeaves(t *testing.T) {
+	for _, delta := range []int{1, 2} {
+		t.Run(fmt.Sprint("delta=", delta), func(t *testing.T) {
+			h := newHarness(t, delta)
+			h.buildTree("P1", chainEdges)
+			h.subscribe("S1", 101, classFilter("stock"))
+			h.subscribe("S2", 102, classFilter("stock"))
+			h.do("P1", func(n *Node) { n.ClientOpen(1) })
+			seq := uint64(0)
+			for ; seq < 10; seq++ {
+				h.publish("P1", 1, seq+1, "stock")
+				h.round()
+			}
+			for _, id := range []message.BrokerID{"C", "B", "D"} {
+				h.do(id, func(n *Node) { n.Leave() })
+			}
+			for ; seq < 30; seq++ {
+				h.publish("P1", 1, seq+1, "stock")
+				h.round()
+			}
+			h.runUntil(900, "B, C and D left", func() bool {
+				return h.nodes["B"].Status().Left && h.nodes["C"].Status().Left && h.nodes["D"].Status().Left
+			})
+			for _, id := range []message.BrokerID{"B", "C", "D"} {
+				h.dead[id] = true
+			}
+			for ; seq < 40; seq++ {
+				h.publish("P1", 1, seq+1, "stock")
+				h.round()
+			}
+			h.runUntil(600, "queues drained"+h.queueReport(), h.queuesEmpty)
+			h.checkRange(101, "P1#1", 40)
+			h.checkRange(102, "P1#1", 40)
+			// P1 - A - {X, S1, Y - S2}: B's children X and C went to A, C's
+			// child D to A, D's children S1 and Y to A.
+			want := map[message.BrokerID]message.BrokerID{"A": "P1", "X": "A", "S1": "A", "Y": "A", "S2": "Y"}
+			for id, parent := range want {
+				if got := h.nodes[id].Status().Parent; got != parent {
+					t.Errorf("%s: parent %q, want %q", id, got, parent)
+				}
+				for _, gone := range []message.BrokerID{"B", "C", "D"} {
+					if h.nodes[id].topo.Has(gone) {
+						t.Errorf("%s still has %s in its map", id, gone)
+					}
+				}
+			}
+		})
+	}
+}
