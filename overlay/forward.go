@@ -405,33 +405,26 @@ func (n *Node) dackLinks() {
 	}
 }
 
-// dackDue reports whether the DACK on link p may go out this tick. Never
-// within DACKTicks of the previous one on that link. Past that, it is
-// held back (at most W = DACKTicks/2 ticks, at least one) while a DACK
-// from another neighbour is due within W ticks (one arrived about a period
-// ago and none since our last DACK on p): its reports are then relayed
-// with ours instead of a whole period later. Why: the drain after
+// dackDue reports whether the DACK on link p may go out this tick: never
+// within DACKTicks ticks of the previous one on that link (one DACK per
+// link per period, whatever the publication rate). At the first allowed
+// tick it is held back one tick if another neighbour's DACK is due in this
+// very tick — one arrived in the tick of our last DACK on p (that link
+// runs at our phase) and none since — so that its reports are relayed
+// with ours a tick later rather than a period later. Why: the drain after
 // publishing stops is a chain of relays up to δ+1 hops back to the
-// stamping broker (docs/protocol.md §6); with every link sending at the
-// same phase (traffic starts everywhere at once) each relay hop costs a
-// full period, while held links settle one tick behind their inputs, so a
-// chain costs about a tick per hop. The hold never delays a DACK by more
-// than W ticks, and never makes two DACKs on a link within a period.
+// stamping broker (docs/protocol.md §6); when traffic starts everywhere
+// at once every link runs at the same phase and each relay hop costs a
+// whole period, while with this rule a link settles a tick behind its
+// inputs (leaves first), so a chain costs about a tick per hop. The hold
+// is one tick at most: a period of a link is DACKTicks or DACKTicks+1.
 func (n *Node) dackDue(p *peer) bool {
-	P := int64(n.cfg.DACKTicks)
-	late := n.now - p.dackAt - P
-	if late < 0 {
-		return false
-	}
-	W := max(P/2, 1)
-	if late >= W {
-		return true
+	late := n.now - p.dackAt - int64(n.cfg.DACKTicks)
+	if late != 0 {
+		return late > 0
 	}
 	for _, k := range n.peers {
-		if k == p || !k.up || k.dackIn == 0 || k.dackIn > p.dackAt {
-			continue
-		}
-		if next := k.dackIn + P; next >= n.now && next-n.now <= W {
+		if k != p && k.up && k.dackIn > 0 && k.dackIn == p.dackAt {
 			return false
 		}
 	}

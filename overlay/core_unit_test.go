@@ -1,0 +1,107 @@
+package overlay
+
+import (
+	"testing"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// chainNode returns node A of the chain A-B-C-D-E-F (parent first), a
+// joined member with every other broker in its map, and δ = delta.
+func chainNode(t *testing.T, delta int) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta, cfg.DACKTicks = "A", "addr-A", delta, 4
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	parent := message.BrokerID("A")
+	for _, id := range []message.BrokerID{"B", "C", "D", "E", "F"} {
+		n.topo.Put(message.MapNode{ID: id, Addr: "addr-" + string(id), Epoch: 1, Parent: parent})
+		parent = id
+	}
+	return n
+}
+
+// linked marks peer id as linked with a heartbeat saying joined.
+func linked(n *Node, id message.BrokerID) {
+	p := n.peer(id)
+	p.up, p.heardHB, p.joined, p.epoch = true, true, true, 1
+}
+
+// computeHop: a bypass hop whose link is not up yet is passed over for a
+// linked, joined broker further on the path (within δ+1 hops); never a
+// tree neighbour merely not linked, never past the recipient or δ+1 hops.
+func TestComputeHopPassesPendingBypassHop(t *testing.T) {
+	cases := []struct {
+		name      string
+		delta     int
+		suspected []message.BrokerID
+		up        []message.BrokerID
+		to        message.BrokerID
+		want      message.BrokerID
+		skipped   int
+	}{
+		{"neighbour alive and linked", 3, nil, []message.BrokerID{"B", "C", "D"}, "E", "B", 0},
+		{"neighbour not linked: not skipped", 3, nil, []message.BrokerID{"C", "D"}, "E", "B", 0},
+		{"bypass hop linked", 3, []message.BrokerID{"B"}, []message.BrokerID{"C", "D"}, "E", "C", 1},
+		{"bypass hop pending, next linked", 3, []message.BrokerID{"B"}, []message.BrokerID{"D"}, "E", "D", 2},
+		{"bypass hop pending, recipient linked", 3, []message.BrokerID{"B"}, []message.BrokerID{"E"}, "E", "E", 3},
+		{"nothing linked behind: wait for the hop", 3, []message.BrokerID{"B"}, nil, "E", "C", 1},
+		{"linked broker beyond δ+1 hops: not used", 2, []message.BrokerID{"B"}, []message.BrokerID{"E"}, "E", "C", 1},
+		{"recipient is the pending hop", 3, []message.BrokerID{"B"}, []message.BrokerID{"D"}, "C", "C", 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := chainNode(t, c.delta)
+			for _, s := range c.suspected {
+				n.peer(s).suspected = true
+			}
+			for _, u := range c.up {
+				linked(n, u)
+			}
+			h := n.computeHop(c.to)
+			if !h.ok || h.to != c.want || h.skipped != c.skipped {
+				t.Errorf("hop toward %s = %+v, want %s skipping %d", c.to, h, c.want, c.skipped)
+			}
+		})
+	}
+}
+
+// dackDue: never two DACKs on a link within a period; at the first
+// allowed tick, held one tick while another neighbour's DACK, in phase
+// with ours, is due.
+func TestDackDue(t *testing.T) {
+	const P = 4 // DACKTicks of chainNode
+	cases := []struct {
+		name   string
+		now    int64
+		last   int64 // our last DACK on the link to B
+		otherC int64 // tick of C's last DACK to us (0: none)
+		upC    bool
+		want   bool
+	}{
+		{"within the period", 12, 10, 0, true, false},
+		{"period over, no other input", 10 + P, 10, 0, true, true},
+		{"input in phase, due now: hold", 10 + P, 10, 10, true, false},
+		{"input in phase, held a tick already: send", 11 + P, 10, 10, true, true},
+		{"input arrived since our last: send", 10 + P, 10, 11, true, true},
+		{"input out of phase (earlier): send", 10 + P, 10, 9, true, true},
+		{"input link down: send", 10 + P, 10, 10, false, true},
+		{"late: send", 13 + P, 10, 10, true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := chainNode(t, 3)
+			n.now = c.now
+			b, cc := n.peer("B"), n.peer("C")
+			b.up, b.dackAt = true, c.last
+			cc.up, cc.dackIn = c.upC, c.otherC
+			if got := n.dackDue(b); got != c.want {
+				t.Errorf("dackDue at %d (last %d, C's DACK at %d) = %v, want %v", c.now, c.last, cc.dackIn, got, c.want)
+			}
+		})
+	}
+}
