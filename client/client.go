@@ -540,7 +540,13 @@ func (c *Client) dispatch(m message.Message) {
 		}
 		c.mu.Unlock()
 		if s != nil {
-			s.end(nil)
+			var why error
+			if m.Err != "" && ch == nil {
+				// Ended by the broker (it is leaving the overlay): the
+				// application must subscribe again elsewhere.
+				why = errors.New("client: subscription ended by the broker: " + m.Err)
+			}
+			s.end(why)
 		}
 		if ch != nil {
 			if m.Err != "" {
