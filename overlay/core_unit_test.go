@@ -105,3 +105,58 @@ func TestDackDue(t *testing.T) {
 		})
 	}
 }
+
+// A recovering broker whose side toward B holds only restarted brokers
+// (B and C both answer NotMember, each naming the other as a former
+// neighbour) completes its recovery instead of asking them in turn
+// forever (fuzz seeds 2560 and 7322).
+func TestRecoveryStatelessChain(t *testing.T) {
+	cases := []struct {
+		name    string
+		replies []message.BrokerID // NotMember answers, in order
+		names   map[message.BrokerID][]message.BrokerID
+		joined  bool
+		waiting []message.BrokerID
+	}{
+		{"B then C, naming each other", []message.BrokerID{"B", "C"},
+			map[message.BrokerID][]message.BrokerID{"B": {"C"}, "C": {"B", "A"}}, true, nil},
+		{"B names C, C not answered yet", []message.BrokerID{"B"},
+			map[message.BrokerID][]message.BrokerID{"B": {"C"}}, false, []message.BrokerID{"C"}},
+		{"B again after C: ignored", []message.BrokerID{"B", "C", "B"},
+			map[message.BrokerID][]message.BrokerID{"B": {"C"}, "C": {"B"}}, true, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 3
+			n, err := NewNode(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.topo.Put(message.MapNode{ID: "A", Addr: "addr-A", Epoch: 2})
+			n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "A"})
+			n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 2, Parent: "B"})
+			for _, id := range []message.BrokerID{"B", "C"} {
+				p := n.peer(id)
+				p.up, p.heardHB, p.joined, p.epoch = true, true, false, 2
+			}
+			n.member = true
+			n.stateWait = map[message.BrokerID]bool{"B": true}
+			for _, from := range c.replies {
+				r := &message.StateReply{NotMember: true}
+				for _, jp := range c.names[from] {
+					r.Joinpoints = append(r.Joinpoints, message.MapNode{ID: jp, Addr: "addr-" + string(jp)})
+				}
+				n.onStateReply(from, r)
+			}
+			if n.joined != c.joined {
+				t.Errorf("joined = %v, want %v (still waiting for %v)", n.joined, c.joined, n.stateWait)
+			}
+			for _, w := range c.waiting {
+				if !n.stateWait[w] {
+					t.Errorf("not waiting for %s: %v", w, n.stateWait)
+				}
+			}
+		})
+	}
+}
