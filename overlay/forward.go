@@ -238,7 +238,7 @@ func (n *Node) accept(src message.Source, m *message.Pub, except message.BrokerI
 	pm := matching.Publication{Attrs: m.Attrs}
 	n.recipBuf = n.table.Recipients(&pm, except, n.recipBuf[:0], func(e *routing.Entry) {
 		n.counters.Delivered++
-		n.toClient(e.Client, &message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time})
+		n.toClient(e.Client, n.newDeliver(message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}))
 	})
 	if len(n.recipBuf) == 0 {
 		return // delivered locally (or nowhere): nothing to keep
@@ -259,6 +259,23 @@ func (n *Node) accept(src message.Source, m *message.Pub, except message.BrokerI
 	n.queue = append(n.queue, e)
 	n.queueLen++
 	n.sendEntry(e, "")
+}
+
+// deliverChunk is how many Delivers newDeliver allocates at once.
+const deliverChunk = 32
+
+// newDeliver returns a heap copy of d carved from a chunk: one allocation
+// per deliverChunk deliveries instead of one each (100 local subscribers
+// meant 100 allocations per publication). Chunks are never reused; the GC
+// frees one once none of its deliveries is referenced.
+func (n *Node) newDeliver(d message.Deliver) *message.Deliver {
+	if len(n.delivBuf) == 0 {
+		n.delivBuf = make([]message.Deliver, deliverChunk)
+	}
+	p := &n.delivBuf[0]
+	n.delivBuf = n.delivBuf[1:]
+	*p = d
+	return p
 }
 
 // sendEntry sends e once over each of its current next hops with an up

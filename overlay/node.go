@@ -172,6 +172,32 @@ func (n *Node) Ready() Ready {
 	return r
 }
 
+// Recycle hands back a Ready the caller has finished with (it keeps
+// nothing of its slices): they are cleared and reused for the next
+// outputs, instead of growing fresh slices after every Ready. Optional; a
+// slice already holding new outputs is left alone.
+func (n *Node) Recycle(r Ready) {
+	if n.out.Dials == nil {
+		clear(r.Dials)
+		n.out.Dials = r.Dials[:0]
+	}
+	if n.out.Closes == nil {
+		n.out.Closes = r.Closes[:0]
+	}
+	if n.out.Messages == nil {
+		clear(r.Messages)
+		n.out.Messages = r.Messages[:0]
+	}
+	if n.out.ToClients == nil {
+		clear(r.ToClients)
+		n.out.ToClients = r.ToClients[:0]
+	}
+	if n.out.Notices == nil {
+		clear(r.Notices)
+		n.out.Notices = r.Notices[:0]
+	}
+}
+
 // LinkStatus describes one link of the node.
 type LinkStatus struct {
 	Peer      message.BrokerID
