@@ -287,6 +287,9 @@ func (n *Node) Tick() {
 // link.
 func (n *Node) monitored(id message.BrokerID) bool {
 	p := n.peers[id]
+	if p.gone && n.topo.Removed(id) {
+		return false // left or removed from the tree: its silence means nothing (leave.go)
+	}
 	if p.up {
 		return true
 	}

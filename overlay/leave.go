@@ -280,7 +280,9 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// neighbour of x; it is ours if our tree path to one of its brokers
 	// passes through p[0] (then it continues along p), and the farthest
 	// such broker within δ+1 hops is our pointer. A broker on p, or on the
-	// far side of p[0], has its own route and keeps it.
+	// far side of p[0], or whose route goes elsewhere, keeps its own.
+	// (Routes may name brokers another repair already removed: only the
+	// ones we know are used.)
 	routes := map[message.SubID][]message.BrokerID{}
 	for _, g := range m.Via {
 		for _, s := range g.Subs {
@@ -294,15 +296,26 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		}
 		from := e.From
 		if p, ok := routes[e.Sub]; ok && len(p) > 0 && !onPath(p, n.cfg.ID) {
-			for i := len(p) - 1; i >= 0; i-- {
-				d, ok := n.dist[p[i]]
-				if !ok || d > n.cfg.Delta+1 {
-					continue
+			// j: the farthest broker of p we know whose path from us
+			// enters p at p[0] (then our route continues along p up to it).
+			j := -1
+			for i := len(p) - 1; i >= 1 && j < 0; i-- {
+				if _, ok := n.dist[p[i]]; ok && onPath(n.pathTo(p[i]), p[0]) {
+					j = i
 				}
-				path := n.pathTo(p[i])
-				// Our path enters p at p[0] (for p[0] itself: not coming
-				// back from p[1], i.e. from the subscriber's side).
-				if i > 0 && onPath(path, p[0]) || i == 0 && (len(p) == 1 || !onPath(path, p[1])) {
+			}
+			if _, ok := n.dist[p[0]]; j < 0 && ok {
+				// Only p[0] known: it is on our route if we do not reach
+				// it from p[1]'s side and our route went that way (or
+				// through the removed broker).
+				behind := len(p) > 1 && onPath(n.pathTo(p[0]), p[1])
+				sameWay := e.Dir == x || e.Dir == n.direction(p[0]) || !n.topo.Has(e.Dir)
+				if !behind && sameWay {
+					j = 0
+				}
+			}
+			for i := j; i >= 0; i-- {
+				if d, ok := n.dist[p[i]]; ok && d <= n.cfg.Delta+1 {
 					from = p[i]
 					break
 				}

@@ -194,3 +194,30 @@ func idsOnly(pairs []string) []string {
 	}
 	return out
 }
+
+// TestRemovedStaysRemoved: a stale copy of a removed broker (another
+// repair's Add, computed before) does not bring it back; a new epoch does.
+func TestRemovedStaysRemoved(t *testing.T) {
+	m := mapOf("C", 2)
+	xm := mapOf("D", 2)
+	rep, err := xm.Detach("D")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ApplyDetach("D", rep, xm.Nodes())
+	if m.Has("D") || !m.Removed("D") {
+		t.Fatalf("D not removed: %v", m.Nodes())
+	}
+	stale := message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"}
+	m.Merge([]message.MapNode{stale})
+	m.Put(stale)
+	if m.Has("D") {
+		t.Fatal("a stale copy brought D back")
+	}
+	again := stale
+	again.Epoch = 2
+	m.Put(again)
+	if !m.Has("D") || m.Removed("D") {
+		t.Fatal("D under a new epoch not accepted")
+	}
+}

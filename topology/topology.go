@@ -30,7 +30,18 @@ type Map struct {
 	// version increases on every change, so callers can cache what they
 	// derive from the map (next hops, from-pointers).
 	version uint64
+	// removed remembers brokers taken out of the tree (ApplyDetach) with
+	// their epoch, so that a stale copy of the map (another repair's Add,
+	// a join reply computed before) does not bring them back; a larger
+	// epoch (a restart, joining anew) is accepted. Bounded by maxRemoved:
+	// at the bound the oldest is forgotten (a copy that stale no longer
+	// circulates).
+	removed      map[BrokerID]uint64
+	removedOrder []BrokerID
 }
+
+// maxRemoved bounds Map.removed.
+const maxRemoved = 1024
 
 // New returns the map of a broker that knows only itself.
 func New(self message.MapNode, delta int) *Map {
@@ -65,6 +76,12 @@ func (m *Map) Has(id BrokerID) bool { _, ok := m.nodes[id]; return ok }
 func (m *Map) Put(n message.MapNode) {
 	if old, ok := m.nodes[n.ID]; ok && old == n {
 		return
+	}
+	if e, ok := m.removed[n.ID]; ok {
+		if n.Epoch <= e {
+			return // removed from the tree: a stale copy
+		}
+		delete(m.removed, n.ID)
 	}
 	m.nodes[n.ID] = n
 	m.changed()
@@ -436,9 +453,10 @@ func (m *Map) ApplyDetach(x BrokerID, reparented, extra []message.MapNode) bool 
 		}
 		m.Put(e)
 	}
-	if _, ok := m.nodes[x]; ok {
+	if old, ok := m.nodes[x]; ok {
 		delete(m.nodes, x)
 		m.changed()
+		m.forget(x, old.Epoch)
 	}
 	for _, e := range reparented {
 		if e.ID == x {
@@ -461,3 +479,22 @@ func (m *Map) ApplyDetach(x BrokerID, reparented, extra []message.MapNode) bool 
 	m.Prune()
 	return m.version != v
 }
+
+// forget records x (epoch e) as removed from the tree (see Map.removed).
+func (m *Map) forget(x BrokerID, e uint64) {
+	if m.removed == nil {
+		m.removed = map[BrokerID]uint64{}
+	}
+	if _, ok := m.removed[x]; !ok {
+		m.removedOrder = append(m.removedOrder, x)
+	}
+	m.removed[x] = e
+	if len(m.removedOrder) > maxRemoved {
+		delete(m.removed, m.removedOrder[0])
+		m.removedOrder = m.removedOrder[1:]
+	}
+}
+
+// Removed reports whether id was removed from the tree (a leave or a gone
+// broker's removal) and has not come back under a larger epoch.
+func (m *Map) Removed(id BrokerID) bool { _, ok := m.removed[id]; return ok }
