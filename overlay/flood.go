@@ -371,6 +371,18 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		return
 	}
 	if f, ok := n.floods[k]; ok {
+		if f.isOut(from) {
+			// Crossed floods: a broker whose answer we await sends us the
+			// same flood (its view of the directions changed, e.g. after a
+			// gone broker between us was removed from the tree). Waiting
+			// for each other would never end: answer it at once. That
+			// answer only completes its part toward us; our own answer
+			// upstream still awaits all our targets, it included, so the
+			// confirmation at the origin still means every broker has the
+			// entry (fuzz seed 13).
+			n.sendFloodAck(k, from)
+			return
+		}
 		f.waiters = append(f.waiters, from)
 		return
 	}

@@ -16,6 +16,11 @@ func TestFuzzRegressions(t *testing.T) {
 		// the crashes was never confirmed.
 		{2560, "restarted chain asked in turn forever"},
 		{7322, "restarted chain asked in turn forever"},
+		// Two gone brokers removed from the tree (the root B1 and B7):
+		// B4's copy of a pending subscription flood is re-sent to B2,
+		// which awaited B4's answer: crossed floods waited for each
+		// other, the subscription was never confirmed.
+		{13, "crossed floods after a gone broker's removal"},
 	}
 	for _, c := range cases {
 		r := FuzzRun(c.seed, DefaultFuzzOptions())
