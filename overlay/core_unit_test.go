@@ -160,3 +160,54 @@ func TestRecoveryStatelessChain(t *testing.T) {
 		})
 	}
 }
+
+// A subscription flood from a broker whose answer this broker awaits for
+// the same flood (crossed floods) is answered at once and that broker is
+// still awaited; from any other broker it waits like before.
+func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
+	sub := message.SubID{Edge: "F", Epoch: 1, N: 1}
+	cases := []struct {
+		name       string
+		from       message.BrokerID
+		wantAck    bool
+		stillOut   bool
+		wantWaiter bool
+	}{
+		{"from an awaited target", "C", true, true, false},
+		{"from another broker", "D", false, true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := chainNode(t, 3)
+			for _, id := range []message.BrokerID{"B", "C", "D"} {
+				linked(n, id)
+			}
+			k := floodKey{kind: fkSub, sub: sub}
+			f := &flood{key: k, except: "B", budget: -1, waiters: []message.BrokerID{"B"}, msg: n.subFloodMsg(sub)}
+			f.targets = []ftarget{{id: "C", epoch: 1, out: true}}
+			f.nOut = 1
+			n.floods[k] = f
+			n.Ready()
+			n.onSubFlood(c.from, &message.SubFlood{Sub: sub, From: "F"})
+			acked := false
+			for _, e := range n.Ready().Messages {
+				if sc, ok := e.Msg.(*message.SubConfirm); ok && e.To == c.from && sc.Sub == sub {
+					acked = true
+				}
+			}
+			if acked != c.wantAck {
+				t.Errorf("SubConfirm to %s sent = %v, want %v", c.from, acked, c.wantAck)
+			}
+			if f.isOut("C") != c.stillOut || n.floods[k] != f {
+				t.Errorf("C still awaited = %v, flood pending = %v; want %v, true", f.isOut("C"), n.floods[k] == f, c.stillOut)
+			}
+			waiter := false
+			for _, w := range f.waiters {
+				waiter = waiter || w == c.from
+			}
+			if waiter != c.wantWaiter {
+				t.Errorf("%s among the waiters = %v, want %v", c.from, waiter, c.wantWaiter)
+			}
+		})
+	}
+}
