@@ -214,6 +214,11 @@ func TestRemovedStaysRemoved(t *testing.T) {
 	if m.Has("D") {
 		t.Fatal("a stale copy brought D back")
 	}
+	// E was re-attached to C; a stale copy still under D is ignored.
+	m.Merge([]message.MapNode{{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "D"}})
+	if e, _ := m.Get("E"); e.Parent != "C" {
+		t.Fatalf("a stale copy moved E back under the removed D: %+v", e)
+	}
 	again := stale
 	again.Epoch = 2
 	m.Put(again)

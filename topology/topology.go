@@ -83,6 +83,11 @@ func (m *Map) Put(n message.MapNode) {
 		}
 		delete(m.removed, n.ID)
 	}
+	if _, ok := m.removed[n.Parent]; ok {
+		if cur, known := m.nodes[n.ID]; known && cur.Epoch >= n.Epoch {
+			return // a stale copy still hanging it under a removed broker
+		}
+	}
 	m.nodes[n.ID] = n
 	m.changed()
 }
