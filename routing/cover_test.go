@@ -160,12 +160,12 @@ func randCoverFilter(r *rand.Rand) matching.Filter {
 // (which entry covers which, and the same matcher calls in the same order)
 // as a plain scan over the entries with the same From.
 func TestCoveringSameAsScan(t *testing.T) {
-	for seed := int64(1); seed <= 25; seed++ {
+	for seed := int64(1); seed <= 15; seed++ {
 		r := rand.New(rand.NewSource(seed))
 		got := New(&recMatcher{})
 		ref := &refTable{byID: map[message.SubID]*refEntry{}, byFrom: map[message.BrokerID][]*refEntry{}, m: &recMatcher{}}
 		var subs []message.SubID
-		for op := 0; op < 400; op++ {
+		for op := 0; op < 300; op++ {
 			if len(subs) > 0 && r.Intn(3) == 0 {
 				i := r.Intn(len(subs))
 				s := subs[i]
