@@ -72,7 +72,7 @@ func leaveScript(seed uint64) string {
 // script are printed on failure; `deltapub sim run FILE` replays a script
 // saved to a file. DELTAPUB_LEAVE_RUNS=N runs seeds 1..N instead.
 func TestRandomLeaves(t *testing.T) {
-	runs := 12
+	runs := 8
 	if testing.Short() {
 		runs = 4
 	}
