@@ -15,8 +15,12 @@ run's verdict, the delay before/during/after the crash and the memory of all
 brokers together, and exits 1 if any run's verdict is FAIL.
 
 The deltapub binary is $DELTAPUB if set, else built from this checkout.
-Process mode starts 83 broker processes: expect about a minute per run on a
-2-core machine.
+Process mode starts 83 broker processes (GOMAXPROCS=1 each); on 2 cores the
+idle overlay alone takes about half the machine, so run it on a quiet
+machine (the script warns when the load average is above 2): a busy machine
+starves brokers past the failure timeout and the run fails with false
+suspicions. Expect about 1.5 to 2 minutes per run in process mode on a
+quiet 2-core machine (see docs/testbed.md); sim mode takes about 20 s.
 USAGE
 }
 
@@ -44,8 +48,15 @@ if [[ -z "$bin" ]]; then
 	(cd "$root" && go build -o "$bin" ./cmd/deltapub)
 fi
 
+load="$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
+echo "load average at start: $load (nproc $(nproc 2>/dev/null || echo ?))"
+if [[ "$mode" != sim ]] && awk -v l="$load" 'BEGIN{exit !(l > 2)}'; then
+	echo "reproduce-srds09: warning: the machine is busy (load $load); 83 broker processes need it quiet" >&2
+fi
+
 status=0
 for k in $failures; do
+	t0=$SECONDS
 	case "$k" in
 	1) rs='"R1"' ;;
 	2) rs='"R1", "R2"' ;;
@@ -64,6 +75,7 @@ for k in $failures; do
 	rc=$?
 	set -e
 	grep -E "^  (publications|deliveries|delay ms|at [0-9]|broker memory)|^verdict|FAIL:" "$out/failures-$k.txt" || cat "$out/failures-$k.log"
+	echo "  wall time $((SECONDS - t0)) s, load average now $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?)"
 	[[ $rc -eq 0 ]] || status=1
 done
 echo "figures: $out/failures-*/delay.png, rate.png, cpu.png"

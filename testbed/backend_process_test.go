@@ -105,10 +105,11 @@ garbage line
 // TestProcessCutHeal cuts a link between two live broker processes through
 // their admin endpoints (POST /ctl/cut at both ends) and heals it: the
 // brokers bypass each other and reconnect, every delivery arrives (a cut
-// is one failure, ≤ δ), verdict PASS. Not parallel: the Cleanup of a
-// process test kills every broker of the test binary.
+// is one failure, ≤ δ), verdict PASS. It runs in parallel with
+// TestProcessEndToEnd from its own copy of the binary (needOwnBinary).
 func TestProcessCutHeal(t *testing.T) {
-	bin := needBinary(t)
+	t.Parallel()
+	bin := needOwnBinary(t)
 	p, err := Load("examples/cut.toml")
 	if err != nil {
 		t.Fatal(err)

@@ -88,3 +88,29 @@ func needBinary(t *testing.T) string {
 	})
 	return deltapubBin
 }
+
+// needOwnBinary is needBinary for a process test that runs in parallel
+// with another: a copy of the binary under the test's own directory, so
+// that the Cleanup check (brokers are found by their executable's path)
+// sees only this test's brokers.
+func needOwnBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(buildBinary)
+	if deltapubBin == "" {
+		t.Fatalf("no deltapub binary: %v", deltapubBuildErr)
+	}
+	data, err := os.ReadFile(deltapubBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "deltapub")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if n := killBrokersOf(bin); n > 0 {
+			t.Errorf("%d broker processes outlived the run", n)
+		}
+	})
+	return bin
+}

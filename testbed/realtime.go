@@ -169,9 +169,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	var clientsMu sync.Mutex
 	defer func() {
 		clientsMu.Lock()
-		for _, c := range clients {
-			c.Close()
-		}
+		closeClients(clients)
 		clientsMu.Unlock()
 	}()
 	connect := func(name, broker string) (*client.Client, error) {
@@ -285,7 +283,23 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 					// Take what else is waiting (up to a batch) before
 					// reporting: one recorder lock per batch.
 					batch := make([]Delivery, 0, 64)
-					for d := range sub.C {
+					for {
+						// The run's end (ctx) stops the drainer even if
+						// the client's Close is slow to close C; what C
+						// already holds is still recorded.
+						var d client.Delivery
+						var ok bool
+						select {
+						case d, ok = <-sub.C:
+						case <-ctx.Done():
+							select {
+							case d, ok = <-sub.C:
+							default:
+							}
+						}
+						if !ok {
+							return
+						}
 						for {
 							if d.Gap != nil {
 								rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
@@ -498,11 +512,33 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	}
 	cancel()
 	clientsMu.Lock()
-	for _, c := range clients {
-		c.Close()
-	}
+	closeClients(clients)
+	clients = nil
 	clientsMu.Unlock()
 	return nil
+}
+
+// closeWait bounds how long the end of a run waits for its clients to
+// close.
+const closeWait = 5 * time.Second
+
+// closeClients closes every client at once and waits at most closeWait. A
+// client's Close waits for its queued frames to be written, which an
+// overloaded broker can hold up; closed one after another, srds09's 304
+// clients made a Ctrl-C take minutes. A Close still running after closeWait
+// finishes in the background (the brokers are killed next, which ends it).
+func closeClients(cs []*client.Client) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Close() }()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+	}
 }
 
 func errSuffix(err error) string {
