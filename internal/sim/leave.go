@@ -85,5 +85,50 @@ func (r *runner) leave(opts map[string]string, rest []string) error {
 	if !ok {
 		r.note("leave %s: not completed within %v", id, max)
 	}
+	// The plan follows the repair, so that a later "restart B" rejoins
+	// through B's current neighbours, not through the broker that left.
+	detachPlanned(&r.tree, id)
 	return nil
+}
+
+// detachPlanned removes x from the planned tree the way the core repairs
+// the overlay (topology.Detach): x's children go to x's parent; a leaving
+// root is replaced by its smallest child, which adopts the others.
+func detachPlanned(t *Tree, x message.BrokerID) {
+	if !t.Has(x) {
+		return
+	}
+	parent, hasParent := t.Parent[x]
+	var kids []message.BrokerID
+	for _, c := range t.Order {
+		if p, ok := t.Parent[c]; ok && p == x {
+			kids = append(kids, c)
+		}
+	}
+	if !hasParent && len(kids) > 0 {
+		root := kids[0]
+		for _, k := range kids {
+			if k < root {
+				root = k
+			}
+		}
+		delete(t.Parent, root)
+		parent = root
+	}
+	for _, k := range kids {
+		if k != parent {
+			t.Parent[k] = parent
+		}
+	}
+	delete(t.Parent, x)
+	order := make([]message.BrokerID, 0, len(t.Order))
+	if !hasParent && len(kids) > 0 {
+		order = append(order, parent) // the new root first
+	}
+	for _, b := range t.Order {
+		if b != x && (hasParent || b != parent) {
+			order = append(order, b)
+		}
+	}
+	t.Order = order
 }

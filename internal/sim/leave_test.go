@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/deltapub/deltapub/message"
 )
 
 // leaveScript draws a random scenario of graceful leaves from seed: a
@@ -91,6 +94,37 @@ func TestRandomLeaves(t *testing.T) {
 		}
 		if !strings.Contains(res.Outcome, "verdict: PASS (within δ)") || strings.Contains(res.Outcome, "not completed within 3s") {
 			t.Errorf("seed %d:\n%s----\n%s", seed, script, res.Details)
+		}
+	}
+}
+
+func TestDetachPlanned(t *testing.T) {
+	build := func() Tree {
+		tr := NewTree("R")
+		for _, e := range [][2]message.BrokerID{{"R", "C"}, {"R", "A"}, {"A", "X"}, {"C", "Y"}} {
+			if err := tr.Add(e[0], e[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tr
+	}
+	tests := []struct {
+		leave message.BrokerID
+		root  message.BrokerID
+		want  map[message.BrokerID]message.BrokerID // parents after
+	}{
+		{"A", "R", map[message.BrokerID]message.BrokerID{"C": "R", "X": "R", "Y": "C"}},
+		{"R", "A", map[message.BrokerID]message.BrokerID{"C": "A", "X": "A", "Y": "C"}}, // smallest child A becomes the root
+		{"Y", "R", map[message.BrokerID]message.BrokerID{"C": "R", "A": "R", "X": "A"}},
+	}
+	for _, tc := range tests {
+		tr := build()
+		detachPlanned(&tr, tc.leave)
+		if tr.Order[0] != tc.root || tr.Has(tc.leave) {
+			t.Errorf("leave %s: order %v, want root %s and %s gone", tc.leave, tr.Order, tc.root, tc.leave)
+		}
+		if !reflect.DeepEqual(tr.Parent, tc.want) {
+			t.Errorf("leave %s: parents %v, want %v", tc.leave, tr.Parent, tc.want)
 		}
 	}
 }
