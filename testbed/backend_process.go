@@ -318,8 +318,9 @@ func (h *procHost) resume(name string) error {
 // endpoints (POST /ctl/cut, overlay/runtime_cut.go): each closes its link to
 // the other and refuses it until healed, like a network partition between
 // two live processes. A broker that is crashed or frozen cannot be asked;
-// cutting a link with a down end is an error (the plan check refuses it).
-// A restarted broker starts with no cuts.
+// cutting a link with a down end is an error. A restarted broker starts
+// with no cuts (the other end still refuses the link); healing then lifts
+// the block where there is one.
 func (h *procHost) cut(a, b string) error { return h.linkCtl("cut", a, b) }
 
 // heal lifts the cut at both ends.
@@ -347,6 +348,10 @@ func (h *procHost) linkCtl(op, a, b string) error {
 			}
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 			resp.Body.Close()
+			if resp.StatusCode == http.StatusNotFound && op == "heal" {
+				errc <- errNotCut // a broker restarted since the cut has none
+				return
+			}
 			if resp.StatusCode != http.StatusOK {
 				errc <- fmt.Errorf("%s %s at %s: %s: %s", op, peer, self, resp.Status, strings.TrimSpace(string(body)))
 				return
@@ -354,8 +359,20 @@ func (h *procHost) linkCtl(op, a, b string) error {
 			errc <- nil
 		}(pair[0], pair[1])
 	}
-	return errors.Join(<-errc, <-errc)
+	e1, e2 := <-errc, <-errc
+	switch {
+	case e1 == errNotCut && e2 == errNotCut:
+		return fmt.Errorf("the link %s-%s is not cut", a, b)
+	case e1 == errNotCut:
+		return e2
+	case e2 == errNotCut:
+		return e1
+	}
+	return errors.Join(e1, e2)
 }
+
+// errNotCut is a heal answered 404 by one end (see linkCtl).
+var errNotCut = errors.New("not cut")
 
 func (h *procHost) stopAll() {
 	h.stopOnce.Do(func() {
