@@ -86,7 +86,7 @@ type Node struct {
 	side       map[message.BrokerID]message.BrokerID
 	dist       map[message.BrokerID]int
 	recipBuf   []message.BrokerID
-	delivBuf   []message.Deliver // newDeliver's current chunk
+	delivBuf   []message.Deliver         // newDeliver's current chunk
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64
