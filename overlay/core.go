@@ -688,11 +688,7 @@ func (n *Node) Status() Status {
 		st.Bypasses = append(st.Bypasses, id)
 	}
 	sort.Slice(st.Bypasses, func(i, j int) bool { return st.Bypasses[i] < st.Bypasses[j] })
-	for _, e := range n.table.Entries() {
-		if e.Local {
-			st.LocalSubs++
-		}
-	}
+	st.LocalSubs = n.table.LocalLen()
 	for _, k := range n.store.OwnKeys() {
 		key := fmt.Sprintf("%s/%d", k.B, k.E)
 		r, _ := n.store.Own(k.B, k.E)

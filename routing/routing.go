@@ -65,6 +65,7 @@ type Table struct {
 	froms   []message.BrokerID
 	mark    []uint32
 	gen     uint32
+	local   int // entries with Local set (LocalLen)
 	// Max bounds the number of entries; Insert fails beyond it (the
 	// subscriber is answered with an error, nothing is dropped silently).
 	Max int
@@ -149,6 +150,10 @@ func New(m Matcher) *Table {
 // Len is the number of entries.
 func (t *Table) Len() int { return len(t.byID) }
 
+// LocalLen is the number of entries of this broker's own clients (O(1):
+// status snapshots poll it; Local never changes after Insert).
+func (t *Table) LocalLen() int { return t.local }
+
 // Get returns the entry of sub.
 func (t *Table) Get(sub message.SubID) (*Entry, bool) {
 	e, ok := t.byID[sub]
@@ -190,6 +195,9 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	t.byID[e.Sub] = p
 	t.slots[e.key] = p
 	t.meta[e.key] = m
+	if e.Local {
+		t.local++
+	}
 	return true, nil
 }
 
@@ -343,6 +351,9 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 		}
 	}
 	delete(t.byID, sub)
+	if e.Local {
+		t.local--
+	}
 	t.slots[e.key] = nil
 	t.free = append(t.free, e.key)
 	return *e, true

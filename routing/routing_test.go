@@ -145,6 +145,31 @@ func TestTableBound(t *testing.T) {
 	}
 }
 
+// TestLocalLen checks the O(1) count of local entries against a scan
+// through inserts, duplicate inserts and deletes.
+func TestLocalLen(t *testing.T) {
+	forEachMatcher(t, func(t *testing.T, tab *Table) {
+		r := rand.New(rand.NewSource(3))
+		for i := 0; i < 500; i++ {
+			s := sub("E", uint64(r.Intn(60)))
+			if r.Intn(3) == 0 {
+				tab.Delete(s)
+			} else {
+				tab.Insert(Entry{Sub: s, Filter: filter("a"), From: "F", Local: s.N%2 == 0})
+			}
+			want := 0
+			for _, e := range tab.Entries() {
+				if e.Local {
+					want++
+				}
+			}
+			if got := tab.LocalLen(); got != want {
+				t.Fatalf("step %d: LocalLen %d, scan %d", i, got, want)
+			}
+		}
+	})
+}
+
 func BenchmarkRecipients(b *testing.B) {
 	tab := New(matching.NewIndex())
 	r := rand.New(rand.NewSource(1))
