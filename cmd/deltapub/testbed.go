@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -76,6 +77,25 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parsePositional parses args with parseInterleaved and wants exactly n
+// positional arguments. It returns them, or the exit code when the
+// command must stop: 0 after --help, 2 after a bad flag or a wrong count
+// (the usage is printed).
+func parsePositional(fs *flag.FlagSet, args []string, n int) ([]string, int, bool) {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0, false
+		}
+		return nil, 2, false
+	}
+	if len(pos) != n {
+		fs.Usage()
+		return nil, 2, false
+	}
+	return pos, 0, true
+}
+
 func testbedRun(args []string) int {
 	fs := flag.NewFlagSet("testbed run", flag.ContinueOnError)
 	mode := fs.String("mode", "process", "backend: process (broker processes), inproc (brokers in this process), sim (deterministic simulator, virtual time)")
@@ -86,16 +106,9 @@ func testbedRun(args []string) int {
 		fmt.Fprintln(fs.Output(), "Usage: deltapub testbed run FILE [--mode process|inproc|sim] [--out DIR] [--quiet]")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return 2
+	pos, code, ok := parsePositional(fs, args, 1)
+	if !ok {
+		return code
 	}
 	plan, err := testbed.Load(pos[0])
 	if err != nil {
@@ -111,17 +124,12 @@ func testbedRun(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(os.Stderr, "%s\nmode %s, results in %s\n", plan.Describe(), *mode, dir)
-	var progress *os.File
+	var progress io.Writer // a nil interface: no progress line
 	if !*quiet {
 		progress = os.Stderr
 	}
 	opts := testbed.Options{Binary: *binary, Log: os.Stderr}
-	var sum *testbed.Summary
-	if progress != nil {
-		sum, err = testbed.Run(ctx, plan, *mode, dir, opts, progress)
-	} else {
-		sum, err = testbed.Run(ctx, plan, *mode, dir, opts, nil)
-	}
+	sum, err := testbed.Run(ctx, plan, *mode, dir, opts, progress)
 	if sum == nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -143,16 +151,9 @@ func testbedCheck(args []string) int {
 		fmt.Fprintln(fs.Output(), "Usage: deltapub testbed check FILE [--tree]   (validates; launches nothing)")
 		fs.PrintDefaults()
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return 2
+	pos, code, ok := parsePositional(fs, args, 1)
+	if !ok {
+		return code
 	}
 	plan, err := testbed.Load(pos[0])
 	if err != nil {
@@ -172,16 +173,9 @@ func testbedReport(args []string) int {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: deltapub testbed report DIR   (prints the summary, redraws the plots)")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return 2
+	pos, code, ok := parsePositional(fs, args, 1)
+	if !ok {
+		return code
 	}
 	sum, err := testbed.Redraw(pos[0])
 	if sum == nil {
@@ -199,16 +193,9 @@ func testbedReport(args []string) int {
 func testbedCompare(args []string) int {
 	fs := flag.NewFlagSet("testbed compare", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), "Usage: deltapub testbed compare DIR1 DIR2") }
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return 2
+	pos, code, ok := parsePositional(fs, args, 2)
+	if !ok {
+		return code
 	}
 	a, _, _, err := testbed.ReadResults(pos[0])
 	if err != nil {
