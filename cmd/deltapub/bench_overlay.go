@@ -227,10 +227,58 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 	if err != nil {
 		return nil, err
 	}
-	sub, err := subc.Subscribe(ctx, filter)
+	// The subscriber side: deliveries arrive in publication order (one
+	// publisher); the k-th delivery is the k-th publication. They are
+	// counted in a SubscribeFunc handler (no channel hand-off per
+	// delivery), as an application that wants speed would read them.
+	warm := 5000
+	latN := int(latRate * latDur.Seconds())
+	total := warm + count + latN
+	type mark struct{ at time.Time }
+	delivered := make(chan mark, 16)
+	latencies := make([]time.Duration, 0, latN)
+	var subErr error
+	var received, published atomic.Int64
+	var subWG sync.WaitGroup
+	var finish sync.Once
+	end := func(err error) { // the subscriber's last word, exactly once
+		finish.Do(func() {
+			subErr = err
+			close(delivered)
+			subWG.Done()
+		})
+	}
+	k := 0
+	subWG.Add(1)
+	sub, err := subc.SubscribeFunc(ctx, filter, func(d client.Delivery) {
+		if k >= total {
+			return
+		}
+		k++
+		received.Add(1)
+		if d.Gap != nil {
+			end(fmt.Errorf("gap notice: %+v", *d.Gap))
+			k = total
+			return
+		}
+		switch {
+		case k == warm || k == warm+count:
+			delivered <- mark{d.ReceivedAt}
+		case k > warm+count:
+			latencies = append(latencies, d.ReceivedAt.Sub(d.PublishedAt))
+		}
+		if k == total {
+			end(nil)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
+	go func() {
+		for range sub.C { // closed when the subscription ends
+		}
+		end(fmt.Errorf("subscription ended after %d deliveries: %v", received.Load(), sub.Err()))
+	}()
 	if err := sub.WaitConfirmed(ctx); err != nil {
 		return nil, err
 	}
@@ -251,42 +299,6 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 	rep.PayloadBytes = len(pub.Payload)
 	rep.FrameBytes = 250
 
-	// The subscriber side: deliveries arrive in publication order (one
-	// publisher); the k-th delivery is the k-th publication.
-	warm := 5000
-	latN := int(latRate * latDur.Seconds())
-	total := warm + count + latN
-	type mark struct{ at time.Time }
-	delivered := make(chan mark, 16)
-	latencies := make([]time.Duration, 0, latN)
-	var subErr error
-	var received, published atomic.Int64
-	var subWG sync.WaitGroup
-	subWG.Add(1)
-	go func() {
-		defer subWG.Done()
-		for k := 1; k <= total; k++ {
-			d, ok := <-sub.C
-			received.Add(1)
-			if !ok {
-				subErr = fmt.Errorf("subscription ended after %d deliveries: %v", k-1, sub.Err())
-				close(delivered)
-				return
-			}
-			if d.Gap != nil {
-				subErr = fmt.Errorf("gap notice: %+v", *d.Gap)
-				close(delivered)
-				return
-			}
-			switch {
-			case k == warm || k == warm+count:
-				delivered <- mark{d.ReceivedAt}
-			case k > warm+count:
-				latencies = append(latencies, d.ReceivedAt.Sub(d.PublishedAt))
-			}
-		}
-		close(delivered)
-	}()
 	// A run that stops making progress fails with what each broker holds,
 	// instead of waiting for the overall deadline (or the client's own
 	// 30 s backpressure limit).
