@@ -41,59 +41,35 @@ type fastCodec struct {
 }
 
 var fastCodecMap = map[message.Type]fastCodec{
-	message.TypePublish: {
+	message.TypePublish:    typedCodec(appendPublish, (*fastDec).publish),
+	message.TypePub:        typedCodec(appendPub, (*fastDec).pub),
+	message.TypeDeliver:    typedCodec(appendDeliver, (*fastDec).deliver),
+	message.TypeDeliverSet: onlyCodec(typedCodec(appendDeliverSet, (*fastDec).deliverSet)),
+}
+
+// typedCodec builds the fastCodec of one message type from its typed
+// encoder and decoder (a message of another Go type falls back to the
+// generic codec).
+func typedCodec[P message.Message](appendBody func([]byte, P) []byte, decode func(*fastDec, P) bool) fastCodec {
+	return fastCodec{
 		enc: func(b []byte, m message.Message) ([]byte, bool) {
-			p, ok := m.(*message.Publish)
+			p, ok := m.(P)
 			if !ok {
 				return b, false
 			}
-			return appendPublish(b, p), true
+			return appendBody(b, p), true
 		},
 		dec: func(d *fastDec, m message.Message) bool {
-			p, ok := m.(*message.Publish)
-			return ok && d.publish(p)
+			p, ok := m.(P)
+			return ok && decode(d, p)
 		},
-	},
-	message.TypePub: {
-		enc: func(b []byte, m message.Message) ([]byte, bool) {
-			p, ok := m.(*message.Pub)
-			if !ok {
-				return b, false
-			}
-			return appendPub(b, p), true
-		},
-		dec: func(d *fastDec, m message.Message) bool {
-			p, ok := m.(*message.Pub)
-			return ok && d.pub(p)
-		},
-	},
-	message.TypeDeliver: {
-		enc: func(b []byte, m message.Message) ([]byte, bool) {
-			p, ok := m.(*message.Deliver)
-			if !ok {
-				return b, false
-			}
-			return appendDeliver(b, p), true
-		},
-		dec: func(d *fastDec, m message.Message) bool {
-			p, ok := m.(*message.Deliver)
-			return ok && d.deliver(p)
-		},
-	},
-	message.TypeDeliverSet: {
-		enc: func(b []byte, m message.Message) ([]byte, bool) {
-			p, ok := m.(*message.DeliverSet)
-			if !ok {
-				return b, false
-			}
-			return appendDeliverSet(b, p), true
-		},
-		dec: func(d *fastDec, m message.Message) bool {
-			p, ok := m.(*message.DeliverSet)
-			return ok && d.deliverSet(p)
-		},
-		only: true,
-	},
+	}
+}
+
+// onlyCodec marks c as its type's only codec (no generic fallback).
+func onlyCodec(c fastCodec) fastCodec {
+	c.only = true
+	return c
 }
 
 // fastTable is fastCodecMap as an array indexed by type: the lookup is on
