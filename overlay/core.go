@@ -87,6 +87,7 @@ type Node struct {
 	dist       map[message.BrokerID]int
 	recipBuf   []message.BrokerID
 	delivBuf   []message.Deliver         // newDeliver's current chunk
+	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64

@@ -526,26 +526,58 @@ func (n *Node) purge() {
 // upstream broker U: every publication received with a U-stamp up to it
 // is no longer queued here.
 func (n *Node) updateDiscarded() {
-	minq := map[message.Stamp]uint64{} // (B, E, 0) → lowest queued U-stamp
+	// The lowest queued U-stamp per (B, E). The queue can hold tens of
+	// thousands of publications under load and this runs every DACK
+	// period, while the distinct (B, E) are a handful (the brokers within
+	// δ+1 hops): a small slice searched from where the previous stamp of
+	// the same position was found beats hashing every stamp into a map.
+	minq := n.minqBuf[:0]
+	var hint [8]int // per stamp position: where its (B, E) was last found
 	for _, e := range n.queue {
 		if e.purged {
 			continue
 		}
-		for _, s := range e.pub.Stamps[1:] {
-			k := message.Stamp{B: s.B, E: s.E}
-			if v, ok := minq[k]; !ok || s.S < v {
-				minq[k] = s.S
+		for i, s := range e.pub.Stamps[1:] {
+			j := -1
+			if i < len(hint) {
+				if h := hint[i]; h < len(minq) && minq[h].B == s.B && minq[h].E == s.E {
+					j = h
+				}
+			}
+			if j < 0 {
+				for k := range minq {
+					if minq[k].B == s.B && minq[k].E == s.E {
+						j = k
+						break
+					}
+				}
+			}
+			switch {
+			case j < 0:
+				j = len(minq)
+				minq = append(minq, s)
+			case s.S < minq[j].S:
+				minq[j].S = s.S
+			}
+			if i < len(hint) {
+				hint[i] = j
 			}
 		}
 	}
 	for _, k := range n.store.OwnKeys() {
 		r, _ := n.store.Own(k.B, k.E)
 		d := r.Arrived
-		if v, ok := minq[message.Stamp{B: k.B, E: k.E}]; ok && v-1 < d {
-			d = v - 1
+		for _, q := range minq {
+			if q.B == k.B && q.E == k.E {
+				if q.S-1 < d {
+					d = q.S - 1
+				}
+				break
+			}
 		}
 		n.store.SetDiscarded(k.B, k.E, d)
 	}
+	n.minqBuf = minq[:0]
 }
 
 // releaseRecipients recomputes the recipients of every queued publication
