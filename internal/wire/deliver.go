@@ -193,33 +193,13 @@ func (d *fastDec) arrayLenAny() (int, bool) {
 	return int(n), true
 }
 
-// binAny decodes a binary of any length (copied).
+// binAny decodes nil or a binary of any length (copied).
 func (d *fastDec) binAny() ([]byte, bool) {
 	if d.i < len(d.b) && d.b[d.i] == 0xc0 {
 		d.i++
 		return nil, true
 	}
-	c, ok := d.byte1()
-	var n uint64
-	switch {
-	case !ok:
-		return nil, false
-	case c == 0xc4:
-		n, ok = d.n(1)
-	case c == 0xc5:
-		n, ok = d.n(2)
-	case c == 0xc6:
-		n, ok = d.n(4)
-	default:
-		return nil, false
-	}
-	if !ok || n > uint64(len(d.b)-d.i) {
-		return nil, false
-	}
-	p := d.bytesFor(int(n))
-	copy(p, d.b[d.i:])
-	d.i += int(n)
-	return p, true
+	return d.binBody(true)
 }
 
 func (d *fastDec) compactValue(v *matching.Value) bool {

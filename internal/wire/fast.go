@@ -454,7 +454,11 @@ func (d *fastDec) str() (string, bool) {
 }
 
 // bin decodes a non-empty binary (copied: the Reader's buffer is reused).
-func (d *fastDec) bin() ([]byte, bool) {
+func (d *fastDec) bin() ([]byte, bool) { return d.binBody(false) }
+
+// binBody decodes a binary header and copies its body; an empty binary is
+// accepted only if allowEmpty.
+func (d *fastDec) binBody(allowEmpty bool) ([]byte, bool) {
 	c, ok := d.byte1()
 	var n uint64
 	switch {
@@ -469,7 +473,7 @@ func (d *fastDec) bin() ([]byte, bool) {
 	default:
 		return nil, false
 	}
-	if !ok || n == 0 || n > uint64(len(d.b)-d.i) {
+	if !ok || (n == 0 && !allowEmpty) || n > uint64(len(d.b)-d.i) {
 		return nil, false
 	}
 	p := d.bytesFor(int(n))
