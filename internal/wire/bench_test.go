@@ -100,20 +100,15 @@ func benchPub() *message.Pub {
 		Stamps: []message.Stamp{{B: "B1", E: 1764470000, S: 99999}, {B: "B0", E: 1764470001, S: 88888}}}
 }
 
-// BenchmarkForwardPub250 is the codec work of one broker hop: read a Pub
-// frame from a link, make the forwarded Pub (this broker's stamp first, as
-// the core does) and encode it for the next link.
-func BenchmarkForwardPub250(b *testing.B) {
+// pubStream returns a reader of benchPub frames as a broker's link reader
+// sees them (a stream of copies, arena on), starting over at the end.
+func pubStream(b *testing.B) func() *message.Pub {
 	frame, _ := AppendFrame(nil, benchPub())
-	const n = 256
-	stream := bytes.Repeat(frame, n)
+	stream := bytes.Repeat(frame, 256)
 	src := bytes.NewReader(stream)
 	r := NewReader(src, 0)
 	r.UseArena(16 << 10) // as a broker's readers do
-	e := NewEncoder()
-	out := make([]byte, 0, 1<<16)
-	b.ReportAllocs()
-	for b.Loop() {
+	return func() *message.Pub {
 		if src.Len() == 0 {
 			src.Reset(stream)
 		}
@@ -121,7 +116,21 @@ func BenchmarkForwardPub250(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		in := m.(*message.Pub)
+		return m.(*message.Pub)
+	}
+}
+
+// BenchmarkForwardPub250 is the codec work of one broker hop: read a Pub
+// frame from a link, make the forwarded Pub (this broker's stamp first, as
+// the core does) and encode it for the next link.
+func BenchmarkForwardPub250(b *testing.B) {
+	next := pubStream(b)
+	e := NewEncoder()
+	out := make([]byte, 0, 1<<16)
+	b.ReportAllocs()
+	for b.Loop() {
+		in := next()
+		var err error
 		stamps := make([]message.Stamp, 0, 2)
 		stamps = append(stamps, message.Stamp{B: "B2", E: 1764470002, S: 77777}, in.Stamps[0])
 		fwd := &message.Pub{ID: in.ID, Attrs: in.Attrs, Payload: in.Payload, Time: in.Time, Stamps: stamps}
@@ -135,12 +144,7 @@ func BenchmarkForwardPub250(b *testing.B) {
 // one publication and 100 local subscribers: read the Pub, encode one
 // Deliver per subscriber session (each session has its own Encoder).
 func BenchmarkPubToDeliver100(b *testing.B) {
-	frame, _ := AppendFrame(nil, benchPub())
-	const n = 256
-	stream := bytes.Repeat(frame, n)
-	src := bytes.NewReader(stream)
-	r := NewReader(src, 0)
-	r.UseArena(16 << 10) // as a broker's readers do
+	next := pubStream(b)
 	encs := make([]*Encoder, 100)
 	for i := range encs {
 		encs[i] = NewEncoder()
@@ -148,14 +152,8 @@ func BenchmarkPubToDeliver100(b *testing.B) {
 	out := make([]byte, 0, 1<<16)
 	b.ReportAllocs()
 	for b.Loop() {
-		if src.Len() == 0 {
-			src.Reset(stream)
-		}
-		m, err := r.Read()
-		if err != nil {
-			b.Fatal(err)
-		}
-		in := m.(*message.Pub)
+		in := next()
+		var err error
 		for i, e := range encs {
 			d := &message.Deliver{Sub: message.SubID{Edge: "B2", Epoch: 1764470002, N: uint64(i + 1)},
 				Pub: in.ID, Attrs: in.Attrs, Payload: in.Payload, Time: in.Time}
@@ -170,25 +168,13 @@ func BenchmarkPubToDeliver100(b *testing.B) {
 // the publication encoded once (DeliveryEncoder), one DeliverSet frame per
 // session copied into each session's send buffer.
 func BenchmarkPubToDeliverSet100(b *testing.B) {
-	frame, _ := AppendFrame(nil, benchPub())
-	const n = 256
-	stream := bytes.Repeat(frame, n)
-	src := bytes.NewReader(stream)
-	r := NewReader(src, 0)
-	r.UseArena(16 << 10)
+	next := pubStream(b)
 	var de DeliveryEncoder
 	bufs := make([][]byte, 100)
 	subs := make([]uint64, 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if src.Len() == 0 {
-			src.Reset(stream)
-		}
-		m, err := r.Read()
-		if err != nil {
-			b.Fatal(err)
-		}
-		in := m.(*message.Pub)
+		in := next()
 		d := &message.Deliver{Pub: in.ID, Attrs: in.Attrs, Payload: in.Payload, Time: in.Time}
 		de.Reset(d)
 		for i := range bufs {
