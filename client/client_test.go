@@ -123,15 +123,23 @@ func TestPublishAcknowledgedInSequence(t *testing.T) {
 	})
 }
 
+// connectMem connects a client with default options to a fresh memConn
+// (the fake broker) and reads its hello. The caller closes the client.
+func connectMem(t *testing.T) (*Client, *memConn) {
+	t.Helper()
+	conn := newMemConn()
+	c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.next(t) // hello
+	return c, conn
+}
+
 func TestBackpressureRetransmitsFromTheRefusedOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newMemConn()
-		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, conn := connectMem(t)
 		defer c.Close()
-		conn.next(t) // hello
 		var res [3]<-chan error
 		for i := range res {
 			res[i], _ = c.PublishAsync(t.Context(), pub(int64(i+1)))
@@ -209,13 +217,8 @@ func TestReconnectResendsUnacknowledgedWithSameIdentity(t *testing.T) {
 
 func TestSubscribeDeliverConfirmUnsubscribe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newMemConn()
-		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, conn := connectMem(t)
 		defer c.Close()
-		conn.next(t)
 		id := message.SubID{Edge: "B1", Epoch: 1, N: 5}
 		go func() {
 			s := conn.next(t).(*message.Subscribe)
@@ -289,13 +292,8 @@ func TestSubscribeRefusedAndCloseEndsEverything(t *testing.T) {
 // the refused publication must still be sent again.
 func TestRefusalBeforeTheAckOfTheRetransmission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newMemConn()
-		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, conn := connectMem(t)
 		defer c.Close()
-		conn.next(t) // hello
 		var res [3]<-chan error
 		for i := range res {
 			res[i], _ = c.PublishAsync(t.Context(), pub(int64(i+1)))
@@ -329,13 +327,8 @@ func TestRefusalBeforeTheAckOfTheRetransmission(t *testing.T) {
 // nor a gap breaks the stream: the client fails with the broker's reason.
 func TestFinalRefusalFailsTheClient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newMemConn()
-		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, conn := connectMem(t)
 		defer c.Close()
-		conn.next(t)
 		res, _ := c.PublishAsync(t.Context(), pub(1))
 		expectPublish(t, conn, 1)
 		conn.reply(&message.PubAck{Seq: 1, Err: "attribute limit exceeded"})
@@ -354,13 +347,8 @@ func TestFinalRefusalFailsTheClient(t *testing.T) {
 // must resume and send what it held meanwhile.
 func TestStaleRefusalDoesNotHoldPublicationsForever(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newMemConn()
-		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, conn := connectMem(t)
 		defer c.Close()
-		conn.next(t)
 		for i := 1; i <= 3; i++ {
 			c.PublishAsync(t.Context(), pub(int64(i)))
 			expectPublish(t, conn, uint64(i))

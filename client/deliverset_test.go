@@ -15,13 +15,8 @@ import (
 // called again and C is closed.
 func TestDeliverSetAndSubscribeFunc(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newMemConn()
-		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, conn := connectMem(t)
 		defer c.Close()
-		conn.next(t) // hello
 		idA := message.SubID{Edge: "B1", Epoch: 9, N: 3}
 		idB := message.SubID{Edge: "B1", Epoch: 9, N: 4}
 		go func() {

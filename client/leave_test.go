@@ -14,13 +14,8 @@ import (
 // error that says why.
 func TestSubscriptionEndedByLeavingBroker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := newMemConn()
-		c, err := Connect(t.Context(), "b", Options{Dial: dialer(conn)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, conn := connectMem(t)
 		defer c.Close()
-		conn.next(t)
 		id := message.SubID{Edge: "B1", Epoch: 1, N: 7}
 		subscribed := make(chan struct{})
 		go func() {
