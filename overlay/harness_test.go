@@ -313,19 +313,26 @@ func TestHarnessNoFailure(t *testing.T) {
 	}
 }
 
+// chainWithTraffic builds the chain tree from P1, subscribes S1 (client
+// 101) and S2 (102) to class stock, and publishes n stock publications from
+// client 1 at P1, one round each. It returns the last sequence number.
+func (h *harness) chainWithTraffic(n uint64) uint64 {
+	h.buildTree("P1", chainEdges)
+	h.subscribe("S1", 101, classFilter("stock"))
+	h.subscribe("S2", 102, classFilter("stock"))
+	h.do("P1", func(n *Node) { n.ClientOpen(1) })
+	for seq := uint64(1); seq <= n; seq++ {
+		h.publish("P1", 1, seq, "stock")
+		h.round()
+	}
+	return n
+}
+
 func TestHarnessBypassDeltaAdjacent(t *testing.T) {
 	for _, delta := range []int{1, 2} {
 		t.Run(fmt.Sprint("delta=", delta), func(t *testing.T) {
 			h := newHarness(t, delta)
-			h.buildTree("P1", chainEdges)
-			h.subscribe("S1", 101, classFilter("stock"))
-			h.subscribe("S2", 102, classFilter("stock"))
-			h.do("P1", func(n *Node) { n.ClientOpen(1) })
-			seq := uint64(0)
-			for ; seq < 10; seq++ {
-				h.publish("P1", 1, seq+1, "stock")
-				h.round()
-			}
+			seq := h.chainWithTraffic(10)
 			// δ adjacent crashes in the middle of the path.
 			crashed := []message.BrokerID{"B", "C"}[:delta]
 			for _, id := range crashed {

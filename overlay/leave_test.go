@@ -287,15 +287,7 @@ func TestAdjacentLeaves(t *testing.T) {
 	for _, delta := range []int{1, 2} {
 		t.Run(fmt.Sprint("delta=", delta), func(t *testing.T) {
 			h := newHarness(t, delta)
-			h.buildTree("P1", chainEdges)
-			h.subscribe("S1", 101, classFilter("stock"))
-			h.subscribe("S2", 102, classFilter("stock"))
-			h.do("P1", func(n *Node) { n.ClientOpen(1) })
-			seq := uint64(0)
-			for ; seq < 10; seq++ {
-				h.publish("P1", 1, seq+1, "stock")
-				h.round()
-			}
+			seq := h.chainWithTraffic(10)
 			for _, id := range []message.BrokerID{"C", "B", "D"} {
 				h.do(id, func(n *Node) { n.Leave() })
 			}
