@@ -102,8 +102,8 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 		res.Err = fmt.Errorf("sim: srds09: crashes %d: want 0..δ (%d)", o.Crashes, o.Delta)
 		return res
 	}
-	if o.Brokers < 2*o.Delta+3 || o.Subs < 1 || o.Publishers < 1 || o.Rate < 1 || o.Bucket <= 0 {
-		res.Err = fmt.Errorf("sim: srds09: brokers must be ≥ 2δ+3, subs, publishers, rate and bucket > 0")
+	if o.Brokers < 2*o.Delta+3 || o.Subs < 1 || o.Publishers < 1 || o.Rate < 1 || o.Bucket <= 0 || o.Warmup <= 0 || o.After <= 0 {
+		res.Err = fmt.Errorf("sim: srds09: brokers must be ≥ 2δ+3, subs, publishers, rate, bucket, warmup and after > 0")
 		return res
 	}
 	defer func() {
