@@ -10,7 +10,6 @@ package dack
 import (
 	"cmp"
 	"slices"
-	"sort"
 
 	"github.com/deltapub/deltapub/message"
 )
@@ -31,6 +30,7 @@ type pairKey struct{ reporter, about BrokerID }
 type stored struct {
 	e       message.DAckEntry
 	version uint64
+	dead    bool // forgotten (its log lines are stale)
 }
 
 // Store holds every DACK entry this broker knows: its own (Reporter ==
@@ -41,6 +41,17 @@ type Store struct {
 	epoch   uint64
 	m       map[pairKey]*stored
 	version uint64
+	// own indexes the entries with Reporter == self by About (a handful:
+	// the upstream brokers within δ+1 hops); ownKeys caches OwnKeys' order.
+	own      map[BrokerID]*stored
+	ownKeys  []BrokerID
+	ownDirty bool
+	// log lists entries in the order they changed, each with the version of
+	// that change; an entry changed again appears again (the older line is
+	// stale: its version no longer equals the entry's). Build(since) reads
+	// only the tail after since: its cost follows the changes, not the
+	// store's size. Compacted when it outgrows twice the store.
+	log []logLine
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
 	// upstream brokers then purge later, through discarded reports, never
@@ -48,9 +59,37 @@ type Store struct {
 	Max int
 }
 
+type logLine struct {
+	st      *stored
+	version uint64
+}
+
 // NewStore returns an empty store for broker self in incarnation epoch.
 func NewStore(self BrokerID, epoch uint64) *Store {
-	return &Store{self: self, epoch: epoch, m: map[pairKey]*stored{}, Max: 1 << 16}
+	return &Store{self: self, epoch: epoch, m: map[pairKey]*stored{}, own: map[BrokerID]*stored{}, Max: 1 << 16}
+}
+
+// touch gives st the next version and logs the change.
+func (s *Store) touch(st *stored) {
+	s.version++
+	st.version = s.version
+	s.log = append(s.log, logLine{st, s.version})
+	if len(s.log) > 2*len(s.m)+64 {
+		s.compact()
+	}
+}
+
+// compact keeps one log line per entry (its latest change), in version
+// order.
+func (s *Store) compact() {
+	kept := s.log[:0]
+	for _, l := range s.log {
+		if l.st.version == l.version && !l.st.dead {
+			kept = append(kept, l)
+		}
+	}
+	clear(s.log[len(kept):])
+	s.log = kept
 }
 
 // Version increases whenever an entry changes.
@@ -68,8 +107,13 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		if len(s.m) >= s.Max && e.About != s.self && e.Reporter != s.self {
 			return false
 		}
-		s.version++
-		s.m[k] = &stored{e: e, version: s.version}
+		st := &stored{e: e}
+		s.m[k] = st
+		if e.Reporter == s.self {
+			s.own[e.About] = st
+			s.ownDirty = true
+		}
+		s.touch(st)
 		return true
 	}
 	o := &old.e
@@ -77,8 +121,8 @@ func (s *Store) Put(e message.DAckEntry) bool {
 	case e.RE < o.RE, e.RE == o.RE && e.AE < o.AE:
 		return false
 	case e.RE > o.RE || e.AE > o.AE:
-		s.version++
-		old.e, old.version = e, s.version
+		old.e = e
+		s.touch(old)
 		return true
 	}
 	changed := false
@@ -89,8 +133,7 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		o.Discarded, changed = e.Discarded, true
 	}
 	if changed {
-		s.version++
-		old.version = s.version
+		s.touch(old)
 	}
 	return changed
 }
@@ -102,11 +145,10 @@ func (s *Store) Arrive(stamps []message.Stamp) {
 		if st.B == s.self {
 			continue
 		}
-		k := pairKey{s.self, st.B}
-		if old, ok := s.m[k]; ok && old.e.AE == st.E {
+		if old, ok := s.own[st.B]; ok && old.e.AE == st.E {
 			if st.S > old.e.Arrived {
-				s.version++
-				old.e.Arrived, old.version = st.S, s.version
+				old.e.Arrived = st.S
+				s.touch(old)
 			}
 			continue
 		}
@@ -116,7 +158,7 @@ func (s *Store) Arrive(stamps []message.Stamp) {
 
 // Own returns this broker's own report about (about, epoch).
 func (s *Store) Own(about BrokerID, epoch uint64) (Report, bool) {
-	st, ok := s.m[pairKey{s.self, about}]
+	st, ok := s.own[about]
 	if !ok || st.e.AE != epoch {
 		return Report{}, false
 	}
@@ -135,7 +177,7 @@ func (s *Store) About(reporter BrokerID) (Report, bool) {
 // SetDiscarded raises this broker's own discarded watermark about
 // (about, epoch) to d (never above its arrived watermark).
 func (s *Store) SetDiscarded(about BrokerID, epoch, d uint64) {
-	st, ok := s.m[pairKey{s.self, about}]
+	st, ok := s.own[about]
 	if !ok || st.e.AE != epoch {
 		return
 	}
@@ -143,22 +185,33 @@ func (s *Store) SetDiscarded(about BrokerID, epoch, d uint64) {
 		d = st.e.Arrived
 	}
 	if d > st.e.Discarded {
-		s.version++
-		st.e.Discarded, st.version = d, s.version
+		st.e.Discarded = d
+		s.touch(st)
 	}
 }
 
 // OwnKeys returns the upstream (broker, epoch) pairs this broker has
 // arrived watermarks about, sorted.
 func (s *Store) OwnKeys() []message.Stamp {
-	var out []message.Stamp
-	for k, st := range s.m {
-		if k.reporter == s.self {
-			out = append(out, message.Stamp{B: k.about, E: st.e.AE, S: st.e.Arrived})
+	return s.AppendOwnKeys(nil)
+}
+
+// AppendOwnKeys is OwnKeys appending to dst (no allocation when dst has
+// room).
+func (s *Store) AppendOwnKeys(dst []message.Stamp) []message.Stamp {
+	if s.ownDirty {
+		s.ownKeys = s.ownKeys[:0]
+		for b := range s.own {
+			s.ownKeys = append(s.ownKeys, b)
 		}
+		slices.Sort(s.ownKeys)
+		s.ownDirty = false
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].B < out[j].B })
-	return out
+	for _, b := range s.ownKeys {
+		st := s.own[b]
+		dst = append(dst, message.Stamp{B: b, E: st.e.AE, S: st.e.Arrived})
+	}
+	return dst
 }
 
 // Forget drops every entry by or about id older than incarnation epoch
@@ -167,6 +220,11 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 	for k, st := range s.m {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
 			delete(s.m, k)
+			st.dead = true
+			if k.reporter == s.self {
+				delete(s.own, k.about)
+				s.ownDirty = true
+			}
 			s.version++
 		}
 	}
@@ -177,8 +235,14 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 // O(neighbourhood²) at most, independent of the number of publications.
 func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []message.DAckEntry {
 	var out []message.DAckEntry
-	for k, st := range s.m {
-		if st.version > since && keep(k.reporter, k.about) {
+	// The log is in version order: skip to the first line after since.
+	i, _ := slices.BinarySearchFunc(s.log, since+1, func(l logLine, v uint64) int { return cmp.Compare(l.version, v) })
+	for _, l := range s.log[i:] {
+		st := l.st
+		if st.version != l.version || st.dead {
+			continue // changed again later (that line counts), or forgotten
+		}
+		if keep(st.e.Reporter, st.e.About) {
 			out = append(out, st.e)
 		}
 	}

@@ -88,6 +88,7 @@ type Node struct {
 	recipBuf   []message.BrokerID
 	delivBuf   []message.Deliver         // newDeliver's current chunk
 	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
+	ownBuf     []message.Stamp           // updateDiscarded's scratch (own arrived watermarks)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64

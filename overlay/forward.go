@@ -564,9 +564,9 @@ func (n *Node) updateDiscarded() {
 			}
 		}
 	}
-	for _, k := range n.store.OwnKeys() {
-		r, _ := n.store.Own(k.B, k.E)
-		d := r.Arrived
+	n.ownBuf = n.store.AppendOwnKeys(n.ownBuf[:0])
+	for _, k := range n.ownBuf {
+		d := k.S // arrived
 		for _, q := range minq {
 			if q.B == k.B && q.E == k.E {
 				if q.S-1 < d {
