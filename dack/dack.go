@@ -30,7 +30,11 @@ type pairKey struct{ reporter, about BrokerID }
 type stored struct {
 	e       message.DAckEntry
 	version uint64
-	dead    bool // forgotten (its log lines are stale)
+	// prev and next link the entries in version order (Store.newest is
+	// the last changed): Build walks back from the newest until it meets
+	// what was already sent, so a DACK costs what changed, not the
+	// store's size.
+	prev, next *stored
 }
 
 // Store holds every DACK entry this broker knows: its own (Reporter ==
@@ -41,17 +45,12 @@ type Store struct {
 	epoch   uint64
 	m       map[pairKey]*stored
 	version uint64
+	newest  *stored // the version-ordered list's tail
 	// own indexes the entries with Reporter == self by About (a handful:
 	// the upstream brokers within δ+1 hops); ownKeys caches OwnKeys' order.
 	own      map[BrokerID]*stored
 	ownKeys  []BrokerID
 	ownDirty bool
-	// log lists entries in the order they changed, each with the version of
-	// that change; an entry changed again appears again (the older line is
-	// stale: its version no longer equals the entry's). Build(since) reads
-	// only the tail after since: its cost follows the changes, not the
-	// store's size. Compacted when it outgrows twice the store.
-	log []logLine
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
 	// upstream brokers then purge later, through discarded reports, never
@@ -59,37 +58,37 @@ type Store struct {
 	Max int
 }
 
-type logLine struct {
-	st      *stored
-	version uint64
-}
-
 // NewStore returns an empty store for broker self in incarnation epoch.
 func NewStore(self BrokerID, epoch uint64) *Store {
 	return &Store{self: self, epoch: epoch, m: map[pairKey]*stored{}, own: map[BrokerID]*stored{}, Max: 1 << 16}
 }
 
-// touch gives st the next version and logs the change.
+// touch gives st the next version: it moves to the list's tail.
 func (s *Store) touch(st *stored) {
 	s.version++
 	st.version = s.version
-	s.log = append(s.log, logLine{st, s.version})
-	if len(s.log) > 2*len(s.m)+64 {
-		s.compact()
+	if s.newest == st {
+		return
 	}
+	s.unlink(st)
+	st.prev = s.newest
+	if s.newest != nil {
+		s.newest.next = st
+	}
+	s.newest = st
 }
 
-// compact keeps one log line per entry (its latest change), in version
-// order.
-func (s *Store) compact() {
-	kept := s.log[:0]
-	for _, l := range s.log {
-		if l.st.version == l.version && !l.st.dead {
-			kept = append(kept, l)
-		}
+func (s *Store) unlink(st *stored) {
+	if st.prev != nil {
+		st.prev.next = st.next
 	}
-	clear(s.log[len(kept):])
-	s.log = kept
+	if st.next != nil {
+		st.next.prev = st.prev
+	}
+	if s.newest == st {
+		s.newest = st.prev
+	}
+	st.prev, st.next = nil, nil
 }
 
 // Version increases whenever an entry changes.
@@ -220,7 +219,7 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 	for k, st := range s.m {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
 			delete(s.m, k)
-			st.dead = true
+			s.unlink(st)
 			if k.reporter == s.self {
 				delete(s.own, k.about)
 				s.ownDirty = true
@@ -235,13 +234,7 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 // O(neighbourhood²) at most, independent of the number of publications.
 func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []message.DAckEntry {
 	var out []message.DAckEntry
-	// The log is in version order: skip to the first line after since.
-	i, _ := slices.BinarySearchFunc(s.log, since+1, func(l logLine, v uint64) int { return cmp.Compare(l.version, v) })
-	for _, l := range s.log[i:] {
-		st := l.st
-		if st.version != l.version || st.dead {
-			continue // changed again later (that line counts), or forgotten
-		}
+	for st := s.newest; st != nil && st.version > since; st = st.prev {
 		if keep(st.e.Reporter, st.e.About) {
 			out = append(out, st.e)
 		}

@@ -1,6 +1,7 @@
 package dack
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -116,5 +117,68 @@ func TestBuildAggregation(t *testing.T) {
 	st.Arrive([]message.Stamp{stamp("U", 1, 1001), stamp("V", 1, 1001)})
 	if next := st.Build(v, keepU); len(next) != 1 || next[0].Arrived != 1001 {
 		t.Fatalf("next DACK = %+v, want only R's new U watermark", next)
+	}
+}
+
+// TestBuildFollowsChanges checks the version-ordered list that Build walks
+// against a brute-force scan of the whole store, under random puts,
+// arrivals, discards and forgets: Build(since) must return exactly the
+// entries changed after since.
+func TestBuildFollowsChanges(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	names := []BrokerID{"A", "B", "C", "D", "E", "self"}
+	s := NewStore("self", 1)
+	changedAt := map[pairKey]uint64{} // brute force: version of each entry's last change
+	var versions []uint64
+	for step := 0; step < 5000; step++ {
+		before := s.Version()
+		switch r.IntN(4) {
+		case 0:
+			e := message.DAckEntry{Reporter: names[r.IntN(len(names))], RE: uint64(1 + r.IntN(2)),
+				About: names[r.IntN(len(names))], AE: uint64(1 + r.IntN(2)),
+				Arrived: uint64(r.IntN(100)), Discarded: uint64(r.IntN(50))}
+			if s.Put(e) {
+				changedAt[pairKey{e.Reporter, e.About}] = s.Version()
+			}
+		case 1:
+			b := names[r.IntN(5)]
+			s.Arrive([]message.Stamp{{B: b, E: 1, S: uint64(r.IntN(200))}})
+			if s.Version() != before {
+				changedAt[pairKey{"self", b}] = s.Version()
+			}
+		case 2:
+			b := names[r.IntN(5)]
+			s.SetDiscarded(b, 1, uint64(r.IntN(200)))
+			if s.Version() != before {
+				changedAt[pairKey{"self", b}] = s.Version()
+			}
+		case 3:
+			if r.IntN(10) == 0 {
+				id := names[r.IntN(len(names))]
+				s.Forget(id, 2)
+				for k := range changedAt {
+					if _, ok := s.m[k]; !ok {
+						delete(changedAt, k)
+					}
+				}
+			}
+		}
+		versions = append(versions, s.Version())
+		since := versions[r.IntN(len(versions))]
+		got := s.Build(since, func(BrokerID, BrokerID) bool { return true })
+		var want []pairKey
+		for k, v := range changedAt {
+			if v > since {
+				want = append(want, k)
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("step %d: Build(%d) returned %d entries, want %d (%v)", step, since, len(got), len(want), want)
+		}
+		for _, e := range got {
+			if v := changedAt[pairKey{e.Reporter, e.About}]; v <= since {
+				t.Fatalf("step %d: Build(%d) returned %v, last changed at %d", step, since, e, v)
+			}
+		}
 	}
 }
