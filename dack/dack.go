@@ -49,6 +49,7 @@ type Store struct {
 	// own indexes the entries with Reporter == self by About (a handful:
 	// the upstream brokers within δ+1 hops); ownKeys caches OwnKeys' order.
 	own      map[BrokerID]*stored
+	aboutMe  map[BrokerID]*stored // entries with About == self, by Reporter (purge reads them)
 	ownKeys  []BrokerID
 	ownDirty bool
 	// Max bounds the number of pairs kept; at the bound entries about
@@ -60,7 +61,7 @@ type Store struct {
 
 // NewStore returns an empty store for broker self in incarnation epoch.
 func NewStore(self BrokerID, epoch uint64) *Store {
-	return &Store{self: self, epoch: epoch, m: map[pairKey]*stored{}, own: map[BrokerID]*stored{}, Max: 1 << 16}
+	return &Store{self: self, epoch: epoch, m: map[pairKey]*stored{}, own: map[BrokerID]*stored{}, aboutMe: map[BrokerID]*stored{}, Max: 1 << 16}
 }
 
 // touch gives st the next version: it moves to the list's tail.
@@ -111,6 +112,9 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		if e.Reporter == s.self {
 			s.own[e.About] = st
 			s.ownDirty = true
+		}
+		if e.About == s.self {
+			s.aboutMe[e.Reporter] = st
 		}
 		s.touch(st)
 		return true
@@ -166,7 +170,7 @@ func (s *Store) Own(about BrokerID, epoch uint64) (Report, bool) {
 
 // About returns what reporter said about this broker's current incarnation.
 func (s *Store) About(reporter BrokerID) (Report, bool) {
-	st, ok := s.m[pairKey{reporter, s.self}]
+	st, ok := s.aboutMe[reporter]
 	if !ok || st.e.AE != s.epoch {
 		return Report{}, false
 	}
@@ -223,6 +227,9 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 			if k.reporter == s.self {
 				delete(s.own, k.about)
 				s.ownDirty = true
+			}
+			if k.about == s.self {
+				delete(s.aboutMe, k.reporter)
 			}
 			s.version++
 		}

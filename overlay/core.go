@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/deltapub/deltapub/dack"
@@ -51,6 +52,8 @@ type Node struct {
 	table *routing.Table
 	store *dack.Store
 	peers map[message.BrokerID]*peer
+	// peerIDs caches sortedPeers (nil: stale).
+	peerIDs []message.BrokerID
 
 	// Membership.
 	member       bool // has a map (bootstrapped, or a JoinReply arrived)
@@ -591,17 +594,25 @@ func (n *Node) peer(id message.BrokerID) *peer {
 			p.epoch = e.Epoch
 		}
 		n.peers[id] = p
+		n.peerIDs = nil
 	}
 	return p
 }
 
+// sortedPeers returns the peers' names, sorted. The slice is cached until
+// the peer set changes (every tick walks it) and must not be modified; a
+// change allocates a new one, so a caller that adds peers while ranging
+// over it keeps a consistent copy.
 func (n *Node) sortedPeers() []message.BrokerID {
-	ids := make([]message.BrokerID, 0, len(n.peers))
-	for id := range n.peers {
-		ids = append(ids, id)
+	if n.peerIDs == nil {
+		ids := make([]message.BrokerID, 0, len(n.peers))
+		for id := range n.peers {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		n.peerIDs = ids
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids
+	return n.peerIDs
 }
 
 func (n *Node) sortedClients() []message.ClientID {
