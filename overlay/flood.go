@@ -410,14 +410,15 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.withdrawFlood(m.Sub, dir, from, nil)
 		return
 	}
-	if e, ok := n.table.Get(m.Sub); ok && n.viaState[m.Sub] && e.Dir == dir {
+	e, known := n.table.Get(m.Sub)
+	if known && n.viaState[m.Sub] && e.Dir == dir {
 		// Learned through a state transfer (recovery, resync), so the
 		// brokers behind us may not have it: flood it on this once.
 		delete(n.viaState, m.Sub)
 		n.startFlood(&flood{key: k, except: e.Dir, budget: -1, waiters: []message.BrokerID{from}, msg: n.subFloodMsg(e.Sub)})
 		return
 	}
-	if _, ok := n.table.Get(m.Sub); ok || n.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
+	if known || n.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
 		n.sendFloodAck(k, from)
 		return
 	}

@@ -14,12 +14,39 @@ func newMatcher() routing.Matcher { return matching.NewIndex() }
 // qentry is one publication in the message queue: kept until it is safe
 // for every recipient (PROTOCOL §5).
 type qentry struct {
-	pub    *message.Pub // as forwarded by this broker (its stamp first)
+	pub    message.Pub // as forwarded by this broker (its stamp first)
 	stamp  uint64
 	except message.BrokerID   // the direction it came from ("" if local)
 	recips []message.BrokerID // distinct from-pointers it is routed toward
 	safe   []bool             // per recipient: proven safe
 	purged bool
+}
+
+// qentryN is a queue entry with room for n recipients in the same
+// allocation (most publications have a few next hops): one allocation per
+// queued publication instead of four.
+type qentryN[R [1]message.BrokerID | [2]message.BrokerID | [4]message.BrokerID, S [1]bool | [2]bool | [4]bool] struct {
+	qentry
+	r R
+	s S
+}
+
+func newQentry(n int) *qentry {
+	switch {
+	case n <= 1:
+		x := &qentryN[[1]message.BrokerID, [1]bool]{}
+		x.recips, x.safe = x.r[:n], x.s[:n]
+		return &x.qentry
+	case n <= 2:
+		x := &qentryN[[2]message.BrokerID, [2]bool]{}
+		x.recips, x.safe = x.r[:n], x.s[:n]
+		return &x.qentry
+	case n <= 4:
+		x := &qentryN[[4]message.BrokerID, [4]bool]{}
+		x.recips, x.safe = x.r[:n], x.s[:n]
+		return &x.qentry
+	}
+	return &qentry{recips: make([]message.BrokerID, n), safe: make([]bool, n)}
 }
 
 // srcState is the per-source duplicate-suppression state.
@@ -253,9 +280,10 @@ func (n *Node) accept(src message.Source, m *message.Pub, except message.BrokerI
 		}
 		stamps = append(stamps, s)
 	}
-	out := &message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
-	e := &qentry{pub: out, stamp: n.stampSeq, except: except,
-		recips: append([]message.BrokerID(nil), n.recipBuf...), safe: make([]bool, len(n.recipBuf))}
+	e := newQentry(len(n.recipBuf))
+	e.pub = message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
+	e.stamp, e.except = n.stampSeq, except
+	copy(e.recips, n.recipBuf)
 	n.queue = append(n.queue, e)
 	n.queueLen++
 	n.sendEntry(e, "")
@@ -304,7 +332,7 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 		}
 		done = append(done, h.to)
 		if p := n.peers[h.to]; p != nil && p.up {
-			n.send(h.to, e.pub)
+			n.send(h.to, &e.pub)
 			any = true
 		}
 	}
