@@ -8,7 +8,6 @@
 package dack
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/deltapub/deltapub/message"
@@ -236,9 +235,12 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 	}
 }
 
-// Build returns, sorted, the entries changed after version since for which
-// keep returns true. It is the content of one aggregated DACK on one link:
-// O(neighbourhood²) at most, independent of the number of publications.
+// Build returns the entries changed after version since for which keep
+// returns true, newest change first. It is the content of one aggregated
+// DACK on one link: O(neighbourhood²) at most, independent of the number
+// of publications, and it costs what changed since, not the store's size.
+// The order is a deterministic function of the broker's inputs; receivers
+// merge each entry independently, so it carries no meaning (no sort).
 func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []message.DAckEntry {
 	var out []message.DAckEntry
 	for st := s.newest; st != nil && st.version > since; st = st.prev {
@@ -246,14 +248,6 @@ func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []
 			out = append(out, st.e)
 		}
 	}
-	// (Reporter, About) is the store's key, so the order is total and any
-	// sort gives the same result; SortFunc avoids sort.Slice's reflection.
-	slices.SortFunc(out, func(a, b message.DAckEntry) int {
-		if c := cmp.Compare(a.Reporter, b.Reporter); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.About, b.About)
-	})
 	return out
 }
 

@@ -20,6 +20,9 @@ type qentry struct {
 	recips []message.BrokerID // distinct from-pointers it is routed toward
 	safe   []bool             // per recipient: proven safe
 	purged bool
+	// stampBuf holds pub.Stamps up to δ = 3 (the same allocation: the
+	// DACK pass reads every queued stamp each period).
+	stampBuf [4]message.Stamp
 }
 
 // qentryN is a queue entry with room for n recipients in the same
@@ -271,8 +274,12 @@ func (n *Node) accept(src message.Source, m *message.Pub, except message.BrokerI
 		return // delivered locally (or nowhere): nothing to keep
 	}
 	n.stampSeq++
+	e := newQentry(len(n.recipBuf))
 	k := n.cfg.Delta + 1
-	stamps := make([]message.Stamp, 0, k)
+	stamps := e.stampBuf[:0]
+	if k > len(e.stampBuf) {
+		stamps = make([]message.Stamp, 0, k)
+	}
 	stamps = append(stamps, message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.stampSeq})
 	for _, s := range m.Stamps {
 		if len(stamps) == k {
@@ -280,7 +287,6 @@ func (n *Node) accept(src message.Source, m *message.Pub, except message.BrokerI
 		}
 		stamps = append(stamps, s)
 	}
-	e := newQentry(len(n.recipBuf))
 	e.pub = message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
 	e.stamp, e.except = n.stampSeq, except
 	copy(e.recips, n.recipBuf)
@@ -421,26 +427,7 @@ func (n *Node) dackLinks() {
 		}
 		ver := n.store.Version()
 		entries := n.store.Build(p.dackSent, func(reporter, about message.BrokerID) bool {
-			if about == n.cfg.ID {
-				return false
-			}
-			as := n.side[about]
-			if as == "" {
-				as = about
-			}
-			if as != pside {
-				return false
-			}
-			if reporter != n.cfg.ID {
-				rs, ok := n.side[reporter]
-				if !ok || rs == pside {
-					return false
-				}
-				if n.dist[reporter]+n.dist[about] > n.cfg.Delta+1 {
-					return false
-				}
-			}
-			return true
+			return n.dackRelays(reporter, about, pside)
 		})
 		p.dackSent = ver
 		if len(entries) > 0 {
@@ -448,6 +435,33 @@ func (n *Node) dackLinks() {
 			n.send(id, &message.DAck{Entries: entries})
 		}
 	}
+}
+
+// dackRelays reports whether the DACK on the link toward side pside
+// carries the entry (reporter, about): entries about brokers on that side,
+// either our own or relayed from a reporter on another side within δ+1
+// hops of the broker it is about.
+func (n *Node) dackRelays(reporter, about, pside message.BrokerID) bool {
+	if about == n.cfg.ID {
+		return false
+	}
+	as := n.side[about]
+	if as == "" {
+		as = about
+	}
+	if as != pside {
+		return false
+	}
+	if reporter != n.cfg.ID {
+		rs, ok := n.side[reporter]
+		if !ok || rs == pside {
+			return false
+		}
+		if n.dist[reporter]+n.dist[about] > n.cfg.Delta+1 {
+			return false
+		}
+	}
+	return true
 }
 
 // dackDue reports whether the DACK on link p may go out this tick: never
