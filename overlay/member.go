@@ -350,6 +350,17 @@ func (n *Node) checkRecovery() {
 		if !p.suspected || n.askedBehind[id] {
 			continue
 		}
+		if !n.topo.Has(id) {
+			// A joinpoint our map does not hold (the joinpoint's map,
+			// complete within δ, does not place it within δ+1 hops of us:
+			// it left, or was removed as gone) and that does not answer:
+			// it holds no state of our neighbourhood. Waiting for it would
+			// hold the recovery until gone_after (fuzz seed 178: a broker
+			// crashed next to a leaver restarts with the leaver among its
+			// joinpoints).
+			delete(n.stateWait, id)
+			continue
+		}
 		n.askedBehind[id] = true
 		if n.askBehind(id) > 0 {
 			delete(n.stateWait, id)
