@@ -25,6 +25,7 @@ const (
 	TypeRoutable
 	TypeLeaveRequest
 	TypeGapFlood
+	TypePart
 	// append new broker protocol types here (up to 127)
 )
 
@@ -100,6 +101,12 @@ type JoinReply struct {
 	Parent BrokerID   `msgpack:"p"`
 	Map    []MapNode  `msgpack:"m"`
 	Subs   []SubState `msgpack:"s"`
+	// More > 0: Subs is only the first part of the state, the rest follows
+	// in More Part messages on the same link (docs/protocol.md, "Large
+	// state transfers"); the receiver acts on none of it until the last
+	// part arrived. Zero (omitted) for a state that fits in one frame, so
+	// such a reply is byte-identical to an older broker's.
+	More int `msgpack:"k,omitempty"`
 }
 
 // TopoChange is a topology update flooded along the tree to the brokers
@@ -121,6 +128,12 @@ type TopoChange struct {
 	Leaver   BrokerID  `msgpack:"l,omitempty"`
 	Reparent []MapNode `msgpack:"p,omitempty"`
 	Via      []SubsVia `msgpack:"v,omitempty"`
+	// More > 0: Via is only the first part of the leaver's routes, the
+	// rest follows in More Part messages on the same link; the change is
+	// applied (and forwarded) only once every part arrived, so that a
+	// repair is applied atomically with all its routes. Omitted when the
+	// change fits in one frame.
+	More int `msgpack:"k,omitempty"`
 }
 
 // SubsVia lists subscriptions that a leaving broker routes along Path:
@@ -206,6 +219,8 @@ type StateReply struct {
 	// rejoin through — its former tree neighbours — so that the requester
 	// can ask those behind it directly.
 	Joinpoints []MapNode `msgpack:"j,omitempty"`
+	// More: as JoinReply.More (Part messages completing Subs follow).
+	More int `msgpack:"k,omitempty"`
 }
 
 // Routable tells the peers of a restarted broker that its recovery is
@@ -246,6 +261,17 @@ type GapRange struct {
 	To     uint64 `msgpack:"t"`
 }
 
+// Part continues the message sent just before it on the same link: a
+// JoinReply, StateReply or TopoChange whose More announced it (a state too
+// large for one frame, docs/protocol.md "Large state transfers"). N counts
+// the parts from 1 to More; Subs continues the head's Subs, Via its Via.
+// Older brokers ignore it (and act on the head's first part only).
+type Part struct {
+	N    int        `msgpack:"n"`
+	Subs []SubState `msgpack:"s,omitempty"`
+	Via  []SubsVia  `msgpack:"v,omitempty"`
+}
+
 func (*Heartbeat) Type() Type    { return TypeHeartbeat }
 func (*JoinRequest) Type() Type  { return TypeJoinRequest }
 func (*JoinReply) Type() Type    { return TypeJoinReply }
@@ -261,6 +287,7 @@ func (*StateReply) Type() Type   { return TypeStateReply }
 func (*Routable) Type() Type     { return TypeRoutable }
 func (*LeaveRequest) Type() Type { return TypeLeaveRequest }
 func (*GapFlood) Type() Type     { return TypeGapFlood }
+func (*Part) Type() Type         { return TypePart }
 
 func init() {
 	Register(TypeHeartbeat, "Heartbeat", func() Message { return new(Heartbeat) })
@@ -278,4 +305,5 @@ func init() {
 	Register(TypeRoutable, "Routable", func() Message { return new(Routable) })
 	Register(TypeLeaveRequest, "LeaveRequest", func() Message { return new(LeaveRequest) })
 	Register(TypeGapFlood, "GapFlood", func() Message { return new(GapFlood) })
+	Register(TypePart, "Part", func() Message { return new(Part) })
 }

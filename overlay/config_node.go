@@ -20,6 +20,7 @@ func (c *BrokerConfig) NodeConfig(epoch uint64) Config {
 	nc.DACKTicks = c.DACKTicks()
 	nc.GoneAfterTicks = c.GoneAfterTicks()
 	nc.MaxQueue = c.Limits.MaxQueue
+	nc.MaxFrame = c.Limits.MaxFrame
 	// A join step unanswered for two failure timeouts is retried.
 	nc.JoinRetryTicks = 2 * nc.FailureTicks
 	return nc

@@ -72,6 +72,7 @@ type Node struct {
 	askedBehind  map[message.BrokerID]bool   // recovery: awaited peers whose back side was asked
 	stateless    map[message.BrokerID]bool   // recovery: peers that answered NotMember (no state to give)
 	stateWaitT   int
+	assembling   map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
 
 	// Publication forwarding.
 	queue      []*qentry
@@ -369,6 +370,9 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 			}
 		}()
 	}
+	if m = n.reassemble(from, m); m == nil {
+		return // a part of a larger message (parts.go)
+	}
 	switch m := m.(type) {
 	case *message.Heartbeat:
 		n.onHeartbeat(p, m)
@@ -513,6 +517,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	p := n.peer(id)
 	p.up, p.dialing, p.silent, p.heardHB, p.dackSent = true, false, 0, false, 0
 	p.dackAt = n.now - int64(n.cfg.DACKTicks) // a new link may carry a DACK at once
+	n.dropAssembly(id)
 	n.send(id, n.heartbeat())
 	if !n.member && len(n.joinpoints) > 0 && n.joinpoints[n.jpIdx%len(n.joinpoints)].ID == id && !n.jpAsked {
 		n.askJoin(id)
@@ -535,6 +540,7 @@ func (n *Node) LinkDown(id message.BrokerID) {
 		return
 	}
 	p.up, p.dialing = false, false
+	n.dropAssembly(id)
 	if p.dialWait == 0 {
 		p.dialWait = n.cfg.HeartbeatTicks
 	}
@@ -630,6 +636,9 @@ func (n *Node) send(to message.BrokerID, m message.Message) {
 	p := n.peers[to]
 	if p == nil || !p.up {
 		return
+	}
+	if n.sendInParts(to, m) {
+		return // too large for one frame: sent in parts (parts.go)
 	}
 	p.idle = 0
 	if _, isPub := m.(*message.Pub); isPub {

@@ -3,6 +3,7 @@ package overlay
 import (
 	"fmt"
 
+	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -43,6 +44,10 @@ type Config struct {
 	// JoinRetryTicks: a join (or recovery) step not answered within this
 	// many ticks is retried with the next joinpoint / peer.
 	JoinRetryTicks int
+	// MaxFrame is the largest frame (type and body, bytes) a peer accepts:
+	// limits.max_frame, the same on every broker. A state transfer or a
+	// leave repair that would not fit is sent in parts (parts.go).
+	MaxFrame int
 	// Seed is the only source of randomness (the core currently needs
 	// none; kept for the contract).
 	Seed int64
@@ -61,6 +66,7 @@ func DefaultConfig() Config {
 		MaxQueue:       100_000,
 		MaxSources:     1 << 20, // publishers remembered for duplicate suppression
 		JoinRetryTicks: 40,      // 2 × the failure timeout
+		MaxFrame:       wire.DefaultMaxFrame,
 	}
 }
 
@@ -92,6 +98,7 @@ func (c *Config) validate() error {
 	fill(&c.MaxQueue, d.MaxQueue)
 	fill(&c.MaxSources, d.MaxSources)
 	fill(&c.JoinRetryTicks, d.JoinRetryTicks)
+	fill(&c.MaxFrame, d.MaxFrame)
 	switch {
 	case c.HeartbeatTicks < 1:
 		return fmt.Errorf("overlay: config: HeartbeatTicks %d must be ≥ 1", c.HeartbeatTicks)
@@ -107,6 +114,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("overlay: config: MaxSources %d must be ≥ 1", c.MaxSources)
 	case c.JoinRetryTicks < 1:
 		return fmt.Errorf("overlay: config: JoinRetryTicks %d must be ≥ 1", c.JoinRetryTicks)
+	case c.MaxFrame < minMaxFrame:
+		return fmt.Errorf("overlay: config: MaxFrame %d must be ≥ %d", c.MaxFrame, minMaxFrame)
 	}
 	return nil
 }
