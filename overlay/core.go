@@ -20,6 +20,7 @@ type peer struct {
 	idle      int    // ticks since anything was sent on the link
 	suspected bool   // silent too long, or the dial failed
 	suspTicks int    // ticks spent suspected (for gone_after)
+	suspAt    int64  // tick of the last suspicion (topo_resend.go)
 	gone      bool   // declared gone (PROTOCOL §6)
 	epoch     uint64 // last incarnation heard from it
 	joined    bool   // its last heartbeat said it is routable
@@ -108,6 +109,7 @@ type Node struct {
 	topoSeq    uint64
 	topoSeen   map[floodKey]bool
 	topoOrder  []floodKey
+	recentTopo []recentTopo // topology floods started here lately (topo_resend.go)
 
 	clients map[message.ClientID]*clientState
 	subN    uint64
@@ -332,6 +334,7 @@ func (n *Node) wanted(id message.BrokerID) bool {
 func (n *Node) suspect(p *peer, why string) {
 	p.suspected = true
 	p.suspTicks = 0
+	p.suspAt = n.now
 	if p.up {
 		// A silent link is closed: a cut or a frozen peer must be found
 		// again through a new link (probing below), on which everything
@@ -350,6 +353,7 @@ func (n *Node) unsuspect(p *peer) {
 	p.suspTicks = 0
 	p.gone = false
 	n.notice(NoticeUnsuspected, p.id, "")
+	n.resendTopo(p)
 }
 
 // Step processes a message from a peer, received on an up link.

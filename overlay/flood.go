@@ -157,6 +157,9 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 // when there are none.
 func (n *Node) startFlood(f *flood) {
 	n.floods[f.key] = f
+	if f.key.kind == fkTopo {
+		n.recordTopo(f)
+	}
 	ts := n.floodTargets(f.except, f.key.kind != fkTopo)
 	f.hole = n.floodHole
 	for _, t := range ts {

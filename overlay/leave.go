@@ -273,6 +273,20 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		n.notice(NoticeMemberLeft, x, "gone: removed from the tree by "+string(m.Origin))
 	}
 
+	// The removed broker's own subscriptions are dead (a leaver withdrew
+	// them when it started to leave; a gone broker's clients are gone). A
+	// broker that was falsely suspected meanwhile missed that withdrawal:
+	// it drops them here, or it would keep routing and queueing toward the
+	// removed broker for good (fuzz with leaves, seed 1132). Brokers that
+	// do not apply the repair were reached by the withdrawal itself.
+	for _, e := range n.table.Entries() {
+		if e.Sub.Edge == x && !e.Local {
+			n.table.Delete(e.Sub)
+			delete(n.viaState, e.Sub)
+			n.tombstone(e.Sub)
+		}
+	}
+
 	// Routing entries: every route through the removed broker gets its
 	// from-pointer pushed out to δ+1 hops again (distances through it
 	// shrank by one; a pointer left at δ hops would let δ crashes hide

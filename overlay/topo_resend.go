@@ -1,0 +1,63 @@
+package overlay
+
+import "github.com/deltapub/deltapub/message"
+
+// A topology flood (a join, a removal, a leave's repair) gives up on
+// targets that are unusable when it passes: the brokers behind them get it
+// through the frontier, but the suspected broker itself does not. A
+// crashed broker learns the map again when it recovers; a falsely
+// suspected one (frozen, cut off) resumes with its old map: it would keep a
+// broker that left as a neighbour, wait for it in every subscription flood
+// and route around it until gone_after (fuzz with leaves, seed 1272: a
+// broker frozen while its child left). So every broker keeps the
+// topology floods it started or relayed lately, and sends a peer that
+// speaks again after a suspicion those applied since that suspicion, for
+// it alone (Hops 0: the brokers behind it were reached). The receiver
+// applies each once (topoSeen) and answers a TopoAck nobody waits for.
+
+// recentTopo is one topology flood passed on by this broker.
+type recentTopo struct {
+	at  int64 // tick
+	key floodKey
+	msg func(to message.BrokerID, dist int) message.Message
+}
+
+// maxRecentTopo bounds the kept floods; at the bound the oldest is
+// forgotten (a peer suspected for longer than that many topology changes
+// then waits for gone_after, as without this).
+const maxRecentTopo = 32
+
+func (n *Node) recordTopo(f *flood) {
+	if len(n.recentTopo) == maxRecentTopo {
+		copy(n.recentTopo, n.recentTopo[1:])
+		n.recentTopo = n.recentTopo[:maxRecentTopo-1]
+	}
+	n.recentTopo = append(n.recentTopo, recentTopo{at: n.now, key: f.key, msg: f.msg})
+}
+
+// resendTopo sends p the topology floods passed on here since p was
+// suspected (within gone_after: older ones would have made p gone).
+func (n *Node) resendTopo(p *peer) {
+	horizon := n.now - int64(n.cfg.GoneAfterTicks)
+	for _, r := range n.recentTopo {
+		if r.at < p.suspAt || r.at < horizon || r.key.origin == p.id {
+			continue
+		}
+		m, ok := r.msg(p.id, 0).(*message.TopoChange)
+		if !ok || m.Leaver == p.id || contains(m.Remove, p.id) {
+			continue // about p itself: its own recovery handles that
+		}
+		c := *m
+		c.Hops = 0
+		n.send(p.id, &c)
+	}
+}
+
+func contains(ids []message.BrokerID, id message.BrokerID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
