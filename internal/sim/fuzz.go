@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,10 @@ type FuzzOptions struct {
 	// NoWire passes messages by reference instead of through the wire
 	// format (for nodes whose messages are not registered, like FloodNode).
 	NoWire bool
+	// NoLeaves turns off the graceful leaves that runs within δ may add
+	// (one in four runs with fewer than δ faults; the node must implement
+	// the core's Leave).
+	NoLeaves bool
 }
 
 // DefaultFuzzOptions: trees of 10–100 brokers, δ from 1 to 3, up to δ
@@ -233,6 +238,30 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		maxDown = time.Second
 	}
 	faults := planFaults(pr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.GoneAfterTicks, cfg.Tick)
+	// A graceful leave during the wave, in one run of four with room for
+	// it within δ (a draining leaver counts toward δ). Drawn from its own
+	// stream, so that the rest of every seed's plan stays as it was.
+	var leaver message.BrokerID
+	var leaveAt time.Duration
+	if k < delta && !o.NoLeaves && n > 3 {
+		lr := rand.New(rand.NewPCG(uint64(seed), 0x1ea7e))
+		if lr.IntN(4) == 0 {
+			leaver, leaveAt = planLeave(lr, tree, faults, waveAt)
+		}
+	}
+	if leaver != "" {
+		// A crashed neighbour of the leaver restarts through the
+		// leaver's other neighbours too: the leaver is gone by then.
+		for i := range faults {
+			if slices.Contains(faults[i].rejoin, leaver) {
+				for _, nb := range tree.Neighbours(leaver) {
+					if nb != faults[i].b && !slices.Contains(faults[i].rejoin, nb) {
+						faults[i].rejoin = append(faults[i].rejoin, nb)
+					}
+				}
+			}
+		}
+	}
 	lastHeal := waveAt
 	for _, f := range faults {
 		if f.until > lastHeal {
@@ -255,6 +284,11 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 			s.At(f.at, func() { _ = s.Cut(f.b, f.b2) })
 			s.At(f.until, func() { _ = s.Heal(f.b, f.b2) })
 		}
+	}
+	if leaver != "" {
+		plan("leave %s at %s", leaver, fmtTime(leaveAt))
+		s.At(leaveAt, func() { _ = s.Leave(leaver) })
+		lastHeal = max(lastHeal, leaveAt)
 	}
 	// Publishers run until well after the last fault is healed, so that
 	// recovery and bypass tear-down happen under traffic.
@@ -287,7 +321,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		at := waveAt + time.Duration(pr.IntN(300))*time.Millisecond
 		plan("subscribe S%d at %s [%s] at %s", ns+1, e, fmtFilter(f), fmtTime(at))
 		s.At(at, func() {
-			if s.State(e) != "crashed" {
+			if s.State(e) != "crashed" && !s.Leaving(e) {
 				_ = s.AddSubscriber(fmt.Sprintf("S%d", ns+1), e, f)
 			}
 		})
@@ -310,6 +344,42 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	s.CheckLiveness()
 	res.Report = s.Log().Check()
 	return res
+}
+
+// planLeave picks a broker that no fault touches to leave gracefully,
+// next to a fault's broker half of the time (adjacent to a crash, a freeze
+// or a cut: the leave and the failure handling interleave), at a random
+// instant around the fault wave.
+func planLeave(lr *rand.Rand, t Tree, faults []fault, waveAt time.Duration) (message.BrokerID, time.Duration) {
+	busy := map[message.BrokerID]bool{}
+	for _, f := range faults {
+		busy[f.b] = true
+		if f.b2 != "" {
+			busy[f.b2] = true
+		}
+	}
+	var cands []message.BrokerID
+	if lr.IntN(2) == 0 {
+		for _, f := range faults {
+			for _, nb := range t.Neighbours(f.b) {
+				if !busy[nb] {
+					cands = append(cands, nb)
+				}
+			}
+		}
+	}
+	if len(cands) == 0 {
+		for _, b := range t.Order {
+			if !busy[b] {
+				cands = append(cands, b)
+			}
+		}
+	}
+	if len(cands) == 0 {
+		return "", 0
+	}
+	at := waveAt - 200*time.Millisecond + time.Duration(lr.IntN(700))*time.Millisecond
+	return cands[lr.IntN(len(cands))], at
 }
 
 // planFaults places k concurrent faults adversarially: a row of adjacent

@@ -50,6 +50,17 @@ func (s *Sim) Leave(id message.BrokerID) error {
 	return nil
 }
 
+// Leaving reports whether broker id started a graceful leave (its clients
+// are refused from then on: a real client would go to another broker).
+func (s *Sim) Leaving(id message.BrokerID) bool {
+	b, err := s.broker(id)
+	if err != nil || b.node == nil {
+		return false
+	}
+	on, ok := b.node.(coreNode)
+	return ok && on.core().Leaving()
+}
+
 // HasLeft reports whether broker id completed a graceful leave.
 func (s *Sim) HasLeft(id message.BrokerID) bool {
 	b, err := s.broker(id)
