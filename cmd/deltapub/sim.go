@@ -25,10 +25,10 @@ func init() {
 }
 
 const simUsage = `Usage:
-  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick]
-  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--trace]
+  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--no-leaves]
+  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--no-leaves] [--trace]
   deltapub sim run [--trace] FILE
-  deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--timeline FILE.csv]
+  deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--warmup D] [--after D] [--timeline FILE.csv]
 
 fuzz    runs N random scenarios (random tree, δ, filters, clients, faults placed
         adversarially) and checks every guarantee; one line per failing run, then
@@ -78,7 +78,7 @@ func parseRange(name, v string) (int, int, error) {
 type fuzzFlags struct {
 	brokers, delta, node string
 	faults               int
-	quick                bool
+	quick, noLeaves      bool
 }
 
 func (f *fuzzFlags) register(fs *flag.FlagSet) {
@@ -87,6 +87,7 @@ func (f *fuzzFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.node, "node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
 	fs.BoolVar(&f.quick, "quick", false, "shorter runs (downtimes, gone_after, settling), as the fuzz in go test")
 	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run; -1: random from 0 to the run's δ; above δ: judged by the beyond-δ rules")
+	fs.BoolVar(&f.noLeaves, "no-leaves", false, "never add a graceful leave (by default one run in four with room within δ has one)")
 }
 
 func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
@@ -104,6 +105,7 @@ func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
 		return o, err
 	}
 	o.NoWire = f.node == "flood" // its messages are not in the wire registry
+	o.NoLeaves = f.noLeaves || f.node == "flood"
 	return o, o.Validate()
 }
 
@@ -114,6 +116,9 @@ func (f *fuzzFlags) replayFlags() string {
 	}
 	if f.quick {
 		s += " --quick"
+	}
+	if f.noLeaves {
+		s += " --no-leaves"
 	}
 	if f.node != "overlay" {
 		s += " --node " + f.node

@@ -21,6 +21,18 @@ func TestFuzzRegressions(t *testing.T) {
 		// which awaited B4's answer: crossed floods waited for each
 		// other, the subscription was never confirmed.
 		{13, "crossed floods after a gone broker's removal"},
+		// Graceful leaves in the fuzz (session 3). B52 crashed next to
+		// the leaver B55 and restarted with B55 among its joinpoints: its
+		// recovery waited for the silent B55 until gone_after.
+		{178, "recovery waited for a joinpoint that had left"},
+		// B15 was frozen while its child B16 left: the repair's flood
+		// passed it by, and after resuming it kept B16 as a neighbour and
+		// waited for it in a subscription flood until gone_after.
+		{1272, "a frozen broker missed a leave's repair"},
+		// B19 was frozen while its neighbour B21 left and missed the
+		// withdrawal of B21's own subscriptions: a publication stayed
+		// queued toward B21 for good.
+		{1132, "a frozen broker missed a leaver's withdrawals"},
 	}
 	for _, c := range cases {
 		r := FuzzRun(c.seed, DefaultFuzzOptions())
