@@ -337,3 +337,13 @@ func (n *Node) onPart(from message.BrokerID, p *message.Part) message.Message {
 func (n *Node) dropAssembly(id message.BrokerID) {
 	delete(n.assembling, id)
 }
+
+// SetMaxFrame sets Config.MaxFrame on a node already created (a driver
+// that learns the peers' frame limit afterwards, such as the simulator).
+func (n *Node) SetMaxFrame(bytes int) error {
+	if bytes < minMaxFrame {
+		return fmt.Errorf("overlay: MaxFrame %d must be ≥ %d", bytes, minMaxFrame)
+	}
+	n.cfg.MaxFrame = bytes
+	return nil
+}

@@ -62,6 +62,12 @@ type Config struct {
 	// receiver never shares memory with the sender, and every message
 	// must round-trip. Costs CPU; off for the large experiments.
 	Wire bool
+	// MaxFrame (with Wire) is the largest frame (type and body, bytes) a
+	// receiver accepts, as limits.max_frame on a real broker: a larger
+	// frame is an error of the run. Nodes that can split large messages
+	// (the overlay core: a state transfer in parts) are told the limit.
+	// 0: no limit.
+	MaxFrame int
 
 	NewNode NodeFactory
 	// Trace, when set, receives one readable line per message, fault,
@@ -106,6 +112,8 @@ func (c *Config) validate() error {
 		return errors.New("sim: NewNode is nil")
 	case c.MaxEvents <= 0:
 		return errors.New("sim: MaxEvents must be > 0")
+	case c.MaxFrame < 0:
+		return fmt.Errorf("sim: MaxFrame must be ≥ 0, got %d", c.MaxFrame)
 	}
 	return nil
 }
@@ -427,6 +435,11 @@ func (s *Sim) start(b *broker) error {
 		DACKTicks: s.cfg.DACKTicks, GoneAfterTicks: s.cfg.GoneAfterTicks,
 		MaxQueue: s.cfg.MaxQueue, Seed: s.rng.Int64(),
 	})
+	if err == nil && s.cfg.MaxFrame > 0 {
+		if f, ok := n.(frameLimited); ok {
+			err = f.setMaxFrame(s.cfg.MaxFrame)
+		}
+	}
 	if err != nil {
 		s.err = fmt.Errorf("sim: creating node %s: %w", b.id, err)
 		return s.err
@@ -825,7 +838,11 @@ func (s *Sim) deliver(t *broker, d *delivery) {
 		return
 	}
 	if d.frame != nil {
-		m, _, err := wire.Decode(d.frame, len(d.frame)+16)
+		limit := len(d.frame) + 16
+		if s.cfg.MaxFrame > 0 {
+			limit = s.cfg.MaxFrame // a real reader refuses a larger frame
+		}
+		m, _, err := wire.Decode(d.frame, limit)
 		if err != nil {
 			s.log.problem(&s.log.Errors, "%s -> %s %s: cannot decode: %v", from, t.id, d.name, err)
 			s.releaseDelivery(d)
