@@ -11,9 +11,9 @@ import (
 	"github.com/deltapub/deltapub/message"
 )
 
-// partsFrame is the small frame limit of the parts tests: a thousand
+// partsFrame is the small frame limit of the parts tests: a few hundred
 // subscriptions need a dozen parts per state transfer.
-const partsFrame = 8 << 10
+const partsFrame = 4 << 10
 
 // partsRun drives the harness and checks every message the cores emit: it
 // must be accepted by a real reader with the configured frame limit.
@@ -121,15 +121,15 @@ func (r *partsRun) routes() map[message.BrokerID][]string {
 	return out
 }
 
-// bigOverlay runs one life of an overlay with 900 subscriptions: a join,
+// bigOverlay runs one life of an overlay with 600 subscriptions: a join,
 // a crash and recovery, a graceful leave and a gone broker's removal, and
 // returns the routing tables after each step.
 func bigOverlay(t *testing.T, maxFrame int) (*partsRun, []map[message.BrokerID][]string) {
 	r := newPartsRun(t, maxFrame)
 	h := r.h
 	h.buildTree("P1", chainEdges)
-	r.subscribeMany("S1", 101, 400)
-	r.subscribeMany("X", 102, 400)
+	r.subscribeMany("S1", 101, 250)
+	r.subscribeMany("X", 102, 250)
 	r.subscribeMany("P1", 103, 100)
 	var snaps []map[message.BrokerID][]string
 
@@ -139,8 +139,8 @@ func bigOverlay(t *testing.T, maxFrame int) (*partsRun, []map[message.BrokerID][
 	r.check()
 	r.runUntil(200, "J joined", func() bool { return h.nodes["J"].Joined() })
 	r.run(10)
-	if got := h.nodes["J"].table.Len(); got != 900 {
-		t.Fatalf("J joined with %d routing entries, want 900", got)
+	if got := h.nodes["J"].table.Len(); got != 600 {
+		t.Fatalf("J joined with %d routing entries, want 600", got)
 	}
 	snaps = append(snaps, r.routes())
 
@@ -174,9 +174,9 @@ func bigOverlay(t *testing.T, maxFrame int) (*partsRun, []map[message.BrokerID][
 	return r, snaps
 }
 
-// TestPartsSameStateAsOneFrame: with an 8 KiB frame limit, a join, a
+// TestPartsSameStateAsOneFrame: with a 4 KiB frame limit, a join, a
 // recovery, a leave and a gone broker's removal send their state in parts,
-// every message fits an 8 KiB reader, and every broker ends with exactly
+// every message fits a 4 KiB reader, and every broker ends with exactly
 // the routing entries (from-pointers and directions) it has when every
 // state fits in one frame.
 func TestPartsSameStateAsOneFrame(t *testing.T) {
