@@ -352,3 +352,84 @@ func TestPartsSmallStateUnchanged(t *testing.T) {
 		t.Fatalf("small reply: More=%d, %d subs", r.More, len(r.Subs))
 	}
 }
+
+// The runtime gives the core the frame limit of its readers.
+func TestNodeConfigCarriesMaxFrame(t *testing.T) {
+	c := DefaultBrokerConfig()
+	c.ID = "B1"
+	c.Limits.MaxFrame = 64 << 10
+	nc := c.NodeConfig(1)
+	if nc.MaxFrame != 64<<10 {
+		t.Fatalf("NodeConfig.MaxFrame %d, want limits.max_frame %d", nc.MaxFrame, 64<<10)
+	}
+	if _, err := NewNode(nc); err != nil {
+		t.Fatal(err)
+	}
+	nc.MaxFrame = 100
+	if _, err := NewNode(nc); err == nil {
+		t.Fatal("a 100-byte MaxFrame was accepted")
+	}
+}
+
+// A repair's routes cut into parts (a route spanning several parts is
+// repeated with its share) come back as the same route of every
+// subscription, and each part fits.
+func TestPartsViaRoundTrip(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.MaxFrame = "D", partsFrame
+	d, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.LinkUp("J")
+	d.Ready()
+	var via []message.SubsVia
+	want := map[message.SubID]string{}
+	for g, k := range []int{3, 1500, 1, 700} {
+		sv := message.SubsVia{Path: []message.BrokerID{"A", message.BrokerID(fmt.Sprint("F", g))}}
+		for i := 0; i < k; i++ {
+			s := message.SubID{Edge: message.BrokerID(fmt.Sprint("E", i%7)), Epoch: 1764460000000, N: uint64(g*10000 + i)}
+			sv.Subs = append(sv.Subs, s)
+			want[s] = fmt.Sprint(sv.Path)
+		}
+		via = append(via, sv)
+	}
+	d.send("J", &message.TopoChange{Origin: "D", Seq: 1, Hops: 3, Leaver: "D", Remove: []message.BrokerID{"D"}, Via: via})
+	msgs := d.Ready().Messages
+	if len(msgs) < 4 {
+		t.Fatalf("%d messages for 2,204 routed subscriptions at %d bytes a frame", len(msgs), partsFrame)
+	}
+	cfg.ID = "J"
+	j, _ := NewNode(cfg)
+	var got message.Message
+	for i, e := range msgs {
+		frame, _ := wire.AppendFrame(nil, e.Msg)
+		m, _, err := wire.Decode(frame, partsFrame)
+		if err != nil {
+			t.Fatalf("message %d (%v): %v", i, e.Msg.Type(), err)
+		}
+		if got = j.reassemble("D", m); got != nil && i != len(msgs)-1 {
+			t.Fatalf("complete after %d of %d messages", i+1, len(msgs))
+		}
+	}
+	tc, ok := got.(*message.TopoChange)
+	if !ok || tc.More != 0 || tc.Leaver != "D" || tc.Seq != 1 {
+		t.Fatalf("reassembled %#v", got)
+	}
+	have := map[message.SubID]string{}
+	for _, g := range tc.Via {
+		for _, s := range g.Subs {
+			if _, dup := have[s]; dup {
+				t.Fatalf("%v twice", s)
+			}
+			have[s] = fmt.Sprint(g.Path)
+		}
+	}
+	if !reflect.DeepEqual(have, want) {
+		t.Fatalf("reassembled routes differ: %d subscriptions, want %d", len(have), len(want))
+	}
+	// The sender's Via is untouched (floods send it again to other peers).
+	if len(via[1].Subs) != 1500 || len(via) != 4 {
+		t.Fatal("sending in parts changed the caller's Via")
+	}
+}
