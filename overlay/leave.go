@@ -353,13 +353,31 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	}
 
 	// Queued publications: recipients recomputed on the re-pointed table
-	// (a recipient kept keeps its safe flag). A publication that came from
-	// the leaver may now also be routed back toward its source's side:
-	// copies the brokers there drop as duplicates (and report arrived).
+	// (a recipient kept keeps its safe flag). A publication that came
+	// from the removed broker's direction now comes from the direction of
+	// the broker before it, on the new tree: the nearest upstream stamper
+	// we know (its stamps name the brokers it passed). It is not routed
+	// back that way: a broker there that lacks it is some upstream
+	// broker's recipient, which holds it queued and sends it in stamp order
+	// (the switch rule). Routed back, it could overtake older publications
+	// of its source still queued for that broker, which would then drop
+	// them as duplicates: lost (fuzz with leaves, seed 21788: a broker cut
+	// off from the publisher's edge while the bypass past it, through the
+	// leaver, carried newer ones). With no stamper known it is routed
+	// everywhere: copies the brokers there drop as duplicates.
 	var newRecips []message.BrokerID
 	for _, e := range n.queue {
 		if e.purged {
 			continue
+		}
+		if e.except == x {
+			e.except = ""
+			for _, st := range e.pub.Stamps[1:] {
+				if d := n.direction(st.B); st.B != x && d != "" {
+					e.except = d
+					break
+				}
+			}
 		}
 		pm := matching.Publication{Attrs: e.pub.Attrs}
 		now := n.table.Recipients(&pm, e.except, nil, nil)

@@ -33,6 +33,12 @@ func TestFuzzRegressions(t *testing.T) {
 		// withdrawal of B21's own subscriptions: a publication stayed
 		// queued toward B21 for good.
 		{1132, "a frozen broker missed a leaver's withdrawals"},
+		// B50 was cut off from B52, the publisher's edge, while B52's
+		// bypass past it ran through B49, which then left: B48 routed the
+		// newer publications it held back toward B50, which accepted them
+		// ahead of the older ones B52 still held for it and then dropped
+		// those as duplicates.
+		{21788, "a repair routed publications back past the switch rule"},
 	}
 	for _, c := range cases {
 		r := FuzzRun(c.seed, DefaultFuzzOptions())
