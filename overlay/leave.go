@@ -352,6 +352,34 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		}
 	}
 
+	// Pending floods that came from the removed broker's direction now
+	// come from the direction of their origin on the new tree (a
+	// subscription's entry direction, recomputed above; a topology
+	// change's origin). Left at x, which no longer is a direction, the
+	// reroute below would send them back toward their origin: a broker
+	// there would take the subscription as coming from our side, with the
+	// wrong direction, and never route toward it (fuzz with leaves, seed
+	// 30981: a subscription flooded past a cut link while its path's
+	// broker left).
+	for _, k := range n.floodKeys() {
+		f := n.floods[k]
+		if f.except != x {
+			continue
+		}
+		var d message.BrokerID
+		switch k.kind {
+		case fkTopo:
+			d = n.direction(k.origin)
+		default:
+			if e, ok := n.table.Get(k.sub); ok && !e.Local {
+				d = e.Dir
+			} else {
+				d = n.direction(k.sub.Edge)
+			}
+		}
+		f.except = d
+	}
+
 	// Queued publications: recipients recomputed on the re-pointed table
 	// (a recipient kept keeps its safe flag). A publication that came
 	// from the removed broker's direction now comes from the direction of

@@ -39,6 +39,11 @@ func TestFuzzRegressions(t *testing.T) {
 		// ahead of the older ones B52 still held for it and then dropped
 		// those as duplicates.
 		{21788, "a repair routed publications back past the switch rule"},
+		// B10 (cut off from its parent B9) subscribed while B9's parent
+		// B5 left: B4 had the flood from B10 with B5 as the direction it
+		// came from; after the repair it sent it on to B9, which recorded
+		// B4 as the subscriber's direction and never routed toward B10.
+		{30981, "a pending flood's direction after a repair"},
 	}
 	for _, c := range cases {
 		r := FuzzRun(c.seed, DefaultFuzzOptions())
