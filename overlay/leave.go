@@ -279,13 +279,15 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// it drops them here, or it would keep routing and queueing toward the
 	// removed broker for good (fuzz with leaves, seed 1132). Brokers that
 	// do not apply the repair were reached by the withdrawal itself.
+	var dead []message.SubID
 	for _, e := range n.table.Entries() {
 		if e.Sub.Edge == x && !e.Local {
-			n.table.Delete(e.Sub)
+			dead = append(dead, e.Sub)
 			delete(n.viaState, e.Sub)
 			n.tombstone(e.Sub)
 		}
 	}
+	_ = n.table.Replace(dead, nil) // deleting cannot fail
 
 	// Routing entries: every route through the removed broker gets its
 	// from-pointer pushed out to δ+1 hops again (distances through it
@@ -304,6 +306,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		}
 	}
 	n.geometry()
+	var repointed []routing.Entry
 	for _, e := range n.table.Entries() {
 		if e.Local {
 			continue
@@ -345,11 +348,12 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		if dir == "" {
 			continue // nothing better known: left as it is
 		}
-		ne := routing.Entry{Sub: e.Sub, Filter: e.Filter, From: from, Dir: dir, Client: e.Client}
-		n.table.Delete(e.Sub)
-		if _, err := n.table.Insert(ne); err != nil {
-			n.notice(NoticeGap, x, "re-pointing "+fmt.Sprint(e.Sub)+" after a leave: "+err.Error())
-		}
+		repointed = append(repointed, routing.Entry{Sub: e.Sub, Filter: e.Filter, From: from, Dir: dir, Client: e.Client})
+	}
+	// One batch: re-pointing entry by entry is quadratic when filters
+	// cover each other (routing.Table.Replace).
+	if err := n.table.Replace(nil, repointed); err != nil {
+		n.notice(NoticeGap, x, "re-pointing routes after a leave: "+err.Error())
 	}
 
 	// Pending floods that came from the removed broker's direction now

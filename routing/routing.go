@@ -359,6 +359,94 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 	return *e, true
 }
 
+// Batches of at least rebuildMin changes that touch at least one entry in
+// rebuildShare rebuild the table instead of changing it entry by entry:
+// deleting an indexed entry places every entry it covered again, so
+// re-pointing a chain of filters that cover each other one by one (a
+// leave's repair re-points every route through the leaver) is quadratic:
+// 3,500 entries took 15 s; a rebuild is one insert each.
+const (
+	rebuildMin   = 64
+	rebuildShare = 8
+)
+
+// Replace applies a batch of changes: the entries of del are removed, and
+// every entry of put is inserted, replacing the entry of the same Sub if
+// any. It returns the first insert error (the entry concerned is then
+// absent; the others are applied).
+func (t *Table) Replace(del []message.SubID, put []Entry) error {
+	n := len(del) + len(put)
+	if n < rebuildMin || n*rebuildShare < len(t.byID) {
+		for _, s := range del {
+			t.Delete(s)
+		}
+		var first error
+		for _, e := range put {
+			t.Delete(e.Sub)
+			if _, err := t.Insert(e); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	// Rebuild: the surviving entries, changed ones replaced, inserted
+	// again in SubID order (deterministic) after the matcher is emptied.
+	gone := make(map[message.SubID]bool, n)
+	for _, s := range del {
+		gone[s] = true
+	}
+	repl := make(map[message.SubID]Entry, len(put))
+	for _, e := range put {
+		repl[e.Sub] = e
+	}
+	var all []Entry
+	for _, e := range t.Entries() {
+		if gone[e.Sub] {
+			continue
+		}
+		if r, ok := repl[e.Sub]; ok {
+			delete(repl, e.Sub)
+			all = append(all, r)
+			continue
+		}
+		all = append(all, *e)
+	}
+	fresh := make([]Entry, 0, len(repl))
+	for _, e := range put { // new Subs, in the order given (the last put of a Sub wins)
+		if r, ok := repl[e.Sub]; ok {
+			delete(repl, e.Sub)
+			fresh = append(fresh, r)
+		}
+	}
+	t.reset()
+	var first error
+	for _, e := range append(all, fresh...) {
+		// Only the exported fields: the covering links of the old table
+		// must not leak into the new one.
+		c := Entry{Sub: e.Sub, Filter: e.Filter, From: e.From, Dir: e.Dir, Local: e.Local, Client: e.Client}
+		if _, err := t.Insert(c); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// reset empties the table (and its matcher), keeping Max and NoCovering.
+func (t *Table) reset() {
+	for _, e := range t.byID {
+		if e.coveredBy == nil {
+			t.m.Delete(e.key)
+		}
+	}
+	clear(t.byID)
+	t.slots, t.meta, t.free = t.slots[:0], t.meta[:0], t.free[:0]
+	clear(t.fromIdx)
+	t.froms, t.mark = t.froms[:0], t.mark[:0]
+	t.local = 0
+	clear(t.buckets)
+	clear(t.groups)
+}
+
 // Indexed is the number of entries in the matcher (the others are
 // covered by an indexed entry with the same from-pointer).
 func (t *Table) Indexed() int {

@@ -185,3 +185,133 @@ func BenchmarkRecipients(b *testing.B) {
 		dst = tab.Recipients(p, "N0", dst[:0], nil)
 	}
 }
+
+// TestReplaceMatchesOneByOne applies random batches (small ones change the
+// table entry by entry, large ones rebuild it) and checks the table against
+// a twin changed one entry at a time: the same entries, and the same
+// recipients and local matches for random publications.
+func TestReplaceMatchesOneByOne(t *testing.T) {
+	r := rand.New(rand.NewSource(5))
+	randEntry := func(n uint64) Entry {
+		e := Entry{Sub: sub(fmt.Sprint("E", r.Intn(5)), n), From: message.BrokerID(fmt.Sprint("F", r.Intn(6))), Dir: message.BrokerID(fmt.Sprint("N", r.Intn(3)))}
+		// Chains of covering filters (x > i) and others.
+		e.Filter = filter(fmt.Sprint("c", r.Intn(2)), matching.Predicate{Attr: "x", Op: matching.OpGt, Value: ival(int64(r.Intn(20)))})
+		if r.Intn(10) == 0 {
+			e.Local, e.From, e.Dir, e.Client = true, "L", "", message.ClientID(r.Intn(4))
+		}
+		return e
+	}
+	a, b := New(matching.NewIndex()), New(matching.NewIndex())
+	var next uint64
+	for round := 0; round < 30; round++ {
+		var del []message.SubID
+		var put []Entry
+		size := r.Intn(200)
+		if round%3 == 0 {
+			size = r.Intn(10)
+		}
+		for i := 0; i < size; i++ {
+			ents := a.Entries()
+			switch {
+			case len(ents) > 0 && r.Intn(3) == 0:
+				del = append(del, ents[r.Intn(len(ents))].Sub)
+			case len(ents) > 0 && r.Intn(2) == 0:
+				e := randEntry(ents[r.Intn(len(ents))].Sub.N)
+				e.Sub = ents[r.Intn(len(ents))].Sub
+				put = append(put, e)
+			default:
+				next++
+				put = append(put, randEntry(1000+next))
+			}
+		}
+		if err := a.Replace(del, put); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range del {
+			b.Delete(s)
+		}
+		for _, e := range put {
+			b.Delete(e.Sub)
+			if _, err := b.Insert(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ea, eb := a.Entries(), b.Entries()
+		if len(ea) != len(eb) {
+			t.Fatalf("round %d: %d entries after Replace, %d one by one", round, len(ea), len(eb))
+		}
+		for i := range ea {
+			x, y := ea[i], eb[i]
+			if x.Sub != y.Sub || x.From != y.From || x.Dir != y.Dir || x.Local != y.Local || x.Filter.String() != y.Filter.String() {
+				t.Fatalf("round %d: entry %d differs: %+v vs %+v", round, i, *x, *y)
+			}
+		}
+		if a.LocalLen() != b.LocalLen() {
+			t.Fatalf("round %d: LocalLen %d vs %d", round, a.LocalLen(), b.LocalLen())
+		}
+		for q := 0; q < 50; q++ {
+			p := pub(fmt.Sprint("c", r.Intn(2)), int64(r.Intn(25)))
+			ex := message.BrokerID(fmt.Sprint("N", r.Intn(4)))
+			var la, lb []message.SubID
+			ra := a.Recipients(p, ex, nil, func(e *Entry) { la = append(la, e.Sub) })
+			rb := b.Recipients(p, ex, nil, func(e *Entry) { lb = append(lb, e.Sub) })
+			sortSubs(la)
+			sortSubs(lb)
+			if !reflect.DeepEqual(ra, rb) || !reflect.DeepEqual(la, lb) {
+				t.Fatalf("round %d: recipients %v/%v local %v/%v", round, ra, rb, la, lb)
+			}
+		}
+	}
+}
+
+func sortSubs(s []message.SubID) {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if SubLess(s[j], s[i]) {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+}
+
+// BenchmarkRepointChain re-points 3,500 filters that cover each other in a
+// chain (x > 0 covers x > 1 covers ...) to a new from-pointer, as a
+// leave's repair does: one by one, and as one Replace batch.
+func BenchmarkRepointChain(b *testing.B) {
+	build := func() (*Table, []Entry) {
+		tab := New(matching.NewIndex())
+		var put []Entry
+		for i := 0; i < 3500; i++ {
+			e := Entry{Sub: sub("E", uint64(i)), Filter: filter("c", matching.Predicate{Attr: "x", Op: matching.OpGt, Value: ival(int64(i))}), From: "F1", Dir: "N1"}
+			if _, err := tab.Insert(e); err != nil {
+				b.Fatal(err)
+			}
+			e.From = "F2"
+			put = append(put, e)
+		}
+		return tab, put
+	}
+	b.Run("one-by-one", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			tab, put := build()
+			b.StartTimer()
+			for _, e := range put {
+				tab.Delete(e.Sub)
+				if _, err := tab.Insert(e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("replace", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			tab, put := build()
+			b.StartTimer()
+			if err := tab.Replace(nil, put); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
