@@ -19,7 +19,8 @@ import (
 //	config key=value ...        before anything else: delta, seed, tick, heartbeat, failure,
 //	                            dack, gone (ticks), delay, jitter, dialtimeout, linkdown
 //	                            (a duration or "never"), maxqueue, wire (on|off: messages
-//	                            through the wire format, default on)
+//	                            through the wire format, default on), frame (bytes: the
+//	                            largest frame a receiver accepts, as limits.max_frame)
 //	tree chain=N | tree random=N [degree=D] | tree B1-B2 B2-B3 ...
 //	                            create the brokers and join them one after another
 //	join B9 via B3 [B2 ...]     a new broker joins now (does not wait)
@@ -433,6 +434,10 @@ func (r *runner) config(args []string) error {
 				return fmt.Errorf("wire: %q, want on or off", v)
 			}
 			r.cfg.Wire = v == "on"
+		case "frame":
+			// The largest frame a receiver accepts (and the nodes split
+			// their messages for); 0: unbounded.
+			r.cfg.MaxFrame, err = atoi()
 		case "linkdown":
 			if v == "never" {
 				r.cfg.LinkDownAfter = -1
@@ -440,7 +445,7 @@ func (r *runner) config(args []string) error {
 				r.cfg.LinkDownAfter, err = parseDur(k, v)
 			}
 		default:
-			return fmt.Errorf("unknown key %q (want delta, seed, tick, heartbeat, failure, dack, gone, delay, jitter, dialtimeout, linkdown, maxqueue, wire)", k)
+			return fmt.Errorf("unknown key %q (want delta, seed, tick, heartbeat, failure, dack, gone, delay, jitter, dialtimeout, linkdown, maxqueue, wire, frame)", k)
 		}
 		if err != nil {
 			return err
