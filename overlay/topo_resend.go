@@ -1,6 +1,10 @@
 package overlay
 
-import "github.com/deltapub/deltapub/message"
+import (
+	"slices"
+
+	"github.com/deltapub/deltapub/message"
+)
 
 // A topology flood (a join, a removal, a leave's repair) gives up on
 // targets that are unusable when it passes: the brokers behind them get it
@@ -44,20 +48,11 @@ func (n *Node) resendTopo(p *peer) {
 			continue
 		}
 		m, ok := r.msg(p.id, 0).(*message.TopoChange)
-		if !ok || m.Leaver == p.id || contains(m.Remove, p.id) {
+		if !ok || m.Leaver == p.id || slices.Contains(m.Remove, p.id) {
 			continue // about p itself: its own recovery handles that
 		}
 		c := *m
 		c.Hops = 0
 		n.send(p.id, &c)
 	}
-}
-
-func contains(ids []message.BrokerID, id message.BrokerID) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
