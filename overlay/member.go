@@ -564,15 +564,15 @@ func (n *Node) checkHoles() {
 		_, hole := n.topo.Frontier(nb, n.unusable)
 		if hole && !n.holes[nb] {
 			n.holes[nb] = true
-			n.gapSeq++
-			k := gapKey{n.cfg.ID, n.gapSeq}
-			n.rememberGap(k)
-			g := &message.GapFlood{Origin: n.cfg.ID, Seq: n.gapSeq, Ranges: n.gapRanges(nb),
-				Reason: fmt.Sprintf("more than %d brokers failed in a row beyond %s (seen from %s)", n.cfg.Delta, nb, n.cfg.ID)}
-			n.notice(NoticeGap, nb, g.Reason)
-			n.deliverGap(g)
-			for _, t := range n.floodTargets(nb, false) {
-				n.send(t.id, g)
+			reason := fmt.Sprintf("more than %d brokers failed in a row beyond %s (seen from %s)", n.cfg.Delta, nb, n.cfg.ID)
+			n.notice(NoticeGap, nb, reason)
+			targets := n.floodTargets(nb, false)
+			for _, g := range n.gapFloods(n.gapRanges(nb), reason) {
+				n.rememberGap(gapKey{n.cfg.ID, g.Seq})
+				n.deliverGap(g)
+				for _, t := range targets {
+					n.send(t.id, g)
+				}
 			}
 		} else if !hole && n.holes[nb] {
 			delete(n.holes, nb)

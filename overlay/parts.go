@@ -347,3 +347,36 @@ func (n *Node) SetMaxFrame(bytes int) error {
 	n.cfg.MaxFrame = bytes
 	return nil
 }
+
+// gapFloods builds the GapFloods announcing ranges (docs/protocol.md §8),
+// each with a sequence number of its own: one GapFlood unless the ranges
+// (one per source seen from that direction: up to MaxSources) do not fit
+// in a frame, then as many as they need. Unlike a state transfer they need
+// no reassembly: every GapFlood stands alone (a receiver notifies its
+// subscribers of each), so they are simply cut where a frame is full.
+func (n *Node) gapFloods(ranges []message.GapRange, reason string) []*message.GapFlood {
+	budget := n.partBudget()
+	head := &message.GapFlood{Origin: n.cfg.ID, Seq: n.gapSeq + 1, Reason: reason}
+	hc, err := wire.FrameCost(head)
+	if err != nil {
+		hc = wire.Cost{Bytes: 64 + len(reason), Values: 4}
+	}
+	hc = hc.Add(listOverhead)
+	var out []*message.GapFlood
+	cur, start := hc, 0
+	flush := func(end int) {
+		n.gapSeq++
+		out = append(out, &message.GapFlood{Origin: n.cfg.ID, Seq: n.gapSeq, Ranges: ranges[start:end], Reason: reason})
+		start, cur = end, hc
+	}
+	for i := range ranges {
+		c := n.costOf(&ranges[i])
+		c.Values++ // the list element
+		if i > start && (cur.Bytes+c.Bytes > budget.Bytes || cur.Values+c.Values > budget.Values || i-start >= maxPartList) {
+			flush(i)
+		}
+		cur = cur.Add(c)
+	}
+	flush(len(ranges))
+	return out
+}

@@ -433,3 +433,40 @@ func TestPartsViaRoundTrip(t *testing.T) {
 		t.Fatal("sending in parts changed the caller's Via")
 	}
 }
+
+// The ranges of a hole's gap notice (one per source seen from that
+// direction) are cut into GapFloods that each fit a frame, in order, with
+// a sequence number each; a few ranges make one GapFlood.
+func TestGapFloodsFitFrames(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.MaxFrame = "G", partsFrame
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ranges []message.GapRange
+	for i := 0; i < 2000; i++ {
+		ranges = append(ranges, message.GapRange{Source: message.Source{Publisher: fmt.Sprintf("publisher-%06d", i), Epoch: 1}, From: uint64(i + 1)})
+	}
+	ranges = append(ranges, message.GapRange{From: 1}) // every source
+	gs := n.gapFloods(ranges, "more than 2 brokers failed in a row")
+	if len(gs) < 2 {
+		t.Fatalf("%d ranges with %d-byte frames: %d GapFlood, want several", len(ranges), partsFrame, len(gs))
+	}
+	var got []message.GapRange
+	for i, g := range gs {
+		if g.Seq != uint64(i+1) || g.Origin != "G" || g.Reason == "" || len(g.Ranges) == 0 {
+			t.Fatalf("GapFlood %d: seq %d origin %q reason %q, %d ranges", i, g.Seq, g.Origin, g.Reason, len(g.Ranges))
+		}
+		if c, err := wire.FrameCost(g); err != nil || !c.Fits(partsFrame) {
+			t.Fatalf("GapFlood %d: cost %+v (%v) does not fit %d bytes", i, c, err, partsFrame)
+		}
+		got = append(got, g.Ranges...)
+	}
+	if !reflect.DeepEqual(got, ranges) {
+		t.Fatalf("the GapFloods carry %d ranges, not the %d given in order", len(got), len(ranges))
+	}
+	if gs := n.gapFloods(ranges[:3], "r"); len(gs) != 1 || len(gs[0].Ranges) != 3 {
+		t.Fatalf("3 ranges: %d GapFloods", len(gs))
+	}
+}
