@@ -83,6 +83,12 @@ type Table struct {
 	groups  map[groupKey][]bucketKey
 	nextSeq uint64
 	cands   []*Entry // scratch for coverCandidates
+	// exName/exIdx cache Recipients' last except lookup (a broker sees
+	// publications from a few directions; comparing with the same string
+	// is cheaper than hashing it). Only interned names are cached, and
+	// interned indices hold until reset, which clears the cache.
+	exName message.BrokerID
+	exIdx  int32
 }
 
 type groupKey struct{ from, dir int32 }
@@ -122,6 +128,7 @@ func bucketOf(g groupKey, f matching.Filter) bucketKey {
 type slotMeta struct {
 	from, dir int32 // interned broker names (-1: none)
 	local     bool
+	live      bool // the slot holds an entry (saves reading slots per match)
 }
 
 // intern returns the small index of a broker name, adding it if absent.
@@ -182,7 +189,7 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	}
 	fi := t.intern(e.From)
 	e.from = fi
-	m := slotMeta{from: fi, dir: -1, local: e.Local}
+	m := slotMeta{from: fi, dir: -1, local: e.Local, live: true}
 	if e.Dir != "" {
 		m.dir = t.intern(e.Dir)
 	}
@@ -355,6 +362,7 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 		t.local--
 	}
 	t.slots[e.key] = nil
+	t.meta[e.key] = slotMeta{}
 	t.free = append(t.free, e.key)
 	return *e, true
 }
@@ -442,6 +450,7 @@ func (t *Table) reset() {
 	t.slots, t.meta, t.free = t.slots[:0], t.meta[:0], t.free[:0]
 	clear(t.fromIdx)
 	t.froms, t.mark = t.froms[:0], t.mark[:0]
+	t.exName, t.exIdx = "", 0
 	t.local = 0
 	clear(t.buckets)
 	clear(t.groups)
@@ -512,16 +521,22 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 	}
 	ex := int32(-2) // matches no dir
 	if except != "" {
-		if i, ok := t.fromIdx[except]; ok {
+		if except == t.exName {
+			ex = t.exIdx
+		} else if i, ok := t.fromIdx[except]; ok {
 			ex = i
+			t.exName, t.exIdx = except, i
 		}
 	}
 	t.buf = t.m.Match(p, t.buf[:0])
 	for _, k := range t.buf {
-		if k >= uint64(len(t.meta)) || t.slots[k] == nil {
+		if k >= uint64(len(t.meta)) {
 			continue
 		}
 		m := t.meta[k]
+		if !m.live {
+			continue
+		}
 		if m.local {
 			if local != nil {
 				local(t.slots[k])
