@@ -8,6 +8,7 @@
 package dack
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/deltapub/deltapub/message"
@@ -49,7 +50,7 @@ type Store struct {
 	// the upstream brokers within δ+1 hops); ownKeys caches OwnKeys' order.
 	own      map[BrokerID]*stored
 	aboutMe  map[BrokerID]*stored // entries with About == self, by Reporter (purge reads them)
-	ownKeys  []BrokerID
+	ownKeys  []*stored            // own's entries sorted by About (rebuilt when ownDirty)
 	ownDirty bool
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
@@ -202,16 +203,17 @@ func (s *Store) OwnKeys() []message.Stamp {
 // room).
 func (s *Store) AppendOwnKeys(dst []message.Stamp) []message.Stamp {
 	if s.ownDirty {
+		// Cached as pointers (no map lookup per key per call): an own
+		// entry is only ever replaced through own, which sets ownDirty.
 		s.ownKeys = s.ownKeys[:0]
-		for b := range s.own {
-			s.ownKeys = append(s.ownKeys, b)
+		for _, st := range s.own {
+			s.ownKeys = append(s.ownKeys, st)
 		}
-		slices.Sort(s.ownKeys)
+		slices.SortFunc(s.ownKeys, func(a, b *stored) int { return cmp.Compare(a.e.About, b.e.About) })
 		s.ownDirty = false
 	}
-	for _, b := range s.ownKeys {
-		st := s.own[b]
-		dst = append(dst, message.Stamp{B: b, E: st.e.AE, S: st.e.Arrived})
+	for _, st := range s.ownKeys {
+		dst = append(dst, message.Stamp{B: st.e.About, E: st.e.AE, S: st.e.Arrived})
 	}
 	return dst
 }
@@ -249,6 +251,23 @@ func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []
 		}
 	}
 	return out
+}
+
+// Changed is one entry of AppendChanged: an entry and the version of its
+// last change.
+type Changed struct {
+	Entry   message.DAckEntry
+	Version uint64
+}
+
+// AppendChanged appends to dst the entries changed after version since,
+// newest change first (Build's order, unfiltered): a caller building the
+// DACKs of several links walks the changes once instead of once per link.
+func (s *Store) AppendChanged(dst []Changed, since uint64) []Changed {
+	for st := s.newest; st != nil && st.version > since; st = st.prev {
+		dst = append(dst, Changed{Entry: st.e, Version: st.version})
+	}
+	return dst
 }
 
 // Len is the number of stored entries.

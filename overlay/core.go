@@ -91,8 +91,12 @@ type Node struct {
 	side       map[message.BrokerID]message.BrokerID
 	dist       map[message.BrokerID]int
 	recipBuf   []message.BrokerID
-	delivBuf   []message.Deliver         // newDeliver's current chunk
-	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
+	delivBuf   []message.Deliver // newDeliver's current chunk
+	minqBuf    []message.Stamp   // updateDiscarded's scratch (lowest queued stamp per B, E)
+	// dackLinks' scratch: the due links, the store's changes, their sides.
+	dueBuf     []dueLink
+	changedBuf []dack.Changed
+	relayBuf   []relayInfo
 	ownBuf     []message.Stamp           // updateDiscarded's scratch (own arrived watermarks)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable

@@ -416,6 +416,13 @@ func (n *Node) dackLinks() {
 		n.updateDiscarded()
 	}
 	n.geometry()
+	// The due links first (dackDue reads only other links' dackIn, which
+	// this pass does not change, and the link's own dackAt, so deciding
+	// them all up front decides as the link-by-link loop did), then one
+	// walk over the store's changes since the oldest of their last DACKs,
+	// each entry's sides looked up once for all the links.
+	links := n.dueBuf[:0]
+	since := ^uint64(0)
 	for _, id := range n.sortedPeers() {
 		p := n.peers[id]
 		if !p.up || !n.dackDue(p) {
@@ -425,16 +432,84 @@ func (n *Node) dackLinks() {
 		if pside == "" {
 			pside = id
 		}
-		ver := n.store.Version()
-		entries := n.store.Build(p.dackSent, func(reporter, about message.BrokerID) bool {
-			return n.dackRelays(reporter, about, pside)
-		})
-		p.dackSent = ver
-		if len(entries) > 0 {
-			p.dackAt = n.now
-			n.send(id, &message.DAck{Entries: entries})
+		links = append(links, dueLink{id: id, p: p, side: pside})
+		since = min(since, p.dackSent)
+	}
+	n.dueBuf = links[:0]
+	if len(links) == 0 {
+		return
+	}
+	ver = n.store.Version()
+	ch := n.store.AppendChanged(n.changedBuf[:0], since)
+	n.changedBuf = ch[:0]
+	// Per change, the side it is about and, for a relayed entry, its
+	// reporter's side: dackRelays' test with the lookups done once.
+	rel := n.relayBuf[:0]
+	for i := range ch {
+		e := &ch[i].Entry
+		r := relayInfo{}
+		if e.About != n.cfg.ID {
+			r.as = n.side[e.About]
+			if r.as == "" {
+				r.as = e.About
+			}
+			r.ok = true
+			if e.Reporter != n.cfg.ID {
+				var known bool
+				r.rs, known = n.side[e.Reporter]
+				r.relayed = true
+				if !known || n.dist[e.Reporter]+n.dist[e.About] > n.cfg.Delta+1 {
+					r.ok = false
+				}
+			}
+		}
+		rel = append(rel, r)
+	}
+	n.relayBuf = rel[:0]
+	for j := range links {
+		d := &links[j]
+		for i := range ch {
+			if ch[i].Version > d.p.dackSent && rel[i].carries(d.side) {
+				d.n++
+			}
 		}
 	}
+	for j := range links {
+		d := &links[j]
+		if d.n == 0 {
+			d.p.dackSent = ver
+			continue
+		}
+		entries := make([]message.DAckEntry, 0, d.n)
+		for i := range ch {
+			if ch[i].Version > d.p.dackSent && rel[i].carries(d.side) {
+				entries = append(entries, ch[i].Entry)
+			}
+		}
+		d.p.dackSent = ver
+		d.p.dackAt = n.now
+		n.send(d.id, &message.DAck{Entries: entries})
+	}
+}
+
+// relayInfo is dackRelays' verdict on one store entry, for any link.
+type relayInfo struct {
+	as, rs  message.BrokerID // the sides of the broker it is about and of its reporter
+	relayed bool             // reported by another broker
+	ok      bool             // about another broker and, if relayed, within δ+1 hops
+}
+
+// carries is dackRelays(reporter, about, pside) from the looked-up sides.
+func (r *relayInfo) carries(pside message.BrokerID) bool {
+	return r.ok && r.as == pside && (!r.relayed || r.rs != pside)
+}
+
+// dueLink is a link whose DACK goes out in this dackLinks pass.
+type dueLink struct {
+	id   message.BrokerID
+	p    *peer
+	side message.BrokerID // the tree side it leads to
+	n    int              // entries it carries
 }
 
 // dackRelays reports whether the DACK on the link toward side pside
