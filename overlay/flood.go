@@ -373,6 +373,16 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		// once we are joined (ftarget.sentUsable).
 		return
 	}
+	if n.lv != nil && n.lv.repairing {
+		// Leaving, with the repair out: the sender has not applied it yet.
+		// Forwarded from here on the old tree, the flood would reach
+		// brokers that take it as coming from a broker no longer in their
+		// maps, with a wrong direction, and floods waiting on each other
+		// around the new edges never completed (fuzz seed 50515). Not
+		// answered either: the sender keeps waiting for us until the
+		// repair makes us gone there, then reroutes on the new tree.
+		return
+	}
 	if f, ok := n.floods[k]; ok {
 		if f.isOut(from) {
 			// Crossed floods: a broker whose answer we await sends us the

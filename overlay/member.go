@@ -194,6 +194,15 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 	if m.Node.ID != from {
 		return
 	}
+	if n.lv != nil && n.lv.repairing {
+		// Leaving, and its repair is out: the others' maps no longer hold
+		// it, while its own still shows the old tree. Handing that out
+		// would put it back in their maps (a restarted neighbour's entry
+		// with this broker as its parent: fuzz seed 50902). It has no
+		// state to give any more.
+		n.send(from, &message.StateReply{NotMember: true})
+		return
+	}
 	if !n.member {
 		r := &message.StateReply{NotMember: true}
 		for _, jp := range n.joinpoints {
@@ -347,18 +356,20 @@ func (n *Node) checkRecovery() {
 			delete(n.stateWait, id)
 			continue
 		}
-		if !p.suspected || n.askedBehind[id] {
-			continue
-		}
-		if !n.topo.Has(id) {
+		if !n.topo.Has(id) && (p.suspected || n.stateWaitT >= n.cfg.FailureTicks) {
 			// A joinpoint our map does not hold (the joinpoint's map,
 			// complete within δ, does not place it within δ+1 hops of us:
-			// it left, or was removed as gone) and that does not answer:
-			// it holds no state of our neighbourhood. Waiting for it would
-			// hold the recovery until gone_after (fuzz seed 178: a broker
-			// crashed next to a leaver restarts with the leaver among its
-			// joinpoints).
+			// it left, or was removed as gone) that has not answered
+			// within a failure timeout, or is suspected: it holds no state
+			// of our neighbourhood. Waiting for it would hold the recovery
+			// until gone_after (fuzz seeds 178 and 51088: a broker crashed
+			// next to a leaver restarts with the leaver among its
+			// joinpoints; a removed broker's link is not even monitored,
+			// so it may never be suspected).
 			delete(n.stateWait, id)
+			continue
+		}
+		if !p.suspected || n.askedBehind[id] {
 			continue
 		}
 		n.askedBehind[id] = true
