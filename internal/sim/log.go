@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -56,6 +57,14 @@ type SubRecord struct {
 	UnsubAt      time.Duration // Unsubscribe sent; -1 if never
 	Err          string
 	Excluded     bool // the subscriber's edge crashed during the run
+}
+
+// reserveDeliveries makes room for n more deliveries (a capacity hint:
+// the log still grows past it).
+func (l *Log) reserveDeliveries(n int) {
+	if n > 0 {
+		l.Deliveries = slices.Grow(l.Deliveries, n)
+	}
 }
 
 // Delivery is one Deliver received by a subscriber.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -111,6 +112,11 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 			res.Err = fmt.Errorf("panic: %v", p)
 		}
 	}()
+	// A batch run allocating ~1 GB over its life with a small live heap:
+	// collecting at 4× the live heap instead of 2× halves the collector's
+	// work (~6 % of the run) for a heap of at most a few hundred MB. The
+	// setting is the process's; it is restored when the run returns.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	var t0 time.Time
 	if o.Clock != nil {
 		t0 = o.Clock()
@@ -193,6 +199,9 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 			}
 		})
 	}
+	// The delivery log grows by ~50 per publication: reserved up front
+	// (bounded) instead of grown by doubling, which copied it ~twice.
+	s.log.reserveDeliveries(min(1<<20, 64*o.Publishers*o.Rate*int((o.Warmup+o.After)/time.Second+1)))
 	before := copyCounts(s.Stats().Messages)
 	var w0 time.Time
 	var c0 time.Duration
