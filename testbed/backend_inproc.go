@@ -235,6 +235,46 @@ func (h *inprocHost) crash(name string) error {
 	}
 }
 
+// leave ends the broker's Run context without closing its endpoint first
+// (a crash closes it first): overlay.Runtime.Run then leaves the overlay
+// gracefully, as `deltapub broker` does on SIGTERM, and returns once the
+// neighbourhood confirmed the leave or after its own bound. The leave is
+// clean when Run returned with Runtime.HasLeft; a broker still running
+// after leaveWait is an error.
+func (h *inprocHost) leave(name string) (<-chan leaveResult, error) {
+	b, err := h.get(name)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	frozen := b.unfreez != nil
+	h.mu.Unlock()
+	if frozen {
+		return nil, fmt.Errorf("%s is frozen (resume it first)", name)
+	}
+	t0 := time.Now()
+	b.cancel()
+	bound := leaveWait(h.p.Spec.Overlay)
+	out := make(chan leaveResult, 1)
+	go func() {
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-b.done:
+		case <-t.C:
+			out <- leaveResult{took: bound, err: fmt.Errorf("%s's runtime still running %v after it was asked to leave", name, bound)}
+			return
+		}
+		took := time.Since(t0)
+		if !b.rt.HasLeft() {
+			out <- leaveResult{took: took, err: fmt.Errorf("%s stopped, but its leave was not confirmed in time (the overlay treats it as crashed)", name)}
+			return
+		}
+		out <- leaveResult{took: took}
+	}()
+	return out, nil
+}
+
 func (h *inprocHost) unfreeze(b *inprocBroker) {
 	h.mu.Lock()
 	if b.unfreez != nil {

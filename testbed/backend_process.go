@@ -294,6 +294,66 @@ func (h *procHost) crash(name string) error {
 	}
 }
 
+// leave sends SIGTERM, on which `deltapub broker` leaves the overlay
+// gracefully (docs/operations.md) and exits 0, and waits (at most
+// leaveWait) for the process to exit. A non-zero exit, a leave the broker
+// logged as not confirmed in time (it then exits 0 anyway and the overlay
+// treats it as crashed) and a process still running at the bound (killed
+// then) are errors.
+func (h *procHost) leave(name string) (<-chan leaveResult, error) {
+	pr, err := h.signal(name, syscall.SIGTERM)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	bound := leaveWait(h.p.Spec.Overlay)
+	out := make(chan leaveResult, 1)
+	go func() {
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-pr.done:
+		case <-t.C:
+			_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+			out <- leaveResult{took: bound, err: fmt.Errorf("%s still running %v after SIGTERM (killed): %s", name, bound, h.logTail(name))}
+			return
+		}
+		took := time.Since(t0)
+		// ProcessState is set by cmd.Wait before done is closed.
+		if code := pr.cmd.ProcessState.ExitCode(); code != 0 {
+			out <- leaveResult{took: took, err: fmt.Errorf("%s exited with %v after SIGTERM: %s", name, pr.cmd.ProcessState, h.logTail(name))}
+			return
+		}
+		if h.logHas(name, "leave not confirmed in time") {
+			out <- leaveResult{took: took, err: fmt.Errorf("%s exited 0 but its leave was not confirmed in time (the overlay treats it as crashed)", name)}
+			return
+		}
+		out <- leaveResult{took: took}
+	}()
+	return out, nil
+}
+
+// maxLogScan bounds how much of a broker's log logHas reads (its end).
+const maxLogScan = 4 << 20
+
+// logHas reports whether the end of name's log contains s (false without
+// a log).
+func (h *procHost) logHas(name, s string) bool {
+	if h.logs == "" {
+		return false
+	}
+	f, err := os.Open(filepath.Join(h.logs, name+".log"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > maxLogScan {
+		_, _ = f.Seek(st.Size()-maxLogScan, io.SeekStart)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxLogScan))
+	return err == nil && bytes.Contains(b, []byte(s))
+}
+
 func (h *procHost) freeze(name string) error {
 	pr, err := h.signal(name, syscall.SIGSTOP)
 	if err == nil {

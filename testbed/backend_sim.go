@@ -3,6 +3,9 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/deltapub/deltapub/internal/sim"
@@ -99,10 +102,26 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	// The event bound scales with the experiment; at the bound the run
 	// stops with sim.ErrEventBound (a livelock, or a file far too big).
 	cfg.MaxEvents = 200_000_000
+	// A broker the plan has leave runs unwrapped: Sim.Leave asks the node
+	// for the overlay core behind it (an unexported interface of
+	// internal/sim), which the counting wrapper hides. Its message counts
+	// are then not measured, and the control total comes from the
+	// simulator's own per-type counters.
+	leavers := map[message.BrokerID]bool{}
+	for _, f := range p.Faults {
+		for _, a := range f.Actions {
+			if a.Kind == ActLeave {
+				leavers[message.BrokerID(a.Broker)] = true
+			}
+		}
+	}
 	cfg.NewNode = func(nc sim.NodeConfig) (sim.Node, error) {
 		n, err := base(nc)
 		if err != nil {
 			return nil, err
+		}
+		if leavers[nc.ID] {
+			return n, nil
 		}
 		c := counters[nc.ID]
 		if c == nil {
@@ -164,6 +183,33 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	if len(p.Publishers) > 0 && p.Publishers[0].Payload > 0 {
 		rec.Note("sim: payload bytes are not simulated (delays do not depend on size)")
 	}
+	// The tree as repaired after the leaves so far: a restart rejoins
+	// through the broker's current ancestors, not through one that left
+	// (as internal/sim's scenario runner does with its plan).
+	cur := p.Topo.clone()
+	ancestors := func(n string) []message.BrokerID {
+		var out []message.BrokerID
+		for a := cur.Parent[n]; a != "" && len(out) < o.Delta+1; a = cur.Parent[a] {
+			out = append(out, message.BrokerID(a))
+		}
+		return out
+	}
+	// Leaves under way: a check every tick records when each is
+	// confirmed (bounded by leaveWait of virtual time).
+	pendingLeaves := map[string]int{} // broker → fault index
+	var watchLeave func(i int, id message.BrokerID, t0 time.Duration)
+	watchLeave = func(i int, id message.BrokerID, t0 time.Duration) {
+		switch {
+		case s.HasLeft(id):
+			delete(pendingLeaves, string(id))
+			rec.LeaveDone(i, string(id), s.Now()-t0, nil)
+		case s.Now()-t0 >= leaveWait(o):
+			delete(pendingLeaves, string(id))
+			rec.LeaveDone(i, string(id), s.Now()-t0, fmt.Errorf("%s's leave not confirmed after %v of virtual time", id, s.Now()-t0))
+		default:
+			s.At(s.Now()+cfg.Tick, func() { watchLeave(i, id, t0) })
+		}
+	}
 	// Faults.
 	for i, f := range p.Faults {
 		i, f := i, f
@@ -176,7 +222,7 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 				case ActCrash:
 					err = s.Crash(id)
 				case ActRestart:
-					err = s.Restart(id, tree.Ancestors(id, o.Delta+1)...)
+					err = s.Restart(id, ancestors(a.Broker)...)
 				case ActFreeze:
 					err = s.Freeze(id)
 				case ActResume:
@@ -185,6 +231,17 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 					err = s.Cut(id, message.BrokerID(a.Peer))
 				case ActHeal:
 					err = s.Heal(id, message.BrokerID(a.Peer))
+				case ActLeave:
+					// Sim.Leave excludes the broker's subscribers from
+					// now on and stops its publishers, as the oracle
+					// does (docs/testbed.md).
+					err = s.Leave(id)
+					if err == nil {
+						cur.detach(a.Broker)
+						pendingLeaves[a.Broker] = i
+						t0 := s.Now()
+						s.At(t0+cfg.Tick, func() { watchLeave(i, id, t0) })
+					}
 				}
 				if err != nil {
 					errs = append(errs, fmt.Sprintf("%s: %v", a, err))
@@ -234,7 +291,11 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 			}
 			prev := last[id]
 			q, up := qs[id]
-			rec.Sample(BrokerSample{At: now, Broker: n, MsgsIn: c.in - prev.in, MsgsOut: c.out - prev.out, Queue: int64(q), CPU: -1, RSS: 0, Up: up})
+			in, out := c.in-prev.in, c.out-prev.out
+			if leavers[id] {
+				in, out = -1, -1 // not measured (see leavers)
+			}
+			rec.Sample(BrokerSample{At: now, Broker: n, MsgsIn: in, MsgsOut: out, Queue: int64(q), CPU: -1, RSS: 0, Up: up})
 			last[id] = *c
 		}
 	}
@@ -268,6 +329,9 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 		}
 	}
 	feed()
+	for _, b := range slices.Sorted(maps.Keys(pendingLeaves)) {
+		rec.LeaveDone(pendingLeaves[b], b, 0, fmt.Errorf("the run ended before %s's leave was confirmed", b))
+	}
 	for _, pr := range log.Pubs {
 		if pr.AckedAt >= 0 {
 			rec.Acked(pr.ID)
@@ -282,6 +346,17 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	for _, c := range counters {
 		ctrl += c.ctrl
 	}
+	if len(leavers) > 0 {
+		// Messages sent on live links, by type (a leaver's included;
+		// those sent to a broken link are not counted, unlike above).
+		ctrl = 0
+		for typ, n := range s.Stats().Messages {
+			if typ != message.TypePub.String() {
+				ctrl += n
+			}
+		}
+		rec.Note(fmt.Sprintf("sim: message counts of %s not measured per broker (a broker that leaves runs without the counting wrapper); control messages from the simulator's totals", describeIDs(leavers)))
+	}
 	rec.ControlMessages(ctrl)
 	// The simulator's own checker judges the same log; its figures are
 	// a cross-check of the testbed's oracle (they differ only in the fault
@@ -292,4 +367,13 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	st := s.Stats()
 	rec.Note(fmt.Sprintf("sim: %d events, %v virtual time, max queue %d, %d messages lost in flight with crashed brokers or cut links", st.Events, (st.VirtualTime - start).Round(time.Millisecond), st.MaxQueueSeen, st.InFlightLost))
 	return nil
+}
+
+func describeIDs(m map[message.BrokerID]bool) string {
+	var out []string
+	for id := range m {
+		out = append(out, string(id))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }

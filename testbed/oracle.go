@@ -28,6 +28,18 @@ import (
 //  5. the publisher's edge broker did not crash in [t, t+w] (the
 //     publication may have existed only in its queue).
 //
+// A graceful leave of broker L at x (a `leave` fault) is not a failure: L
+// drains and the tree is repaired around it, so it never counts towards δ
+// in rule 3. For L's own subscribers it ends the guarantee as a crash of
+// their edge does in rule 4 (their subscriptions end at x; publications
+// from x − w on may have been in flight to L): they are counted apart, as
+// left_subscriptions. L's publishers stop at x: publications L refused
+// (never acknowledged) are not required, and counted as
+// refused_publications; every publication L acknowledged is required for
+// every other subscriber (rule 5 does not apply: L hands on what it holds
+// before it goes). A leave that did not complete cleanly (a non-zero exit,
+// a timeout) fails the run: the oracle's assumptions would not hold.
+//
 // Everything else that matches is "extra": allowed, not required. Whatever
 // the faults: a second delivery of p to k is a duplicate, a delivery of a
 // lower sequence number of a source after a higher one is a reordering, and
@@ -53,6 +65,13 @@ type Verdict struct {
 	LostBeyondDelta    int      `json:"lost_beyond_delta"`
 	SilentBeyondDelta  int      `json:"silent_loss_beyond_delta"`
 	LostExamples       []string `json:"lost_examples,omitempty"`
+	// LeftSubscriptions are confirmed subscriptions whose edge broker left
+	// gracefully: from the leave on they are not owed anything.
+	LeftSubscriptions int `json:"left_subscriptions,omitempty"`
+	// RefusedPublications are publications of publishers at a broker that
+	// left, never acknowledged (refused with ErrLeaving or cut short):
+	// not required.
+	RefusedPublications int `json:"refused_publications,omitempty"`
 }
 
 // faultTimeline answers "what was down when".
@@ -62,6 +81,7 @@ type faultTimeline struct {
 	// per broker, the times it crashed and the time it froze for good
 	crashes    map[string][]time.Duration
 	frozenTail map[string]time.Duration // frozen at the end of the run, since
+	left       map[string]time.Duration // graceful leaves: when each broker left
 }
 
 func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTimeline {
@@ -86,7 +106,7 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 		steps = append(steps, step{m.at, []Action{m.a}})
 	}
 	sort.SliceStable(steps, func(a, b int) bool { return steps[a].at < steps[b].at })
-	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}}
+	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}, left: map[string]time.Duration{}}
 	state := map[string]brokerState{}
 	frozeAt := map[string]time.Duration{}
 	cuts := map[[2]string]bool{}
@@ -105,6 +125,13 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 				cuts[pairOf(a.Broker, a.Peer)] = true
 			case ActHeal:
 				delete(cuts, pairOf(a.Broker, a.Peer))
+			case ActLeave:
+				// Not a failure: the tree is repaired around the
+				// leaver (it no longer counts at all).
+				delete(state, a.Broker)
+				if _, ok := tl.left[a.Broker]; !ok {
+					tl.left[a.Broker] = st.at
+				}
 			}
 		}
 		n := len(cuts)
@@ -158,7 +185,8 @@ func (tl *faultTimeline) crashedIn(b string, from, to time.Duration) bool {
 }
 
 // edgeLoss is when the edge broker b stopped serving a session confirmed at
-// c: its first crash after c, or when it froze for good; ok=false if never.
+// c: its first crash after c, when it froze for good, or when it left the
+// overlay; ok=false if never.
 func (tl *faultTimeline) edgeLoss(b string, c time.Duration) (time.Duration, bool) {
 	best, ok := time.Duration(0), false
 	for _, x := range tl.crashes[b] {
@@ -167,6 +195,9 @@ func (tl *faultTimeline) edgeLoss(b string, c time.Duration) (time.Duration, boo
 		}
 	}
 	if x, frozen := tl.frozenTail[b]; frozen && (!ok || x < best) {
+		best, ok = x, true
+	}
+	if x, left := tl.left[b]; left && (!ok || x < best) {
 		best, ok = x, true
 	}
 	return best, ok
@@ -190,6 +221,8 @@ func Judge(p *Plan, r *Recorder) Verdict {
 	for _, pr := range r.pubList {
 		if pr.Acked {
 			v.Acked++
+		} else if _, left := tl.left[pubBroker[pr.Publisher]]; left {
+			v.RefusedPublications++
 		}
 	}
 	// What arrived, per subscription.
@@ -255,6 +288,9 @@ func Judge(p *Plan, r *Recorder) Verdict {
 			}
 			v.Confirmed++
 			loss, lossOK := tl.edgeLoss(sb.Broker, c)
+			if x, left := tl.left[sb.Broker]; left && x >= c {
+				v.LeftSubscriptions++
+			}
 			first := sort.Search(len(pubs), func(i int) bool { return pubs[i].At >= c })
 			for i := first; i < len(pubs); i++ {
 				pr := pubs[i]
@@ -316,6 +352,11 @@ func Judge(p *Plan, r *Recorder) Verdict {
 	for _, a := range r.faults {
 		if a.Err != "" {
 			v.Reasons = append(v.Reasons, fmt.Sprintf("fault %d could not be applied: %s", a.Index+1, a.Err))
+		}
+	}
+	for _, l := range r.leaves {
+		if l.Err != "" {
+			v.Reasons = append(v.Reasons, fmt.Sprintf("leave %s did not complete cleanly: %s", l.Broker, l.Err))
 		}
 	}
 	v.Verdict = "PASS"

@@ -106,6 +106,7 @@ const (
 	ActResume  = "resume"
 	ActCut     = "cut"
 	ActHeal    = "heal"
+	ActLeave   = "leave"
 )
 
 // Action is one thing a fault does to one broker (or one link for cut and
@@ -437,6 +438,7 @@ const (
 	stUp brokerState = iota
 	stCrashed
 	stFrozen
+	stLeft // left the overlay gracefully: gone for good
 )
 
 func planFaults(s *Spec, p *Plan, errs *errList) {
@@ -510,14 +512,17 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 		single(ActResume, fs0.Resume)
 		pairs(ActCut, fs0.Cut)
 		pairs(ActHeal, fs0.Heal)
-		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal) == 0 {
-			errs.add(line, "fault %d does nothing: give crash, restart, freeze, resume, cut or heal", i+1)
+		single(ActLeave, fs0.Leave)
+		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal)+len(fs0.Leave) == 0 {
+			errs.add(line, "fault %d does nothing: give crash, restart, freeze, resume, cut, heal or leave", i+1)
 		}
 		fs = append(fs, idxFault{f, i})
 	}
 	sort.SliceStable(fs, func(a, b int) bool { return fs[a].f.At < fs[b].f.At })
 	// Replay the schedule to refuse impossible transitions.
 	state := map[string]brokerState{}
+	leftAt := map[string]time.Duration{}
+	allGone := false
 	cut := map[[2]string]bool{}
 	pairKey := func(a, b string) [2]string {
 		if a > b {
@@ -525,10 +530,31 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 		}
 		return [2]string{a, b}
 	}
+	// gone refuses any action on a broker that left: it is not coming
+	// back under that name (the overlay removed it from the tree, and a
+	// broker that joins later is a new one, with a new name).
+	gone := func(a Action, at time.Duration, b string) bool {
+		if state[b] != stLeft {
+			return false
+		}
+		what := a.Kind + " " + b
+		if a.Peer != "" {
+			what = fmt.Sprintf("%s %s-%s", a.Kind, a.Broker, a.Peer)
+		}
+		if a.Kind == ActRestart {
+			errs.add(a.Line, "restart %s at %v: it left the overlay at %v, for good (a broker joining later is a new one: give it a new name)", b, at, leftAt[b])
+		} else {
+			errs.add(a.Line, "%s at %v: %s left the overlay at %v", what, at, b, leftAt[b])
+		}
+		return true
+	}
 	for _, x := range fs {
 		f := x.f
 		for _, a := range f.Actions {
 			st := state[a.Broker]
+			if gone(a, f.At, a.Broker) || (a.Peer != "" && gone(a, f.At, a.Peer)) {
+				continue
+			}
 			switch a.Kind {
 			case ActCrash:
 				if st == stCrashed {
@@ -562,7 +588,30 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 					errs.add(a.Line, "heal %s-%s at %v: that link is not cut", a.Broker, a.Peer, f.At)
 				}
 				delete(cut, k)
+			case ActLeave:
+				// Only a live broker can leave: a crashed one has no
+				// process to tell, and a frozen one would act on the
+				// SIGTERM only once resumed.
+				switch st {
+				case stCrashed:
+					errs.add(a.Line, "leave %s at %v: it is crashed (a crashed broker cannot leave; restart it first)", a.Broker, f.At)
+				case stFrozen:
+					errs.add(a.Line, "leave %s at %v: it is frozen (resume it first)", a.Broker, f.At)
+				}
+				state[a.Broker] = stLeft
+				leftAt[a.Broker] = f.At
 			}
+		}
+		// A leave must leave someone behind.
+		up := 0
+		for _, n := range p.Topo.Names {
+			if state[n] != stLeft {
+				up++
+			}
+		}
+		if up == 0 && !allGone {
+			allGone = true
+			errs.add(f.Line, "fault at %v: every broker would have left the overlay", f.At)
 		}
 		p.Faults = append(p.Faults, f)
 	}

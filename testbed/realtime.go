@@ -33,6 +33,9 @@ type host interface {
 	resume(name string) error
 	cut(a, b string) error
 	heal(a, b string) error
+	// leave starts a graceful leave of name and returns once it is under
+	// way; the channel then reports, within leaveWait, how it ended.
+	leave(name string) (<-chan leaveResult, error)
 	// clientAddr is where clients of name connect.
 	clientAddr(name string) string
 	// sample measures name since the previous sample.
@@ -58,6 +61,47 @@ func joinpointsFor(t *Topology, name string, delta int) []string {
 	}
 	return out
 }
+
+// leaveResult is how a graceful leave ended: how long the broker took to
+// be gone, or why it did not leave cleanly.
+type leaveResult struct {
+	took time.Duration
+	err  error
+}
+
+// leaveWait bounds how long a leave may take before it is reported as
+// failed: the runtime's own bound on a leave (overlay.Runtime.leaveTimeout:
+// 4 failure timeouts, within 1s..10s, after which it exits anyway and the
+// overlay treats it as crashed) plus a margin for a loaded machine.
+func leaveWait(o OverlaySpec) time.Duration {
+	return min(max(4*o.FailureTimeout.Duration, time.Second), 10*time.Second) + 5*time.Second
+}
+
+// liveState is what a real-time run changes as faults are applied: the
+// tree as repaired after the leaves so far (restarts rejoin through a
+// broker's current ancestors) and, per broker, a channel closed when it
+// leaves, which stops its publishers.
+type liveState struct {
+	p     *Plan
+	h     host
+	rec   *Recorder
+	start time.Time // t = 0; set before any fault is applied
+	wg    *sync.WaitGroup
+	mu    sync.Mutex
+	topo  *Topology
+	stop  map[string]chan struct{}
+}
+
+func newLiveState(p *Plan, h host, rec *Recorder, wg *sync.WaitGroup) *liveState {
+	ls := &liveState{p: p, h: h, rec: rec, wg: wg, topo: p.Topo.clone(), stop: map[string]chan struct{}{}}
+	for _, n := range p.Topo.Names {
+		ls.stop[n] = make(chan struct{})
+	}
+	return ls
+}
+
+// stopped is closed when broker b left: its publishers stop publishing.
+func (ls *liveState) stopped(b string) <-chan struct{} { return ls.stop[b] }
 
 // maxJoinWait bounds how long the overlay build waits for one broker.
 const maxJoinWait = 20 * time.Second
@@ -165,6 +209,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	since := func(t time.Time) time.Duration { return t.Sub(start) }
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }() // cancel first: goroutines wait on ctx
+	live := newLiveState(p, h, rec, &wg)
 	var clients []*client.Client
 	var clientsMu sync.Mutex
 	defer func() {
@@ -349,6 +394,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 		pubClients[i] = c
 	}
 	start = time.Now()
+	live.start = start
 	close(startedCh)
 	rec.SetPhase("")
 	for i, pb := range p.Publishers {
@@ -364,6 +410,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 			defer close(acks)
 			st := pb.Stream()
 			payload := pb.PayloadBytes()
+			left := live.stopped(pb.Broker)
 			for ev, ok := st.Next(); ok; ev, ok = st.Next() {
 				wait := time.Until(start.Add(ev.At))
 				if wait > 0 {
@@ -371,7 +418,16 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 					case <-time.After(wait):
 					case <-ctx.Done():
 						return
+					case <-left:
 					}
+				}
+				// Its broker left: a real publisher would move to
+				// another broker; this one stops (what it published
+				// stays required, docs/testbed.md).
+				select {
+				case <-left:
+					return
+				default:
 				}
 				id := message.PubID{Publisher: pb.Name, Epoch: 1, Seq: ev.Seq}
 				rec.Published(id, pb.Name, time.Since(start), ev.Attrs)
@@ -405,7 +461,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	}
 
 	// Faults, from the plan and from the control socket.
-	ctl, ctlErr := startControl(ctx, o.Out, p, h, rec, start)
+	ctl, ctlErr := startControl(ctx, o.Out, p, live)
 	if ctlErr != nil {
 		rec.Note("control socket: " + ctlErr.Error())
 	} else {
@@ -424,7 +480,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 					return
 				}
 			}
-			errs := applyActions(ctx, p, h, f.Actions)
+			errs := live.apply(ctx, f.Actions, i)
 			var err error
 			if len(errs) > 0 {
 				err = errors.New(strings.Join(errs, "; "))
@@ -548,34 +604,81 @@ func errSuffix(err error) string {
 	return " (error: " + err.Error() + ")"
 }
 
-func applyActions(ctx context.Context, p *Plan, h host, acts []Action) []string {
+// apply carries out the actions of fault number fault (-1: one sent
+// through the control socket) and returns what failed. A leave returns
+// once it is under way; its end is recorded by a goroutine of the run
+// (bounded by leaveWait).
+func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []string {
 	var errs []string
-	var restarted []string
 	for _, a := range acts {
 		var err error
 		switch a.Kind {
 		case ActCrash:
-			err = h.crash(a.Broker)
+			err = ls.h.crash(a.Broker)
 		case ActRestart:
-			err = h.start(ctx, a.Broker, joinpointsFor(p.Topo, a.Broker, p.Spec.Overlay.Delta))
-			if err == nil {
-				restarted = append(restarted, a.Broker)
-			}
+			// A restarted broker rejoins in the background; the oracle
+			// judges what follows.
+			ls.mu.Lock()
+			jps := joinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
+			ls.mu.Unlock()
+			err = ls.h.start(ctx, a.Broker, jps)
 		case ActFreeze:
-			err = h.freeze(a.Broker)
+			err = ls.h.freeze(a.Broker)
 		case ActResume:
-			err = h.resume(a.Broker)
+			err = ls.h.resume(a.Broker)
 		case ActCut:
-			err = h.cut(a.Broker, a.Peer)
+			err = ls.h.cut(a.Broker, a.Peer)
 		case ActHeal:
-			err = h.heal(a.Broker, a.Peer)
+			err = ls.h.heal(a.Broker, a.Peer)
+		case ActLeave:
+			err = ls.leave(ctx, a.Broker, fault)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", a, err))
 		}
 	}
-	_ = restarted // a restarted broker rejoins in the background; the oracle judges what follows
 	return errs
+}
+
+// leave stops b's publishers, starts b's graceful leave, follows the
+// repair in the planned tree, and records the leave's end when it comes.
+func (ls *liveState) leave(ctx context.Context, b string, fault int) error {
+	ls.mu.Lock()
+	ch, ok := ls.stop[b]
+	if ok {
+		select {
+		case <-ch:
+			ok = false
+		default:
+		}
+	}
+	ls.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s already left", b)
+	}
+	// Publishers first: a publication sent after this is not made at
+	// all, rather than refused (one in flight may still be refused with
+	// ErrLeaving; never acknowledged, it is not required).
+	close(ch)
+	t0 := time.Now()
+	done, err := ls.h.leave(b)
+	ls.mu.Lock()
+	ls.topo.detach(b)
+	ls.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ls.wg.Add(1)
+	go func() {
+		defer ls.wg.Done()
+		select {
+		case r := <-done:
+			ls.rec.LeaveDone(fault, b, r.took, r.err)
+		case <-ctx.Done():
+			ls.rec.LeaveDone(fault, b, time.Since(t0), errors.New("the run ended before the broker was gone"))
+		}
+	}()
+	return nil
 }
 
 // control is the testbed's control socket: a TCP listener on 127.0.0.1
@@ -592,7 +695,7 @@ func (c *control) Close()       { c.ln.Close() }
 // maxControlLine bounds one command line.
 const maxControlLine = 1024
 
-func startControl(ctx context.Context, out string, p *Plan, h host, rec *Recorder, start time.Time) (*control, error) {
+func startControl(ctx context.Context, out string, p *Plan, live *liveState) (*control, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -620,7 +723,7 @@ func startControl(ctx context.Context, out string, p *Plan, h host, rec *Recorde
 					line = strings.TrimSpace(line)
 					if line != "" {
 						mu.Lock()
-						reply := c.do(ctx, p, h, rec, start, line)
+						reply := c.do(ctx, p, live, line)
 						mu.Unlock()
 						fmt.Fprintln(conn, reply)
 					}
@@ -634,15 +737,15 @@ func startControl(ctx context.Context, out string, p *Plan, h host, rec *Recorde
 	return c, nil
 }
 
-func (c *control) do(ctx context.Context, p *Plan, h host, rec *Recorder, start time.Time, line string) string {
+func (c *control) do(ctx context.Context, p *Plan, live *liveState, line string) string {
 	f := strings.Fields(line)
 	if len(f) == 1 && f[0] == "brokers" {
 		return strings.Join(p.Topo.Names, " ")
 	}
-	kinds := map[string]int{ActCrash: 1, ActRestart: 1, ActFreeze: 1, ActResume: 1, ActCut: 2, ActHeal: 2}
+	kinds := map[string]int{ActCrash: 1, ActRestart: 1, ActFreeze: 1, ActResume: 1, ActLeave: 1, ActCut: 2, ActHeal: 2}
 	n, ok := kinds[f[0]]
 	if !ok || len(f) != n+1 {
-		return "error: want crash|restart|freeze|resume BROKER, cut|heal BROKER BROKER, or brokers"
+		return "error: want crash|restart|freeze|resume|leave BROKER, cut|heal BROKER BROKER, or brokers"
 	}
 	for _, b := range f[1:] {
 		if !p.Topo.Has(b) {
@@ -653,9 +756,9 @@ func (c *control) do(ctx context.Context, p *Plan, h host, rec *Recorder, start 
 	if n == 2 {
 		a.Peer = f[2]
 	}
-	errs := applyActions(ctx, p, h, []Action{a})
+	errs := live.apply(ctx, []Action{a}, -1)
 	if len(errs) == 0 {
-		rec.ManualFault(time.Since(start), a)
+		live.rec.ManualFault(time.Since(live.start), a)
 	}
 	if len(errs) > 0 {
 		return "error: " + strings.Join(errs, "; ")

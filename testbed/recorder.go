@@ -24,6 +24,7 @@ type Recorder struct {
 	faults  []AppliedFault
 	samples []BrokerSample
 	manual  []manualFault
+	leaves  []LeaveRecord
 	ctrl    int64
 	ctrlOK  bool
 	notes   []string
@@ -182,6 +183,29 @@ func (r *Recorder) FaultApplied(i int, at time.Duration, err error) {
 	r.faults = append(r.faults, af)
 	r.mu.Unlock()
 	r.nFaults.Add(1)
+}
+
+// LeaveRecord is how a graceful leave ended: the broker was gone after
+// Took (process mode: from SIGTERM to the process's exit; inproc: from the
+// runtime's stop to its return; sim: virtual time until the neighbourhood
+// confirmed), or Err says why it did not leave cleanly.
+type LeaveRecord struct {
+	Fault  int // into Plan.Faults; -1 for one sent through the control socket
+	Broker string
+	Took   time.Duration
+	Err    string
+}
+
+// LeaveDone records the end of a graceful leave (err non-nil: a non-zero
+// exit, a timeout, a leave the neighbourhood never confirmed).
+func (r *Recorder) LeaveDone(fault int, broker string, took time.Duration, err error) {
+	lr := LeaveRecord{Fault: fault, Broker: broker, Took: took}
+	if err != nil {
+		lr.Err = err.Error()
+	}
+	r.mu.Lock()
+	r.leaves = append(r.leaves, lr)
+	r.mu.Unlock()
 }
 
 type manualFault struct {

@@ -84,6 +84,18 @@ type FaultSummary struct {
 	Actions   string  `json:"actions"`
 	Err       string  `json:"error,omitempty"`
 	Manual    bool    `json:"manual,omitempty"` // injected through the control socket
+	// Leaves are the graceful leaves of this fault and how each ended.
+	Leaves []LeaveSummary `json:"leaves,omitempty"`
+}
+
+// LeaveSummary is one graceful leave: how long the broker took to be gone
+// (process: SIGTERM to exit; inproc: the runtime's stop to its return;
+// sim: virtual time until the leave was confirmed), or why it did not
+// leave cleanly.
+type LeaveSummary struct {
+	Broker string  `json:"broker"`
+	TookMs float64 `json:"took_ms"`
+	Err    string  `json:"error,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -203,9 +215,13 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 	for _, a := range r.faults {
 		applied[a.Index] = a
 	}
+	leaves := map[int][]LeaveSummary{}
+	for _, l := range r.leaves {
+		leaves[l.Fault] = append(leaves[l.Fault], LeaveSummary{Broker: l.Broker, TookMs: round3(ms(l.Took)), Err: l.Err})
+	}
 	var marks []faultMark
 	for i, f := range p.Faults {
-		fs := FaultSummary{AtMs: ms(f.At), AppliedMs: ms(f.At), Actions: f.String()}
+		fs := FaultSummary{AtMs: ms(f.At), AppliedMs: ms(f.At), Actions: f.String(), Leaves: leaves[i]}
 		if a, ok := applied[i]; ok {
 			fs.AppliedMs, fs.Err = ms(a.At), a.Err
 		} else {
@@ -215,7 +231,15 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 		marks = append(marks, faultMark{fs.AppliedMs, f.String()})
 	}
 	for _, m := range r.manual {
-		sum.Faults = append(sum.Faults, FaultSummary{AtMs: ms(m.at), AppliedMs: ms(m.at), Actions: m.a.String(), Manual: true})
+		var ls []LeaveSummary
+		if m.a.Kind == ActLeave {
+			for _, l := range leaves[-1] {
+				if l.Broker == m.a.Broker {
+					ls = append(ls, l)
+				}
+			}
+		}
+		sum.Faults = append(sum.Faults, FaultSummary{AtMs: ms(m.at), AppliedMs: ms(m.at), Actions: m.a.String(), Manual: true, Leaves: ls})
 		marks = append(marks, faultMark{ms(m.at), m.a.String()})
 	}
 	sort.SliceStable(sum.Faults, func(i, j int) bool { return sum.Faults[i].AppliedMs < sum.Faults[j].AppliedMs })

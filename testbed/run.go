@@ -202,6 +202,18 @@ func FormatSummary(sum *Summary, dir string) string {
 	if v.LostBeyondDelta > 0 {
 		fmt.Fprintf(&b, "  beyond δ: %d lost (%d without a gap notice)\n", v.LostBeyondDelta, v.SilentBeyondDelta)
 	}
+	for _, f := range sum.Faults {
+		for _, l := range f.Leaves {
+			if l.Err != "" {
+				fmt.Fprintf(&b, "  leave %s at %.1fs: %s\n", l.Broker, f.AppliedMs/1000, l.Err)
+			} else {
+				fmt.Fprintf(&b, "  leave %s at %.1fs: gone after %.0f ms\n", l.Broker, f.AppliedMs/1000, l.TookMs)
+			}
+		}
+	}
+	if v.LeftSubscriptions > 0 || v.RefusedPublications > 0 {
+		fmt.Fprintf(&b, "  leaves: %d subscriptions ended by their edge's leave, %d publications refused by a leaving broker (not required)\n", v.LeftSubscriptions, v.RefusedPublications)
+	}
 	o := sum.DelayMs.Overall
 	fmt.Fprintf(&b, "  delay ms: p50 %.2f  p99 %.2f  max %.2f  (n=%d)\n", o.P50, o.P99, o.Max, o.N)
 	for _, f := range sum.DelayMs.Faults {

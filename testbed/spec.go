@@ -107,6 +107,10 @@ type FaultSpec struct {
 	Resume  []string   `toml:"resume"`  // resume a frozen broker
 	Cut     [][]string `toml:"cut"`     // cut links between pairs of brokers
 	Heal    [][]string `toml:"heal"`    // heal cut links
+	// Leave: the broker leaves the overlay gracefully (SIGTERM to the
+	// process; docs/protocol.md §3) and is gone for good: its clients are
+	// told, its publishers stop, the tree is repaired around it.
+	Leave []string `toml:"leave"`
 }
 
 // MetricsSpec tunes what is measured.

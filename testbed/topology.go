@@ -463,3 +463,51 @@ func (t *Topology) Render() string {
 	}
 	return string(b)
 }
+
+// clone returns a copy of t that detach can change: the tree as a run
+// believes it to be, after the leaves so far.
+func (t *Topology) clone() *Topology {
+	c := &Topology{Names: slices.Clone(t.Names), Parent: make(map[string]string, len(t.Parent)), Children: make(map[string][]string, len(t.Children))}
+	for k, v := range t.Parent {
+		c.Parent[k] = v
+	}
+	for k, v := range t.Children {
+		c.Children[k] = slices.Clone(v)
+	}
+	return c
+}
+
+// detach removes x from the tree the way the overlay repairs itself when x
+// leaves gracefully (topology.Map.Detach, docs/protocol.md §3): x's
+// children become children of x's parent; when x is the root, its child
+// with the smallest name becomes the root and adopts the others. A later
+// restart of another broker then rejoins through its current ancestors,
+// not through the broker that left. (The overlay's real tree can differ
+// from this plan after crashes and restarts; joins try several joinpoints
+// for that reason.)
+func (t *Topology) detach(x string) {
+	if !t.Has(x) {
+		return
+	}
+	parent := t.Parent[x]
+	kids := slices.Clone(t.Children[x])
+	if parent == "" && len(kids) > 0 {
+		root := slices.Min(kids)
+		kids = slices.DeleteFunc(kids, func(k string) bool { return k == root })
+		t.Parent[root] = ""
+		parent = root
+		// The new root goes first, as the root does in Names.
+		t.Names = slices.DeleteFunc(t.Names, func(n string) bool { return n == root })
+		t.Names = slices.Insert(t.Names, 0, root)
+	}
+	for _, k := range kids {
+		t.Parent[k] = parent
+	}
+	if parent != "" {
+		t.Children[parent] = slices.DeleteFunc(t.Children[parent], func(n string) bool { return n == x })
+		t.Children[parent] = append(t.Children[parent], kids...)
+	}
+	delete(t.Parent, x)
+	delete(t.Children, x)
+	t.Names = slices.DeleteFunc(t.Names, func(n string) bool { return n == x })
+}
