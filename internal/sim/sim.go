@@ -169,7 +169,10 @@ type link struct {
 	since  time.Duration
 	up     bool // not closed or reported down
 	broken bool // cut or closed: nothing more arrives
-	last   [2]time.Duration
+	// replaced: a newer link took k's place in Sim.links (links are never
+	// removed from it), i.e. s.links[l.k] != l, without hashing the key.
+	replaced bool
+	last     [2]time.Duration
 }
 
 // Stats counts what happened in a run.
@@ -759,6 +762,9 @@ func (s *Sim) dial(b *broker, to message.BrokerID) {
 		} else {
 			l.incA, l.incB, l.bA, l.bB = t.inc, b.inc, t, b
 		}
+		if old := s.links[k]; old != nil {
+			old.replaced = true
+		}
 		s.links[k] = l
 		s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
 		s.scheduleFor(s.now, b, func() { b.node.LinkUp(to) })
@@ -806,7 +812,10 @@ func (s *Sim) send(b *broker, env Envelope) {
 		at = l.last[dir] // FIFO per link direction
 	}
 	l.last[dir] = at
-	t := s.brokers[env.To]
+	t := l.bB // the other end (brokers are never removed: s.brokers[env.To])
+	if dir == 1 {
+		t = l.bA
+	}
 	if s.cfg.Trace != nil {
 		s.tracef("%s -> %s %s %+v", b.id, env.To, name, env.Msg)
 	}
@@ -831,7 +840,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 // the incarnation it was sent to), unless its link broke meanwhile.
 func (s *Sim) deliver(t *broker, d *delivery) {
 	from, msg := d.from, d.msg
-	if s.links[d.k] != d.l || !s.alive(d.l) {
+	if d.l.replaced || !s.alive(d.l) { // d.l was s.links[d.k] when sent
 		s.stats.InFlightLost++
 		s.tracef("%s -> %s LOST in flight %s", from, t.id, d.name)
 		s.releaseDelivery(d)
