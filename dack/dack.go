@@ -52,6 +52,7 @@ type Store struct {
 	aboutMe  map[BrokerID]*stored // entries with About == self, by Reporter (purge reads them)
 	ownKeys  []*stored            // own's entries sorted by About (rebuilt when ownDirty)
 	ownDirty bool
+	aboutVer uint64 // increases whenever an entry about this broker changes (AboutVersion)
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
 	// upstream brokers then purge later, through discarded reports, never
@@ -67,6 +68,9 @@ func NewStore(self BrokerID, epoch uint64) *Store {
 // touch gives st the next version: it moves to the list's tail.
 func (s *Store) touch(st *stored) {
 	s.version++
+	if st.e.About == s.self {
+		s.aboutVer++
+	}
 	st.version = s.version
 	if s.newest == st {
 		return
@@ -91,6 +95,11 @@ func (s *Store) unlink(st *stored) {
 	}
 	st.prev, st.next = nil, nil
 }
+
+// AboutVersion increases whenever what About returns may have changed:
+// a caller may keep what it derived from About (purge thresholds) while
+// it is unchanged.
+func (s *Store) AboutVersion() uint64 { return s.aboutVer }
 
 // Version increases whenever an entry changes.
 func (s *Store) Version() uint64 { return s.version }
@@ -231,6 +240,7 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 			}
 			if k.about == s.self {
 				delete(s.aboutMe, k.reporter)
+				s.aboutVer++
 			}
 			s.version++
 		}

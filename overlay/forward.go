@@ -246,13 +246,12 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 	if except == "" {
 		except = from
 	}
-	n.accept(src, m, except)
+	n.acceptSeen(src, st, m, except)
 }
 
-// accept records, delivers locally, queues and forwards a publication that
-// is not a duplicate.
-func (n *Node) accept(src message.Source, m *message.Pub, except message.BrokerID) {
-	st := n.seen[src]
+// acceptSeen records, delivers locally, queues and forwards a publication
+// that is not a duplicate; st is n.seen[src] as its caller looked it up.
+func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, except message.BrokerID) {
 	if st == nil {
 		st = &srcState{}
 		n.seen[src] = st
@@ -390,7 +389,7 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 	}
 	n.counters.Published++
 	id := message.PubID{Publisher: cs.src.Publisher, Epoch: cs.src.Epoch, Seq: m.Seq}
-	n.accept(cs.src, &message.Pub{ID: id, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}, "")
+	n.acceptSeen(cs.src, st, &message.Pub{ID: id, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}, "")
 	ack("")
 }
 
@@ -597,11 +596,18 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 func (n *Node) purge() {
 	n.purgeDirty = false
 	report := func(b message.BrokerID) (dack.Report, bool) { return n.store.About(b) }
-	// One threshold per recipient per pass (dack.Threshold ≡ dack.Safe for
-	// every stamp at once), then one comparison per queued recipient.
+	// One threshold per recipient (dack.Threshold ≡ dack.Safe for every
+	// stamp at once), then one comparison per queued recipient. A
+	// threshold depends only on the reports about this broker and the
+	// tree path: kept from pass to pass while neither changed.
 	th := n.thresholds
-	clear(th)
+	if av, tv := n.store.AboutVersion(), n.topo.Version(); !n.thValid || av != n.thAbout || tv != n.thTopo {
+		clear(th)
+		n.thValid, n.thAbout, n.thTopo = true, av, tv
+	}
 	kept := n.queue[:0]
+	var lastR message.BrokerID // consecutive entries mostly share recipients:
+	var lastT uint64           // the last lookup saves hashing the name again
 	for _, e := range n.queue {
 		if !e.purged {
 			all := true
@@ -609,12 +615,19 @@ func (n *Node) purge() {
 				if e.safe[i] {
 					continue
 				}
-				t, ok := th[r]
-				if !ok {
-					if path := n.pathTo(r); len(path) > 1 {
-						t = dack.Threshold(path[1:], report)
+				var t uint64
+				if r == lastR && r != "" {
+					t = lastT
+				} else {
+					var ok bool
+					t, ok = th[r]
+					if !ok {
+						if path := n.pathTo(r); len(path) > 1 {
+							t = dack.Threshold(path[1:], report)
+						}
+						th[r] = t
 					}
-					th[r] = t
+					lastR, lastT = r, t
 				}
 				if e.stamp <= t {
 					e.safe[i] = true
