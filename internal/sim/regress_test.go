@@ -62,6 +62,12 @@ func TestFuzzRegressions(t *testing.T) {
 		// The leaver B16 forwarded a subscription flood after its repair:
 		// floods around the new edges waited for each other in a cycle.
 		{50515, "a leaver forwarded a flood after its repair", true},
+		// B3 crashed during a join and restarted; its leave's repair was
+		// numbered (B3, 1) like its first incarnation's join flood, and
+		// B2, remembering that, took the repair for a duplicate: B2 kept
+		// B3 in its map and dropped publications routed around it.
+		{61495, "a restarted broker's topology flood taken for an old one", true},
+		{61865, "a restarted broker's topology flood taken for an old one", true},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
