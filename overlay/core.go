@@ -125,6 +125,10 @@ type Node struct {
 	relayBuf        []relayInfo
 	thValid         bool
 	thAbout, thTopo uint64
+	// minqOK: minqBuf holds the lowest stamp per upstream (B, E) over the
+	// queue (updateDiscarded). The queue changes only in forward.go:
+	// accept appends (and merges), purge removes (and clears minqOK).
+	minqOK bool
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay

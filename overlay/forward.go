@@ -291,6 +291,9 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 	copy(e.recips, n.recipBuf)
 	n.queue = append(n.queue, e)
 	n.queueLen++
+	if n.minqOK {
+		n.mergeMinq(e.pub.Stamps[1:])
+	}
 	n.sendEntry(e, "")
 }
 
@@ -637,6 +640,7 @@ func (n *Node) purge() {
 			}
 			if all {
 				e.purged = true
+				n.minqOK = false // a removal: updateDiscarded scans again
 				n.queueLen--
 				n.discDirty = true
 				n.counters.Purged++
@@ -661,39 +665,42 @@ func (n *Node) updateDiscarded() {
 	// period, while the distinct (B, E) are a handful (the brokers within
 	// δ+1 hops): a small slice searched from where the previous stamp of
 	// the same position was found beats hashing every stamp into a map.
-	minq := n.minqBuf[:0]
-	var hint [8]int // per stamp position: where its (B, E) was last found
-	for _, e := range n.queue {
-		if e.purged {
-			continue
-		}
-		for i, s := range e.pub.Stamps[1:] {
-			j := -1
-			if i < len(hint) {
-				if h := hint[i]; h < len(minq) && minq[h].B == s.B && minq[h].E == s.E {
-					j = h
-				}
+	//
+	// Kept between calls (minqOK): accept merges each queued entry's
+	// stamps in (mergeMinq), and only a purge that removes an entry
+	// forces the scan again (a minimum cannot be updated by a removal).
+	if !n.minqOK {
+		minq := n.minqBuf[:0]
+		var hint [8]int // per stamp position: where its (B, E) was last found
+		for _, e := range n.queue {
+			if e.purged {
+				continue
 			}
-			if j < 0 {
-				for k := range minq {
-					if minq[k].B == s.B && minq[k].E == s.E {
-						j = k
-						break
+			for i, s := range e.pub.Stamps[1:] {
+				j := -1
+				if i < len(hint) {
+					if h := hint[i]; h < len(minq) && minq[h].B == s.B && minq[h].E == s.E {
+						j = h
 					}
 				}
-			}
-			switch {
-			case j < 0:
-				j = len(minq)
-				minq = append(minq, s)
-			case s.S < minq[j].S:
-				minq[j].S = s.S
-			}
-			if i < len(hint) {
-				hint[i] = j
+				if j < 0 {
+					j = findStamp(minq, s)
+				}
+				switch {
+				case j < 0:
+					j = len(minq)
+					minq = append(minq, s)
+				case s.S < minq[j].S:
+					minq[j].S = s.S
+				}
+				if i < len(hint) {
+					hint[i] = j
+				}
 			}
 		}
+		n.minqBuf, n.minqOK = minq, true
 	}
+	minq := n.minqBuf
 	n.ownBuf = n.store.AppendOwnKeys(n.ownBuf[:0])
 	for _, k := range n.ownBuf {
 		d := k.S // arrived
@@ -707,7 +714,29 @@ func (n *Node) updateDiscarded() {
 		}
 		n.store.SetDiscarded(k.B, k.E, d)
 	}
-	n.minqBuf = minq[:0]
+}
+
+// findStamp returns the index of the stamp of (s.B, s.E) in minq, or -1.
+func findStamp(minq []message.Stamp, s message.Stamp) int {
+	for k := range minq {
+		if minq[k].B == s.B && minq[k].E == s.E {
+			return k
+		}
+	}
+	return -1
+}
+
+// mergeMinq lowers the kept lowest queued stamps by those of a newly
+// queued entry (what updateDiscarded's scan would find with it queued).
+func (n *Node) mergeMinq(stamps []message.Stamp) {
+	for _, s := range stamps {
+		switch j := findStamp(n.minqBuf, s); {
+		case j < 0:
+			n.minqBuf = append(n.minqBuf, s)
+		case s.S < n.minqBuf[j].S:
+			n.minqBuf[j].S = s.S
+		}
+	}
 }
 
 // releaseRecipients recomputes the recipients of every queued publication
