@@ -47,3 +47,22 @@ func TestInprocCutHeal(t *testing.T) {
 	}
 	checkCutHeal(t, p, sum, dir)
 }
+
+// TestInprocLeave: B2, a broker of this process, leaves gracefully (its
+// runtime's context ends; Runtime.HasLeft says the leave was confirmed),
+// then B4 crashes: verdict PASS.
+func TestInprocLeave(t *testing.T) {
+	t.Parallel()
+	p, err := Load("examples/leave.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	sum, err := Run(ctx, p, "inproc", dir, Options{}, nil)
+	if err != nil {
+		t.Fatalf("seed %d: %v", p.Spec.Seed, err)
+	}
+	checkLeave(t, p, sum, dir)
+}

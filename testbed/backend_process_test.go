@@ -2,8 +2,10 @@ package testbed
 
 import (
 	"context"
+	"encoding/csv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +146,79 @@ func checkCutHeal(t *testing.T, p *Plan, sum *Summary, dir string) {
 	}
 	if len(sum.Faults) != 2 || sum.Faults[0].Err != "" || sum.Faults[1].Err != "" {
 		t.Errorf("cut and heal not applied cleanly: %+v", sum.Faults)
+	}
+}
+
+// TestProcessLeave runs examples/leave.toml with real broker processes: B2
+// leaves under traffic on SIGTERM (exit 0, its leave confirmed), then its
+// former child B4 crashes. Verdict PASS, the leave reported without error,
+// B2's subscriber counted apart, its publisher stopped at the leave.
+func TestProcessLeave(t *testing.T) {
+	t.Parallel()
+	bin := needOwnBinary(t)
+	p, err := Load("examples/leave.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	sum, err := Run(ctx, p, "process", dir, Options{Binary: bin}, nil)
+	if err != nil {
+		t.Fatalf("seed %d: %v\n%s", p.Spec.Seed, err, logs(dir))
+	}
+	checkLeave(t, p, sum, dir)
+	data, err := os.ReadFile(filepath.Join(dir, "logs", "B2.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"leaving the overlay", "left the overlay", "broker stopped"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("B2's log lacks %q", want)
+		}
+	}
+}
+
+func checkLeave(t *testing.T, p *Plan, sum *Summary, dir string) {
+	t.Helper()
+	v := sum.Verdict
+	if v.Verdict != "PASS" || v.ExpectedDeliveries == 0 {
+		t.Fatalf("seed %d: %s\n%s", p.Spec.Seed, FormatSummary(sum, dir), logs(dir))
+	}
+	if len(sum.Faults) != 2 || sum.Faults[0].Err != "" || sum.Faults[1].Err != "" {
+		t.Fatalf("leave and crash not applied cleanly: %+v", sum.Faults)
+	}
+	ls := sum.Faults[0].Leaves
+	if len(ls) != 1 || ls[0].Broker != "B2" || ls[0].Err != "" || ls[0].TookMs <= 0 {
+		t.Fatalf("leave of B2 reported as %+v", ls)
+	}
+	if v.LeftSubscriptions != 1 {
+		t.Errorf("left subscriptions %d, want 1 (B2's subscriber)", v.LeftSubscriptions)
+	}
+	// P2, at B2, stops at the leave: nothing it published is later than
+	// the leave (deliveries.csv: publisher, published_ms), and what it
+	// published before arrived.
+	f, err := os.Open(filepath.Join(dir, "deliveries.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) < 2 || len(rows[0]) < 7 || rows[0][3] != "publisher" || rows[0][6] != "published_ms" {
+		t.Fatalf("deliveries.csv: %v (header %v)", err, rows[:min(1, len(rows))])
+	}
+	fromLeaver := 0
+	for _, row := range rows[1:] {
+		if row[3] != "P2" {
+			continue
+		}
+		fromLeaver++
+		at, err := strconv.ParseFloat(row[6], 64)
+		if err != nil || at > sum.Faults[0].AppliedMs {
+			t.Fatalf("P2 published at %s ms, after B2 left at %.1f ms (%v)", row[6], sum.Faults[0].AppliedMs, err)
+		}
+	}
+	if fromLeaver == 0 {
+		t.Errorf("no delivery of what B2's publisher published before the leave")
 	}
 }

@@ -65,3 +65,18 @@ func TestSimEndToEnd(t *testing.T) {
 		t.Errorf("seed %d: no delay jump at the crash: %+v", p.Spec.Seed, f)
 	}
 }
+
+// TestSimLeave runs examples/leave.toml in the simulator (Sim.Leave):
+// verdict PASS, the leave confirmed in virtual time.
+func TestSimLeave(t *testing.T) {
+	p, err := Load("examples/leave.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sum, err := Run(context.Background(), p, "sim", dir, Options{}, nil)
+	if err != nil {
+		t.Fatalf("seed %d: %v", p.Spec.Seed, err)
+	}
+	checkLeave(t, p, sum, dir)
+}

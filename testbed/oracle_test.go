@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -278,5 +279,118 @@ func TestRunWritesResultsAndPlots(t *testing.T) {
 	}
 	if c := Compare(sum, back, "a", "b"); !strings.Contains(c, "verdict") {
 		t.Fatalf("compare:\n%s", c)
+	}
+}
+
+const leaveBase = `name = "leave"
+seed = 5
+duration = "8s"
+warmup = "1s"
+
+[overlay]
+delta = 1
+
+[topology]
+kind = "balanced"
+brokers = 7
+fanout = 2
+
+[[publishers]]
+count = 1
+brokers = ["B1"]
+rate = 10
+attrs = { class = "'STOCK'", price = "uniform(0,100)" }
+
+[[publishers]]
+count = 1
+brokers = ["B2"]
+rate = 10
+attrs = { class = "'STOCK'", price = "uniform(0,100)" }
+
+[[subscribers]]
+count = 7
+brokers = "all"
+filter = "[class,eq,'STOCK']"
+
+[[faults]]
+at = "4s"
+leave = ["B2"]
+
+[[faults]]
+at = "4.5s"
+crash = ["B3"]
+`
+
+// TestOracleLeave: after B2 leaves at 4s, its subscriber is owed nothing
+// (counted apart), its publisher's refused publications are not required,
+// what it published before stays required everywhere else, and the leave
+// is not a failure: with δ = 1, the crash of B3 right after keeps every
+// other delivery required.
+func TestOracleLeave(t *testing.T) {
+	p := mustParse(t, leaveBase)
+	leaveAt := 4 * time.Second
+	r := idealRun(t, p, nil)
+	// B2's publisher: what it sent from the leave on was refused (never
+	// acknowledged, never delivered).
+	refused := 0
+	for _, pr := range r.pubList {
+		if pr.Publisher == "P2" && pr.At >= leaveAt {
+			pr.Acked = false
+			refused++
+		}
+	}
+	var kept []Delivery
+	for _, d := range r.dels {
+		if !(d.Pub.Publisher == "P2" && d.PublishedAt >= leaveAt) {
+			kept = append(kept, d)
+		}
+	}
+	r.dels = kept
+	v := Judge(p, r)
+	if v.Verdict != "PASS" || v.LostBeyondDelta != 0 {
+		t.Fatalf("seed %d: ideal run with a leave: %+v", p.Spec.Seed, v)
+	}
+	if refused == 0 || v.RefusedPublications != refused {
+		t.Fatalf("refused publications %d, want %d", v.RefusedPublications, refused)
+	}
+	if v.LeftSubscriptions != 1 {
+		t.Fatalf("left subscriptions %d, want 1 (the subscriber at B2)", v.LeftSubscriptions)
+	}
+	tl := newTimeline(p, nil, nil)
+	if d := tl.maxDown(leaveAt, leaveAt+400*time.Millisecond); d != 0 {
+		t.Fatalf("a leave counted as %d failures", d)
+	}
+	if d := tl.maxDown(leaveAt, 5*time.Second); d != 1 {
+		t.Fatalf("the crash after the leave counted as %d failures", d)
+	}
+	// A publication B2 acknowledged before it left is required at every
+	// other subscriber: dropping one delivery of it is a loss.
+	var victim Delivery
+	for _, d := range r.dels {
+		if d.Pub.Publisher == "P2" && d.PublishedAt < 3*time.Second && d.PublishedAt > 2*time.Second && p.Subscribers[d.Subscriber].Broker == "B5" {
+			victim = d
+			break
+		}
+	}
+	if victim.Pub.Publisher == "" {
+		t.Fatalf("test setup: no delivery of P2 at B5 published in [2s, 3s)")
+	}
+	all := r.dels
+	kept = nil
+	for _, d := range all {
+		if d != victim {
+			kept = append(kept, d)
+		}
+	}
+	r.dels = kept
+	if v := Judge(p, r); v.Verdict != "FAIL" || v.Lost != 1 {
+		t.Fatalf("dropped %v (published by the leaver before it left): %+v", victim.Pub, v)
+	}
+	r.dels = all
+	// A leave that did not complete cleanly fails the run.
+	r.LeaveDone(0, "B2", 15*time.Second, errors.New("B2 still running 15s after SIGTERM (killed)"))
+	v = Judge(p, r)
+	if v.Verdict != "FAIL" || len(v.Reasons) != 1 || !strings.Contains(v.Reasons[0], "leave B2 did not complete cleanly: B2 still running") {
+		t.Fatalf("unclean leave: %+v", v)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -205,6 +206,16 @@ func TestBadFiles(t *testing.T) {
 		{"failure timeout not above heartbeat", repl("delta = 2", "delta = 2\nheartbeat = \"300ms\""), 8, "must be longer than heartbeat"},
 		{"cut with itself", repl(`restart = ["B2"]`, `restart = ["B2"]`+"\ncut = [[\"B3\",\"B3\"]]"), 32, "with itself"},
 		{"heal of an uncut link", repl(`restart = ["B2"]`, `restart = ["B2"]`+"\nheal = [[\"B1\",\"B3\"]]"), 32, "that link is not cut"},
+		// Graceful leaves: a broker that left is gone for good.
+		{"restart of a broker that left", repl(`crash = ["B2", "B4"]`, `leave = ["B2"]`), 31, "restart B2 at 6s: it left the overlay at 4s, for good"},
+		{"unknown broker in leave", repl(`restart = ["B2"]`, `restart = ["B2"]`+"\nleave = [\"B99\"]"), 32, `unknown broker "B99" in leave`},
+		{"leave of a crashed broker", repl(`restart = ["B2"]`, `leave = ["B4"]`), 31, "leave B4 at 6s: it is crashed"},
+		{"leave twice in one fault", repl(`restart = ["B2"]`, `restart = ["B2"]`+"\nleave = [\"B3\", \"B3\"]"), 32, `broker "B3" twice in leave`},
+		{"leave twice", goodBase + later("leave", "B3", "leave", `["B3"]`), 38, "leave B3 at 8s: B3 left the overlay at 7s"},
+		{"leave of a frozen broker", goodBase + later("freeze", "B3", "leave", `["B3"]`), 38, "leave B3 at 8s: it is frozen"},
+		{"crash of a broker that left", goodBase + later("leave", "B3", "crash", `["B3"]`), 38, "crash B3 at 8s: B3 left the overlay at 7s"},
+		{"cut with a broker that left", goodBase + later("leave", "B3", "cut", `[["B1", "B3"]]`), 38, "cut B1-B3 at 8s: B3 left the overlay at 7s"},
+		{"freeze of a broker that left", goodBase + later("leave", "B3", "freeze", `["B3"]`), 38, "freeze B3 at 8s: B3 left the overlay at 7s"},
 	}
 	for _, c := range cases {
 		_, err := Parse("bad.toml", []byte(c.src))
@@ -226,6 +237,66 @@ func TestBadFiles(t *testing.T) {
 		if !strings.Contains(err.Error(), "bad.toml:") {
 			t.Errorf("%s: error %q does not name the file", c.name, err)
 		}
+	}
+}
+
+// later appends two faults to goodBase (31 lines): kind1 of b at 7s, then
+// kind2 = value at 8s (on line 38).
+func later(kind1, b, kind2, value string) string {
+	return "\n[[faults]]\nat = \"7s\"\n" + kind1 + " = [\"" + b + "\"]\n[[faults]]\nat = \"8s\"\n" + kind2 + " = " + value + "\n"
+}
+
+// TestLeavePlan: a leave is an action of its fault, may follow a crash and
+// restart of the same broker, leaves other brokers free to fail and
+// restart, and refuses only a file where every broker would leave.
+func TestLeavePlan(t *testing.T) {
+	src := goodBase + "\n[[faults]]\nat = \"7s\"\nleave = [\"B2\", \"B6\"]\n[[faults]]\nat = \"8s\"\ncrash = [\"B5\"]\n[[faults]]\nat = \"9s\"\nrestart = [\"B5\"]\n"
+	p := mustParse(t, src)
+	if len(p.Faults) != 5 {
+		t.Fatalf("faults: %v", p.Faults)
+	}
+	f := p.Faults[2]
+	want := []Action{{Kind: ActLeave, Broker: "B2", Line: 35}, {Kind: ActLeave, Broker: "B6", Line: 35}}
+	if !reflect.DeepEqual(f.Actions, want) || f.String() != "leave B2, leave B6" {
+		t.Fatalf("leave fault: %+v (%s)", f.Actions, f)
+	}
+	// Every broker leaving is refused (one line: the fault that empties
+	// the overlay).
+	all := strings.Replace(goodBase, `crash = ["B2", "B4"]`, `leave = ["B1", "B2", "B3", "B4", "B5", "B6", "B7"]`, 1)
+	all = strings.Replace(all, "[[faults]]\nat = \"6s\"\nrestart = [\"B2\"]\n", "", 1)
+	_, err := Parse("all.toml", []byte(all))
+	if err == nil || err.Error() != "testbed: all.toml:26: fault at 4s: every broker would have left the overlay" {
+		t.Fatalf("every broker leaving: %v", err)
+	}
+}
+
+// TestTopologyDetach: the planned tree follows the overlay's repair after a
+// leave (topology.Map.Detach): an interior broker's children go to its
+// parent; a leaving root is replaced by its smallest child, which adopts
+// the others; restarts then rejoin through the current ancestors.
+func TestTopologyDetach(t *testing.T) {
+	base := fromParents(balancedParents(7, 2), nil) // B1 ─ B2 (B4, B5), B3 (B6, B7)
+	tp := base.clone()
+	tp.detach("B2")
+	if tp.Has("B2") || tp.Parent["B4"] != "B1" || tp.Parent["B5"] != "B1" || !slices.Equal(tp.Children["B1"], []string{"B3", "B4", "B5"}) {
+		t.Fatalf("detach B2: parents %v children %v", tp.Parent, tp.Children)
+	}
+	if got := joinpointsFor(tp, "B4", 2); !slices.Equal(got, []string{"B1"}) {
+		t.Fatalf("joinpoints of B4 after B2 left: %v", got)
+	}
+	if !base.Has("B2") || base.Parent["B4"] != "B2" {
+		t.Fatal("detach changed the plan's own topology")
+	}
+	tp.detach("B1")
+	if tp.Names[0] != "B3" || tp.Parent["B3"] != "" || tp.Parent["B4"] != "B3" || tp.Parent["B5"] != "B3" || tp.Parent["B6"] != "B3" {
+		t.Fatalf("detach root B1: names %v parents %v", tp.Names, tp.Parent)
+	}
+	if got := joinpointsFor(tp, "B5", 2); !slices.Equal(got, []string{"B3"}) {
+		t.Fatalf("joinpoints of B5 after B1 left: %v", got)
+	}
+	tp.detach("B7") // a leaf
+	if tp.Has("B7") || slices.Contains(tp.Children["B3"], "B7") || len(tp.Names) != 4 {
+		t.Fatalf("detach leaf B7: names %v children %v", tp.Names, tp.Children)
 	}
 }
 
