@@ -27,9 +27,9 @@ type Index struct {
 	subs    []subRec
 	free    []uint32 // unused slots, reused first
 	attrIDs map[string]uint32
-	names   []string // attribute id -> name
-	access  map[bucketKey]*accessList
-	groups  map[string]*group // by the encoded set of equality predicates
+	names   []string                 // attribute id -> name
+	access  []map[string]*accessList // by attribute id, then operand (accessOf)
+	groups  map[string]*group        // by the encoded set of equality predicates
 
 	scratch []pubAttr // the publication being matched, resolved to ids
 	keybuf  []byte
@@ -124,7 +124,6 @@ func NewIndex() *Index {
 	return &Index{
 		ids:     make(map[uint64]uint32),
 		attrIDs: make(map[string]uint32),
-		access:  make(map[bucketKey]*accessList),
 		groups:  make(map[string]*group),
 	}
 }
@@ -133,6 +132,29 @@ func NewIndex() *Index {
 func (ix *Index) Len() int { return len(ix.ids) }
 
 func eqKey(attr uint32, v Value) bucketKey { return bucketKey{attr: attr, str: v.Str} }
+
+// accessOf returns the access list of k (nil: none). The lists are kept
+// per attribute id in a map by operand: Match hashes one string per
+// string attribute of a publication, cheaper than hashing the
+// (attribute, operand) pair.
+func (ix *Index) accessOf(k bucketKey) *accessList {
+	if int(k.attr) >= len(ix.access) {
+		return nil
+	}
+	return ix.access[k.attr][k.str]
+}
+
+// setAccess files al under k. Bounded by the attribute ids (themselves
+// bounded by the attributes the stored filters name).
+func (ix *Index) setAccess(k bucketKey, al *accessList) {
+	for int(k.attr) >= len(ix.access) {
+		ix.access = append(ix.access, nil)
+	}
+	if ix.access[k.attr] == nil {
+		ix.access[k.attr] = map[string]*accessList{}
+	}
+	ix.access[k.attr][k.str] = al
+}
 
 // isEq reports whether c is a string equality: those group filters and
 // are found by hashing. Numeric = is kept in sorted lists instead (one
@@ -227,10 +249,10 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 			continue
 		}
 		k := eqKey(c.attr, c.value())
-		al := ix.access[k]
+		al := ix.accessOf(k)
 		if al == nil {
 			al = &accessList{}
-			ix.access[k] = al
+			ix.setAccess(k, al)
 		}
 		al.freq++
 		if best == nil || al.freq < best.freq {
@@ -364,7 +386,7 @@ func (ix *Index) Delete(id uint64) bool {
 	g.n--
 	if g.n == 0 {
 		delete(ix.groups, g.key)
-		if al := ix.access[g.access]; al != nil {
+		if al := ix.accessOf(g.access); al != nil {
 			if i := slices.Index(al.groups, g); i >= 0 {
 				al.groups = slices.Delete(al.groups, i, i+1)
 			}
@@ -376,10 +398,10 @@ func (ix *Index) Delete(id uint64) bool {
 			continue
 		}
 		k := eqKey(c.attr, c.value())
-		if al := ix.access[k]; al != nil {
+		if al := ix.accessOf(k); al != nil {
 			al.freq--
 			if al.freq <= 0 {
-				delete(ix.access, k)
+				delete(ix.access[k.attr], k.str)
 			}
 		}
 	}
@@ -418,7 +440,7 @@ func (ix *Index) Match(p *Publication, dst []uint64) []uint64 {
 		if pa[i].v.Kind != KindString {
 			continue
 		}
-		al := ix.access[eqKey(pa[i].attr, pa[i].v)]
+		al := ix.accessOf(eqKey(pa[i].attr, pa[i].v))
 		if al == nil {
 			continue
 		}
