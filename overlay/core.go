@@ -668,9 +668,30 @@ func (n *Node) send(to message.BrokerID, m message.Message) {
 	if _, isPub := m.(*message.Pub); isPub {
 		n.counters.PubsOut++
 	} else {
-		n.counters.Control[m.Type().String()]++
+		n.counters.Control[typeName(m.Type())]++
 	}
 	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
+}
+
+// typeNames caches message.Type.String (a map lookup) for send's
+// counters, indexed by type; types registered after this package's
+// initialisation fall back to String.
+var typeNames = func() []string {
+	var names []string
+	for _, t := range message.Types() {
+		for int(t) >= len(names) {
+			names = append(names, "")
+		}
+		names[t] = t.String()
+	}
+	return names
+}()
+
+func typeName(t message.Type) string {
+	if int(t) < len(typeNames) && typeNames[t] != "" {
+		return typeNames[t]
+	}
+	return t.String()
 }
 
 func (n *Node) toClient(c message.ClientID, m message.Message) {
