@@ -315,13 +315,13 @@ func (h *procHost) leave(name string) (<-chan leaveResult, error) {
 		case <-pr.done:
 		case <-t.C:
 			_ = pr.cmd.Process.Signal(syscall.SIGKILL)
-			out <- leaveResult{took: bound, err: fmt.Errorf("%s still running %v after SIGTERM (killed): %s", name, bound, h.logTail(name))}
+			out <- leaveResult{took: bound, err: fmt.Errorf("%s still running %v after SIGTERM (killed; its log: %s)", name, bound, h.lastLogLine(name))}
 			return
 		}
 		took := time.Since(t0)
 		// ProcessState is set by cmd.Wait before done is closed.
 		if code := pr.cmd.ProcessState.ExitCode(); code != 0 {
-			out <- leaveResult{took: took, err: fmt.Errorf("%s exited with %v after SIGTERM: %s", name, pr.cmd.ProcessState, h.logTail(name))}
+			out <- leaveResult{took: took, err: fmt.Errorf("%s ended with %v after SIGTERM (its log: %s)", name, pr.cmd.ProcessState, h.lastLogLine(name))}
 			return
 		}
 		if h.logHas(name, "leave not confirmed in time") {
@@ -331,6 +331,19 @@ func (h *procHost) leave(name string) (<-chan leaveResult, error) {
 		out <- leaveResult{took: took}
 	}()
 	return out, nil
+}
+
+// lastLogLine is the last line of name's log, cut to 300 bytes, for a
+// one-line error message (the whole tail is in OUT/logs).
+func (h *procHost) lastLogLine(name string) string {
+	t := h.logTail(name)
+	if i := strings.LastIndexByte(t, '\n'); i >= 0 {
+		t = t[i+1:]
+	}
+	if len(t) > 300 {
+		t = t[:300] + "…"
+	}
+	return t
 }
 
 // maxLogScan bounds how much of a broker's log logHas reads (its end).
