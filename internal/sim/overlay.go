@@ -52,7 +52,7 @@ func (o overlayNode) Ready() Ready {
 	out := o.out
 	clear(out.Messages) // drop the references of the previous call
 	clear(out.ToClients)
-	out.Closes = r.Closes
+	out.Closes = append(out.Closes[:0], r.Closes...)
 	out.Dials = out.Dials[:0]
 	for _, p := range r.Dials {
 		out.Dials = append(out.Dials, Peer{ID: p.ID, Addr: p.Addr})
@@ -69,6 +69,9 @@ func (o overlayNode) Ready() Ready {
 	for _, n := range r.Notices {
 		out.Notices = append(out.Notices, Notice{Kind: string(n.Kind), Peer: n.Peer, Detail: n.Detail})
 	}
+	// Everything is copied: the core reuses its slices for the next
+	// outputs instead of growing fresh ones after every event.
+	o.n.Recycle(r)
 	return *out
 }
 
