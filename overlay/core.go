@@ -129,6 +129,9 @@ type Node struct {
 	// queue (updateDiscarded). The queue changes only in forward.go:
 	// accept appends (and merges), purge removes (and clears minqOK).
 	minqOK bool
+	// peerPs caches the peers of peerPsOf (a sortedPeers slice), in order.
+	peerPs   []*peer
+	peerPsOf []message.BrokerID
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -643,6 +646,21 @@ func (n *Node) sortedPeers() []message.BrokerID {
 		n.peerIDs = ids
 	}
 	return n.peerIDs
+}
+
+// sortedPeerPtrs is sortedPeers' peers, in the same order, for the loops
+// that run every tick (no lookup by name per peer). Rebuilt whenever
+// sortedPeers' slice is (the peer set changed); must not be modified.
+func (n *Node) sortedPeerPtrs() []*peer {
+	ids := n.sortedPeers()
+	if len(n.peerPs) != len(ids) || (len(ids) > 0 && &n.peerPsOf[0] != &ids[0]) {
+		n.peerPs = n.peerPs[:0]
+		for _, id := range ids {
+			n.peerPs = append(n.peerPs, n.peers[id])
+		}
+		n.peerPsOf = ids
+	}
+	return n.peerPs
 }
 
 func (n *Node) sortedClients() []message.ClientID {

@@ -404,7 +404,7 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 func (n *Node) dackLinks() {
 	ver := n.store.Version()
 	due := false
-	for _, p := range n.peers {
+	for _, p := range n.sortedPeerPtrs() {
 		if p.up && (p.dackSent != ver || n.discDirty) && n.dackDue(p) {
 			due = true
 			break
@@ -425,11 +425,11 @@ func (n *Node) dackLinks() {
 	// each entry's sides looked up once for all the links.
 	links := n.dueBuf[:0]
 	since := ^uint64(0)
-	for _, id := range n.sortedPeers() {
-		p := n.peers[id]
+	for _, p := range n.sortedPeerPtrs() {
 		if !p.up || !n.dackDue(p) {
 			continue
 		}
+		id := p.id
 		pside := n.side[id]
 		if pside == "" {
 			pside = id
@@ -559,7 +559,7 @@ func (n *Node) dackDue(p *peer) bool {
 	if late != 0 {
 		return late > 0
 	}
-	for _, k := range n.peers {
+	for _, k := range n.sortedPeerPtrs() {
 		if k != p && k.up && k.dackIn > 0 && k.dackIn == p.dackAt {
 			return false
 		}
