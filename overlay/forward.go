@@ -54,8 +54,43 @@ func newQentry(n int) *qentry {
 
 // srcState is the per-source duplicate-suppression state.
 type srcState struct {
-	seq uint64           // highest sequence number accepted
+	seq uint64           // highest sequence number accepted (and delivered locally)
 	dir message.BrokerID // direction it arrives from ("" = a local client)
+	// toward holds, per tree direction, the highest sequence number of
+	// this source sent that way or received from there (at most one entry
+	// per tree neighbour). A copy older than seq is still new toward a
+	// direction below it: see acceptOlder.
+	toward []dirSeq
+}
+
+type dirSeq struct {
+	dir message.BrokerID
+	seq uint64
+}
+
+// sentToward is the highest sequence number sent toward (or received
+// from) direction d.
+func (st *srcState) sentToward(d message.BrokerID) uint64 {
+	for _, x := range st.toward {
+		if x.dir == d {
+			return x.seq
+		}
+	}
+	return 0
+}
+
+// mark raises the sequence number of direction d to seq.
+func (st *srcState) mark(d message.BrokerID, seq uint64) {
+	if d == "" {
+		return
+	}
+	for i := range st.toward {
+		if st.toward[i].dir == d {
+			st.toward[i].seq = max(st.toward[i].seq, seq)
+			return
+		}
+	}
+	st.toward = append(st.toward, dirSeq{d, seq})
 }
 
 // hopInfo is the current next hop toward one recipient.
@@ -238,15 +273,52 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 	n.discDirty = true
 	src := m.ID.Source()
 	st := n.seen[src]
-	if st != nil && m.ID.Seq <= st.seq {
-		n.counters.Duplicates++
-		return
-	}
 	except := n.direction(from)
 	if except == "" {
 		except = from
 	}
+	if st != nil && m.ID.Seq <= st.seq {
+		if !n.acceptOlder(st, m, except) {
+			n.counters.Duplicates++
+		}
+		return
+	}
 	n.acceptSeen(src, st, m, except)
+}
+
+// acceptOlder handles a copy of a publication of a source older than the
+// newest this broker accepted from it. Along a fixed tree that is a
+// duplicate (the switch rule sends each next hop a source's publications
+// in order). A tree repair can make this broker a relay between brokers it
+// never relayed for: a neighbour of a leaver, re-attached, gets
+// publications queued for the far side of the leaver that are older than
+// newer ones it already relayed elsewhere (fuzz seed 63444: a publication
+// in flight to a frozen broker when its link closed, retransmitted after
+// the repair through a broker that had taken a newer one for another
+// subscriber, was dropped there as a duplicate). So the copy is forwarded
+// toward the directions nothing at or beyond its number went to, in order
+// per direction (toward only grows); local subscribers got newer ones, so
+// it is not delivered here. It reports whether anything was forwarded.
+func (n *Node) acceptOlder(st *srcState, m *message.Pub, except message.BrokerID) bool {
+	seq := m.ID.Seq
+	st.mark(except, seq) // never sent back that way by a later copy
+	pm := matching.Publication{Attrs: m.Attrs}
+	recips := n.table.Recipients(&pm, except, n.recipBuf[:0], nil)
+	keep := recips[:0]
+	for _, r := range recips {
+		if d := n.direction(r); d != "" && st.sentToward(d) < seq {
+			keep = append(keep, r)
+		}
+	}
+	n.recipBuf = keep
+	if len(keep) == 0 {
+		return false
+	}
+	for _, r := range keep {
+		st.mark(n.direction(r), seq)
+	}
+	n.enqueue(m, except)
+	return true
 }
 
 // acceptSeen records, delivers locally, queues and forwards a publication
@@ -269,9 +341,19 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 		n.counters.Delivered++
 		n.toClient(e.Client, n.newDeliver(message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}))
 	})
+	st.mark(except, m.ID.Seq)
 	if len(n.recipBuf) == 0 {
 		return // delivered locally (or nowhere): nothing to keep
 	}
+	for _, r := range n.recipBuf {
+		st.mark(n.direction(r), m.ID.Seq)
+	}
+	n.enqueue(m, except)
+}
+
+// enqueue stamps m, queues it for the recipients in n.recipBuf and sends
+// it to their next hops.
+func (n *Node) enqueue(m *message.Pub, except message.BrokerID) {
 	n.stampSeq++
 	e := newQentry(len(n.recipBuf))
 	k := n.cfg.Delta + 1

@@ -39,12 +39,17 @@ func (n *Node) recordTopo(f *flood) {
 	n.recentTopo = append(n.recentTopo, recentTopo{at: n.now, key: f.key, msg: f.msg})
 }
 
-// resendTopo sends p the topology floods passed on here since p was
-// suspected (within gone_after: older ones would have made p gone).
+// resendTopo sends p the topology floods passed on here since p fell
+// silent (within gone_after: older ones would have made p gone). Its
+// silence began a failure timeout before the suspicion: what was sent to
+// it meanwhile waited unprocessed and was lost when the link was closed
+// (fuzz seed 70645: a leave's repair passed on just before the
+// suspicion).
 func (n *Node) resendTopo(p *peer) {
 	horizon := n.now - int64(n.cfg.GoneAfterTicks)
+	since := p.suspAt - int64(n.cfg.FailureTicks) - 1
 	for _, r := range n.recentTopo {
-		if r.at < p.suspAt || r.at < horizon || r.key.origin == p.id {
+		if r.at < since || r.at < horizon || r.key.origin == p.id {
 			continue
 		}
 		m, ok := r.msg(p.id, 0).(*message.TopoChange)

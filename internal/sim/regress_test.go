@@ -68,6 +68,17 @@ func TestFuzzRegressions(t *testing.T) {
 		// B3 in its map and dropped publications routed around it.
 		{61495, "a restarted broker's topology flood taken for an old one", true},
 		{61865, "a restarted broker's topology flood taken for an old one", true},
+		// B6 was frozen with a publication in flight to it from B5 (lost
+		// when B5 closed the link) while its parent B4 left: the repair
+		// re-attached B5 and B6 to B1, B5 retransmitted through B1, which
+		// had relayed newer publications of that source for others and
+		// dropped it as a duplicate.
+		{63444, "a repair made a broker a relay for publications older than it had seen", true},
+		// B6 was frozen while its child B9 left; B9's repair reached B2
+		// and B8 just before they suspected B6, so they did not send it
+		// to B6 when it spoke again: B6 kept B9 in its map and did not
+		// route toward B9's former child B10.
+		{70645, "a falsely suspected broker missed a repair passed on before the suspicion", true},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
