@@ -90,10 +90,19 @@ type liveState struct {
 	mu    sync.Mutex
 	topo  *Topology
 	stop  map[string]chan struct{}
+	left  map[string]bool // brokers whose leave started: gone for good
+	ended bool            // the run is over: no more leaves
+}
+
+// end refuses leaves from now on (the run is over).
+func (ls *liveState) end() {
+	ls.mu.Lock()
+	ls.ended = true
+	ls.mu.Unlock()
 }
 
 func newLiveState(p *Plan, h host, rec *Recorder, wg *sync.WaitGroup) *liveState {
-	ls := &liveState{p: p, h: h, rec: rec, wg: wg, topo: p.Topo.clone(), stop: map[string]chan struct{}{}}
+	ls := &liveState{p: p, h: h, rec: rec, wg: wg, topo: p.Topo.clone(), stop: map[string]chan struct{}{}, left: map[string]bool{}}
 	for _, n := range p.Topo.Names {
 		ls.stop[n] = make(chan struct{})
 	}
@@ -208,8 +217,10 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	startedCh := make(chan struct{})
 	since := func(t time.Time) time.Duration { return t.Sub(start) }
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }() // cancel first: goroutines wait on ctx
 	live := newLiveState(p, h, rec, &wg)
+	// cancel first: goroutines wait on ctx; live.end: no leave (from the
+	// control socket) adds a goroutine to wg once Wait has begun.
+	defer func() { cancel(); live.end(); wg.Wait() }()
 	var clients []*client.Client
 	var clientsMu sync.Mutex
 	defer func() {
@@ -617,11 +628,17 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 			err = ls.h.crash(a.Broker)
 		case ActRestart:
 			// A restarted broker rejoins in the background; the oracle
-			// judges what follows.
+			// judges what follows. One that left is gone for good (the
+			// plan refuses that; a manual command is refused here).
 			ls.mu.Lock()
 			jps := joinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
+			gone := ls.left[a.Broker]
 			ls.mu.Unlock()
-			err = ls.h.start(ctx, a.Broker, jps)
+			if gone {
+				err = fmt.Errorf("%s left the overlay for good (a new broker needs a new name)", a.Broker)
+			} else {
+				err = ls.h.start(ctx, a.Broker, jps)
+			}
 		case ActFreeze:
 			err = ls.h.freeze(a.Broker)
 		case ActResume:
@@ -643,32 +660,49 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 // leave stops b's publishers, starts b's graceful leave, follows the
 // repair in the planned tree, and records the leave's end when it comes.
 func (ls *liveState) leave(ctx context.Context, b string, fault int) error {
+	// Publishers first, under the lock (a scheduled leave and one from
+	// the control socket may race): a publication due after this is not
+	// made at all, rather than refused (one in flight may still be
+	// refused with ErrLeaving; never acknowledged, it is not required).
+	// If the leave then cannot start (the broker is crashed or frozen:
+	// only a manual command can ask that), its publishers stay stopped:
+	// they had no broker to publish to anyway.
 	ls.mu.Lock()
-	ch, ok := ls.stop[b]
-	if ok {
-		select {
-		case <-ch:
-			ok = false
-		default:
-		}
+	if ls.ended {
+		ls.mu.Unlock()
+		return errors.New("the run is over")
 	}
-	ls.mu.Unlock()
-	if !ok {
+	if ls.left[b] {
+		ls.mu.Unlock()
 		return fmt.Errorf("%s already left", b)
 	}
-	// Publishers first: a publication sent after this is not made at
-	// all, rather than refused (one in flight may still be refused with
-	// ErrLeaving; never acknowledged, it is not required).
-	close(ch)
+	ch, ok := ls.stop[b]
+	if !ok {
+		ls.mu.Unlock()
+		return fmt.Errorf("unknown broker %q", b)
+	}
+	ls.left[b] = true
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+	// Counted before the lock is released: end (and then wg.Wait) comes
+	// either before this leave (refused above) or after this Add.
+	ls.wg.Add(1)
+	ls.mu.Unlock()
 	t0 := time.Now()
 	done, err := ls.h.leave(b)
+	if err != nil {
+		ls.mu.Lock()
+		delete(ls.left, b)
+		ls.mu.Unlock()
+		ls.wg.Done()
+		return err
+	}
 	ls.mu.Lock()
 	ls.topo.detach(b)
 	ls.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	ls.wg.Add(1)
 	go func() {
 		defer ls.wg.Done()
 		select {
@@ -683,7 +717,7 @@ func (ls *liveState) leave(ctx context.Context, b string, fault int) error {
 
 // control is the testbed's control socket: a TCP listener on 127.0.0.1
 // taking one command per line ("crash B2", "restart B2", "freeze B3",
-// "resume B3", "cut B1 B2", "heal B1 B2", "brokers"), answering "ok" or
+// "resume B3", "cut B1 B2", "heal B1 B2", "leave B2", "brokers"), answering "ok" or
 // "error: …". Its address is written to OUT/control.addr for the scripts.
 type control struct {
 	ln net.Listener
