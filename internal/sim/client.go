@@ -301,7 +301,7 @@ func (s *Sim) CheckLiveness() {
 // trace shows a violation at the instant it happens (the full verdict is
 // still Log.Check after the run).
 type online struct {
-	src map[message.Source]*seen
+	src []*seen // by source index (Sim.srcIdx)
 }
 
 // seen is what one subscriber got from one source: the highest sequence
@@ -346,14 +346,28 @@ func (s *Sim) checkOnline(c *client, d *message.Deliver) {
 	}
 	o := s.online[c.sub]
 	if o == nil {
-		o = &online{src: map[message.Source]*seen{}}
+		o = &online{}
 		s.online[c.sub] = o
 	}
+	// One small map shared by all subscribers (hot in the cache) numbers
+	// the sources, instead of a map per subscriber; bounded by the
+	// publishers (and their epochs) of the run.
 	src := d.Pub.Source()
-	x := o.src[src]
+	i, ok := s.srcIdx[src]
+	if !ok {
+		if s.srcIdx == nil {
+			s.srcIdx = map[message.Source]int{}
+		}
+		i = len(s.srcIdx)
+		s.srcIdx[src] = i
+	}
+	for len(o.src) <= i {
+		o.src = append(o.src, nil)
+	}
+	x := o.src[i]
 	if x == nil {
 		x = &seen{}
-		o.src[src] = x
+		o.src[i] = x
 	}
 	violation := ""
 	if x.has(d.Pub.Seq) {

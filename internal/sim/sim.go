@@ -216,7 +216,8 @@ type Sim struct {
 	// counts the messages sent by type; Stats builds Stats.Messages.
 	typeNames []string
 	msgCount  []int64
-	online    []*online // by subscriber index (Log.Subs)
+	online    []*online              // by subscriber index (Log.Subs)
+	srcIdx    map[message.Source]int // numbers the sources for online
 	// firstViolation is the first duplicate or reorder seen online, or -1.
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
