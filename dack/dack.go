@@ -37,6 +37,12 @@ type stored struct {
 	prev, next *stored
 }
 
+// ownRef is an own entry found by the name of the broker it is about.
+type ownRef struct {
+	b  BrokerID
+	st *stored
+}
+
 // Store holds every DACK entry this broker knows: its own (Reporter ==
 // self) and those received, keeping per (reporter, about) only the newest
 // incarnations and the highest watermarks. Not safe for concurrent use.
@@ -53,6 +59,8 @@ type Store struct {
 	ownKeys  []*stored            // own's entries sorted by About (rebuilt when ownDirty)
 	ownDirty bool
 	aboutVer uint64 // increases whenever an entry about this broker changes (AboutVersion)
+	// arrCache: per stamp position, the own entry Arrive found last.
+	arrCache [4]ownRef
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
 	// upstream brokers then purge later, through discarded reports, never
@@ -153,11 +161,22 @@ func (s *Store) Put(e message.DAckEntry) bool {
 // Arrive records that this broker received a publication carrying stamps
 // (its own arrived watermarks only grow).
 func (s *Store) Arrive(stamps []message.Stamp) {
-	for _, st := range stamps {
+	for i, st := range stamps {
 		if st.B == s.self {
 			continue
 		}
-		if old, ok := s.own[st.B]; ok && old.e.AE == st.E {
+		// The own entry of the broker at stamp position i is mostly the
+		// one of the previous publication: compared by name before
+		// hashing it (arrCache; an own entry's pointer only goes away in
+		// Forget, which clears the cache).
+		var old *stored
+		var ok bool
+		if i < len(s.arrCache) && s.arrCache[i].st != nil && s.arrCache[i].b == st.B {
+			old, ok = s.arrCache[i].st, true
+		} else if old, ok = s.own[st.B]; ok && i < len(s.arrCache) {
+			s.arrCache[i].b, s.arrCache[i].st = st.B, old
+		}
+		if ok && old.e.AE == st.E {
 			if st.S > old.e.Arrived {
 				old.e.Arrived = st.S
 				s.touch(old)
@@ -230,6 +249,7 @@ func (s *Store) AppendOwnKeys(dst []message.Stamp) []message.Stamp {
 // Forget drops every entry by or about id older than incarnation epoch
 // (a restarted broker's old reports and the reports about its old stamps).
 func (s *Store) Forget(id BrokerID, epoch uint64) {
+	s.arrCache = [4]ownRef{}
 	for k, st := range s.m {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
 			delete(s.m, k)
