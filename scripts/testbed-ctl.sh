@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Send one fault command to a running testbed through its control socket.
-# Used by crash.sh, restart.sh, freeze.sh, resume.sh, cut.sh and heal.sh.
+# Used by crash.sh, restart.sh, freeze.sh, resume.sh, leave.sh, cut.sh and heal.sh.
 set -euo pipefail
 
 usage() {
@@ -12,6 +12,9 @@ Commands (broker names as in the experiment file, e.g. B2 or R1):
   restart BROKER...      start crashed brokers again (new epoch)
   freeze BROKER...       stop brokers from processing (SIGSTOP in process mode)
   resume BROKER...       resume frozen brokers
+  leave BROKER...        graceful leave (SIGTERM in process mode): the broker
+                         hands its place in the tree over and exits; it is gone
+                         for good (no restart)
   cut A B                cut the link between A and B (both ends refuse it)
   heal A B               heal it
   brokers                list the brokers of the running testbed
@@ -49,7 +52,7 @@ port="${addr##*:}"
 
 cmd="$1"; shift
 case "$cmd" in
-crash | restart | freeze | resume)
+crash | restart | freeze | resume | leave)
 	[[ $# -ge 1 ]] || { echo "testbed-ctl: $cmd needs at least one broker" >&2; exit 2; }
 	lines=()
 	for b in "$@"; do lines+=("$cmd $b"); done ;;
