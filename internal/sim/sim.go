@@ -148,6 +148,10 @@ type broker struct {
 	everJoined  bool // some incarnation was a member
 	clients     []*client
 	maxQueue    int
+	// linkTo mirrors Sim.links for the links of this broker, by peer
+	// (send looks a link up per message: one small, hot map by name
+	// instead of hashing the pair). Set where Sim.links is.
+	linkTo map[message.BrokerID]*link
 }
 
 type linkKey struct{ a, b message.BrokerID }
@@ -767,6 +771,13 @@ func (s *Sim) dial(b *broker, to message.BrokerID) {
 			old.replaced = true
 		}
 		s.links[k] = l
+		for _, x := range [2]*broker{b, t} {
+			if x.linkTo == nil {
+				x.linkTo = map[message.BrokerID]*link{}
+			}
+		}
+		b.linkTo[to] = l
+		t.linkTo[b.id] = l
 		s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
 		s.scheduleFor(s.now, b, func() { b.node.LinkUp(to) })
 		s.scheduleFor(s.now, t, func() { t.node.LinkUp(b.id) })
@@ -797,7 +808,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 	typ := env.Msg.Type()
 	name := s.countType(typ)
 	k := keyOf(b.id, env.To)
-	l := s.links[k]
+	l := b.linkTo[env.To] // s.links[k]
 	if l == nil || !l.up || l.incOf(b.id) != b.inc {
 		s.stats.NoLinkDrops++
 		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
