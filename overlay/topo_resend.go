@@ -15,8 +15,8 @@ import (
 // and route around it until gone_after (fuzz with leaves, seed 1272: a
 // broker frozen while its child left). So every broker keeps the
 // topology floods it started or relayed lately, and sends a peer that
-// speaks again after a suspicion those applied since that suspicion, for
-// it alone (Hops 0: the brokers behind it were reached). The receiver
+// speaks again after a suspicion those passed on since its silence began,
+// for it alone (Hops 0: the brokers behind it were reached). The receiver
 // applies each once (topoSeen) and answers a TopoAck nobody waits for.
 
 // recentTopo is one topology flood passed on by this broker.
