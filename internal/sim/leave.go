@@ -15,6 +15,27 @@ type coreNode interface{ core() *overlay.Node }
 
 func (o overlayNode) core() *overlay.Node { return o.n }
 
+// Wrapper is a node that wraps another (a node factory's counting or
+// tracing layer): the simulator looks through it for the protocol core,
+// which Leave needs.
+type Wrapper interface{ Unwrap() Node }
+
+// coreOf returns the protocol core behind n, looking through wrappers
+// (bounded: a wrapper that wraps itself is not followed forever).
+func coreOf(n Node) (*overlay.Node, bool) {
+	for i := 0; i < 16 && n != nil; i++ {
+		if c, ok := n.(coreNode); ok {
+			return c.core(), true
+		}
+		w, ok := n.(Wrapper)
+		if !ok {
+			break
+		}
+		n = w.Unwrap()
+	}
+	return nil, false
+}
+
 // Leave starts a graceful leave of broker id (the overlay core's
 // Node.Leave, docs/protocol.md §3). Its clients move away: its subscribers
 // are excluded from the guarantees from now on (they are told their
@@ -30,7 +51,7 @@ func (s *Sim) Leave(id message.BrokerID) error {
 	if b.state != stateUp {
 		return fmt.Errorf("sim: leave %s: it is %s, not up", id, b.state)
 	}
-	on, ok := b.node.(coreNode)
+	core, ok := coreOf(b.node)
 	if !ok {
 		return fmt.Errorf("sim: leave %s: this node kind cannot leave", id)
 	}
@@ -46,7 +67,7 @@ func (s *Sim) Leave(id message.BrokerID) error {
 		// refused Publish) is not waited for.
 		c.dead = true
 	}
-	s.input(b, 0, func() { on.core().Leave() })
+	s.input(b, 0, func() { core.Leave() })
 	return nil
 }
 
@@ -57,8 +78,8 @@ func (s *Sim) Leaving(id message.BrokerID) bool {
 	if err != nil || b.node == nil {
 		return false
 	}
-	on, ok := b.node.(coreNode)
-	return ok && on.core().Leaving()
+	core, ok := coreOf(b.node)
+	return ok && core.Leaving()
 }
 
 // HasLeft reports whether broker id completed a graceful leave.
@@ -67,8 +88,8 @@ func (s *Sim) HasLeft(id message.BrokerID) bool {
 	if err != nil || b.node == nil {
 		return false
 	}
-	on, ok := b.node.(coreNode)
-	return ok && on.core().Leaving() && !on.core().Joined()
+	core, ok := coreOf(b.node)
+	return ok && core.Leaving() && !core.Joined()
 }
 
 // leave runs the scenario command "leave B [max=DURATION]": it starts the

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deltapub/deltapub/message"
 )
@@ -126,5 +127,49 @@ func TestDetachPlanned(t *testing.T) {
 		if !reflect.DeepEqual(tr.Parent, tc.want) {
 			t.Errorf("leave %s: parents %v, want %v", tc.leave, tr.Parent, tc.want)
 		}
+	}
+}
+
+// wrapped is a node factory's layer around another node (as the
+// testbed's message counter): Leave looks through it for the core.
+type wrapped struct{ Node }
+
+func (w wrapped) Unwrap() Node { return w.Node }
+
+func TestLeaveThroughAWrapper(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NewNode = func(nc NodeConfig) (Node, error) {
+		n, err := DefaultFactory(nc)
+		return wrapped{n}, err
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := NewTree("B1")
+	for _, e := range [][2]message.BrokerID{{"B1", "B2"}, {"B2", "B3"}} {
+		if err := tree.Add(e[0], e[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.BuildTree(tree, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Leave("B2"); err != nil {
+		t.Fatalf("leave through a wrapper: %v", err)
+	}
+	if ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.HasLeft("B2") }); !ok || err != nil {
+		t.Fatalf("B2 did not leave (%v)", err)
+	}
+	cfg.NewNode = NewFloodNode // no core behind it: refused with an error
+	s2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.BuildTree(tree, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Leave("B2"); err == nil {
+		t.Fatal("a node without a core was asked to leave without an error")
 	}
 }
