@@ -117,12 +117,14 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 	n.geometry()
 	n.floodHole = false
 	var out []target
-	seen := map[message.BrokerID]bool{}
 	add := func(id message.BrokerID) {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, target{id, n.dist[id]})
+		// A handful of targets: a scan beats a map allocated per flood.
+		for _, t := range out {
+			if t.id == id {
+				return
+			}
 		}
+		out = append(out, target{id, n.dist[id]})
 	}
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if nb == except {
