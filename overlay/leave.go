@@ -172,12 +172,7 @@ func (n *Node) startRepair() {
 		lv.repaired = true
 		return
 	}
-	var extra []message.MapNode
-	for _, e := range n.topo.Nodes() {
-		if e.ID != n.cfg.ID {
-			extra = append(extra, e)
-		}
-	}
+	extra := n.mapWithout(n.cfg.ID)
 	// Our routes, grouped by from-pointer (few groups: the brokers δ+1
 	// hops away and the edges closer than that).
 	byFrom := map[message.BrokerID][]message.SubID{}
@@ -186,17 +181,7 @@ func (n *Node) startRepair() {
 			byFrom[e.From] = append(byFrom[e.From], e.Sub)
 		}
 	}
-	froms := make([]message.BrokerID, 0, len(byFrom))
-	for id := range byFrom {
-		froms = append(froms, id)
-	}
-	sortIDs(froms)
-	via := make([]message.SubsVia, 0, len(froms))
-	for _, f := range froms {
-		if p := n.pathTo(f); len(p) >= 2 {
-			via = append(via, message.SubsVia{Path: append([]message.BrokerID(nil), p[1:]...), Subs: byFrom[f]})
-		}
-	}
+	via := n.routesVia(byFrom, nil)
 	n.topoSeq++
 	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
 	n.rememberTopo(key)
@@ -495,12 +480,7 @@ func (n *Node) goneRepair(g message.BrokerID) {
 	if err != nil {
 		return
 	}
-	var extra []message.MapNode
-	for _, e := range n.topo.Nodes() {
-		if e.ID != g {
-			extra = append(extra, e)
-		}
-	}
+	extra := n.mapWithout(g)
 	byFrom := map[message.BrokerID][]message.SubID{}
 	for _, e := range n.table.Entries() {
 		if e.Dir == g {
@@ -512,19 +492,7 @@ func (n *Node) goneRepair(g message.BrokerID) {
 		}
 		byFrom[f] = append(byFrom[f], e.Sub)
 	}
-	froms := make([]message.BrokerID, 0, len(byFrom))
-	for id := range byFrom {
-		froms = append(froms, id)
-	}
-	sortIDs(froms)
-	via := make([]message.SubsVia, 0, len(froms))
-	for _, f := range froms {
-		path := []message.BrokerID{n.cfg.ID}
-		if p := n.pathTo(f); len(p) >= 2 {
-			path = append(path, p[1:]...)
-		}
-		via = append(via, message.SubsVia{Path: path, Subs: byFrom[f]})
-	}
+	via := n.routesVia(byFrom, []message.BrokerID{n.cfg.ID})
 	n.topoSeq++
 	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
 	n.rememberTopo(key)
@@ -539,4 +507,37 @@ func (n *Node) goneRepair(g message.BrokerID) {
 			c.Hops = budget - dist
 			return &c
 		}})
+}
+
+// mapWithout is this broker's map without broker x (a repair's Add).
+func (n *Node) mapWithout(x message.BrokerID) []message.MapNode {
+	var out []message.MapNode
+	for _, e := range n.topo.Nodes() {
+		if e.ID != x {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// routesVia turns subscriptions grouped by from-pointer into a repair's
+// routes, by from-pointer in order: prefix, then our tree path toward it
+// (ourselves excluded). A route with no broker at all is left out.
+func (n *Node) routesVia(byFrom map[message.BrokerID][]message.SubID, prefix []message.BrokerID) []message.SubsVia {
+	froms := make([]message.BrokerID, 0, len(byFrom))
+	for id := range byFrom {
+		froms = append(froms, id)
+	}
+	sortIDs(froms)
+	via := make([]message.SubsVia, 0, len(froms))
+	for _, f := range froms {
+		path := append([]message.BrokerID(nil), prefix...)
+		if p := n.pathTo(f); len(p) >= 2 {
+			path = append(path, p[1:]...)
+		}
+		if len(path) > 0 {
+			via = append(via, message.SubsVia{Path: path, Subs: byFrom[f]})
+		}
+	}
+	return via
 }
