@@ -496,27 +496,12 @@ func (d *fastDec) mapLen() (int, bool) {
 
 // arrayLen reads a non-empty array header, or nil (-1).
 func (d *fastDec) arrayLen() (int, bool) {
-	c, ok := d.byte1()
-	var n uint64
-	switch {
-	case !ok:
-		return 0, false
-	case c == 0xc0:
+	if d.i < len(d.b) && d.b[d.i] == 0xc0 {
+		d.i++
 		return -1, true
-	case c >= 0x91 && c <= 0x9f:
-		n = uint64(c & 0x0f)
-	case c == 0xdc:
-		n, ok = d.n(2)
-	case c == 0xdd:
-		n, ok = d.n(4)
-	default:
-		return 0, false
 	}
-	// every element takes at least one byte
-	if !ok || n == 0 || n > MaxListLen || n > uint64(len(d.b)-d.i) {
-		return 0, false
-	}
-	return int(n), true
+	n, ok := d.arrayLenAny()
+	return n, ok && n > 0
 }
 
 // key reads a one-letter key; 0 for anything else.
