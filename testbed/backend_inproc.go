@@ -255,24 +255,14 @@ func (h *inprocHost) leave(name string) (<-chan leaveResult, error) {
 	t0 := time.Now()
 	b.cancel()
 	bound := leaveWait(h.p.Spec.Overlay)
-	out := make(chan leaveResult, 1)
-	go func() {
-		t := time.NewTimer(bound)
-		defer t.Stop()
-		select {
-		case <-b.done:
-		case <-t.C:
-			out <- leaveResult{took: bound, err: fmt.Errorf("%s's runtime still running %v after it was asked to leave", name, bound)}
-			return
-		}
-		took := time.Since(t0)
+	return awaitLeave(t0, bound, b.done, func() error {
+		return fmt.Errorf("%s's runtime still running %v after it was asked to leave", name, bound)
+	}, func() error {
 		if !b.rt.HasLeft() {
-			out <- leaveResult{took: took, err: fmt.Errorf("%s stopped, but its leave was not confirmed in time (the overlay treats it as crashed)", name)}
-			return
+			return fmt.Errorf("%s stopped, but its leave was not confirmed in time (the overlay treats it as crashed)", name)
 		}
-		out <- leaveResult{took: took}
-	}()
-	return out, nil
+		return nil
+	}), nil
 }
 
 func (h *inprocHost) unfreeze(b *inprocBroker) {

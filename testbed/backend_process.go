@@ -307,30 +307,19 @@ func (h *procHost) leave(name string) (<-chan leaveResult, error) {
 	}
 	t0 := time.Now()
 	bound := leaveWait(h.p.Spec.Overlay)
-	out := make(chan leaveResult, 1)
-	go func() {
-		t := time.NewTimer(bound)
-		defer t.Stop()
-		select {
-		case <-pr.done:
-		case <-t.C:
-			_ = pr.cmd.Process.Signal(syscall.SIGKILL)
-			out <- leaveResult{took: bound, err: fmt.Errorf("%s still running %v after SIGTERM (killed; its log: %s)", name, bound, h.lastLogLine(name))}
-			return
-		}
-		took := time.Since(t0)
+	return awaitLeave(t0, bound, pr.done, func() error {
+		_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+		return fmt.Errorf("%s still running %v after SIGTERM (killed; its log: %s)", name, bound, h.lastLogLine(name))
+	}, func() error {
 		// ProcessState is set by cmd.Wait before done is closed.
 		if code := pr.cmd.ProcessState.ExitCode(); code != 0 {
-			out <- leaveResult{took: took, err: fmt.Errorf("%s ended with %v after SIGTERM (its log: %s)", name, pr.cmd.ProcessState, h.lastLogLine(name))}
-			return
+			return fmt.Errorf("%s ended with %v after SIGTERM (its log: %s)", name, pr.cmd.ProcessState, h.lastLogLine(name))
 		}
 		if h.logHas(name, "leave not confirmed in time") {
-			out <- leaveResult{took: took, err: fmt.Errorf("%s exited 0 but its leave was not confirmed in time (the overlay treats it as crashed)", name)}
-			return
+			return fmt.Errorf("%s exited 0 but its leave was not confirmed in time (the overlay treats it as crashed)", name)
 		}
-		out <- leaveResult{took: took}
-	}()
-	return out, nil
+		return nil
+	}), nil
 }
 
 // lastLogLine is the last line of name's log, cut to 300 bytes, for a

@@ -77,6 +77,25 @@ func leaveWait(o OverlaySpec) time.Duration {
 	return min(max(4*o.FailureTimeout.Duration, time.Second), 10*time.Second) + 5*time.Second
 }
 
+// awaitLeave reports, once, how a leave started at t0 ended: done closes
+// when the broker stopped, and check (nil: a clean leave) judges how it
+// did; still running after bound, it is reported with timeout's error
+// (timeout may kill it).
+func awaitLeave(t0 time.Time, bound time.Duration, done <-chan struct{}, timeout, check func() error) <-chan leaveResult {
+	out := make(chan leaveResult, 1)
+	go func() {
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-done:
+			out <- leaveResult{took: time.Since(t0), err: check()}
+		case <-t.C:
+			out <- leaveResult{took: bound, err: timeout()}
+		}
+	}()
+	return out
+}
+
 // liveState is what a real-time run changes as faults are applied: the
 // tree as repaired after the leaves so far (restarts rejoin through a
 // broker's current ancestors) and, per broker, a channel closed when it
