@@ -1,27 +1,13 @@
 package testbed
 
-import (
-	"context"
-	"testing"
-	"time"
-)
+import "testing"
 
 // TestInprocEndToEnd runs the CI example with the brokers inside this
 // process over real QUIC: the crashes and the restart must keep the
 // verdict PASS.
 func TestInprocEndToEnd(t *testing.T) {
 	t.Parallel()
-	p, err := Load("examples/ci.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	sum, err := Run(ctx, p, "inproc", dir, Options{}, nil)
-	if err != nil {
-		t.Fatalf("seed %d: %v", p.Spec.Seed, err)
-	}
+	p, sum, dir := runExample(t, "examples/ci.toml", "inproc", Options{})
 	if sum.Verdict.Verdict != "PASS" || sum.Verdict.ExpectedDeliveries == 0 {
 		t.Fatalf("seed %d: %s", p.Spec.Seed, FormatSummary(sum, dir))
 	}
@@ -34,17 +20,7 @@ func TestInprocEndToEnd(t *testing.T) {
 // process (Runtime.Cut at both ends): verdict PASS.
 func TestInprocCutHeal(t *testing.T) {
 	t.Parallel()
-	p, err := Load("examples/cut.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	sum, err := Run(ctx, p, "inproc", dir, Options{}, nil)
-	if err != nil {
-		t.Fatalf("seed %d: %v", p.Spec.Seed, err)
-	}
+	p, sum, dir := runExample(t, "examples/cut.toml", "inproc", Options{})
 	checkCutHeal(t, p, sum, dir)
 }
 
@@ -53,16 +29,6 @@ func TestInprocCutHeal(t *testing.T) {
 // then B4 crashes: verdict PASS.
 func TestInprocLeave(t *testing.T) {
 	t.Parallel()
-	p, err := Load("examples/leave.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	sum, err := Run(ctx, p, "inproc", dir, Options{}, nil)
-	if err != nil {
-		t.Fatalf("seed %d: %v", p.Spec.Seed, err)
-	}
+	p, sum, dir := runExample(t, "examples/leave.toml", "inproc", Options{})
 	checkLeave(t, p, sum, dir)
 }

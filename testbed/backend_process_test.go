@@ -17,17 +17,7 @@ import (
 func TestProcessEndToEnd(t *testing.T) {
 	t.Parallel()
 	bin := needBinary(t)
-	p, err := Load("examples/ci.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	sum, err := Run(ctx, p, "process", dir, Options{Binary: bin}, nil)
-	if err != nil {
-		t.Fatalf("seed %d: %v\n%s", p.Spec.Seed, err, logs(dir))
-	}
+	p, sum, dir := runExample(t, "examples/ci.toml", "process", Options{Binary: bin})
 	if sum.Verdict.Verdict != "PASS" || sum.Verdict.ExpectedDeliveries == 0 {
 		t.Fatalf("seed %d: %s\n%s", p.Spec.Seed, FormatSummary(sum, dir), logs(dir))
 	}
@@ -73,6 +63,25 @@ func TestProcessInterrupted(t *testing.T) {
 	}
 }
 
+// runExample runs an example file in mode (bounded: 50 s) and returns its
+// plan, its summary and the results directory; a run that fails to
+// complete fails the test, with the brokers' logs when there are any.
+func runExample(t *testing.T, file, mode string, o Options) (*Plan, *Summary, string) {
+	t.Helper()
+	p, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	sum, err := Run(ctx, p, mode, dir, o, nil)
+	if err != nil {
+		t.Fatalf("seed %d: %v\n%s", p.Spec.Seed, err, logs(dir))
+	}
+	return p, sum, dir
+}
+
 func logs(dir string) string {
 	var b strings.Builder
 	files, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
@@ -112,17 +121,7 @@ garbage line
 func TestProcessCutHeal(t *testing.T) {
 	t.Parallel()
 	bin := needOwnBinary(t)
-	p, err := Load("examples/cut.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	sum, err := Run(ctx, p, "process", dir, Options{Binary: bin}, nil)
-	if err != nil {
-		t.Fatalf("seed %d: %v\n%s", p.Spec.Seed, err, logs(dir))
-	}
+	p, sum, dir := runExample(t, "examples/cut.toml", "process", Options{Binary: bin})
 	checkCutHeal(t, p, sum, dir)
 	// Both ends logged the cut and the heal (the admin endpoint's
 	// /ctl/cut and /ctl/heal were reached, not a fallback).
@@ -156,17 +155,7 @@ func checkCutHeal(t *testing.T, p *Plan, sum *Summary, dir string) {
 func TestProcessLeave(t *testing.T) {
 	t.Parallel()
 	bin := needOwnBinary(t)
-	p, err := Load("examples/leave.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	sum, err := Run(ctx, p, "process", dir, Options{Binary: bin}, nil)
-	if err != nil {
-		t.Fatalf("seed %d: %v\n%s", p.Spec.Seed, err, logs(dir))
-	}
+	p, sum, dir := runExample(t, "examples/leave.toml", "process", Options{Binary: bin})
 	checkLeave(t, p, sum, dir)
 	data, err := os.ReadFile(filepath.Join(dir, "logs", "B2.log"))
 	if err != nil {
