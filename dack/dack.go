@@ -273,11 +273,13 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 // of publications, and it costs what changed since, not the store's size.
 // The order is a deterministic function of the broker's inputs; receivers
 // merge each entry independently, so it carries no meaning (no sort).
+// (The overlay walks AppendChanged once for all its links; Build is that
+// walk filtered for one.)
 func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []message.DAckEntry {
 	var out []message.DAckEntry
-	for st := s.newest; st != nil && st.version > since; st = st.prev {
-		if keep(st.e.Reporter, st.e.About) {
-			out = append(out, st.e)
+	for _, c := range s.AppendChanged(nil, since) {
+		if keep(c.Entry.Reporter, c.Entry.About) {
+			out = append(out, c.Entry)
 		}
 	}
 	return out
