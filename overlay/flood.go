@@ -375,7 +375,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		// once we are joined (ftarget.sentUsable).
 		return
 	}
-	if n.lv != nil && n.lv.repairing {
+	if n.repairOut() {
 		// Leaving, with the repair out: the sender has not applied it yet.
 		// Forwarded from here on the old tree, the flood would reach
 		// brokers that take it as coming from a broker no longer in their

@@ -436,6 +436,11 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	n.purgeDirty = true
 }
 
+// repairOut reports whether this broker is leaving and its repair has
+// been sent: the others drop it from their maps, its own still shows the
+// old tree, so it neither passes floods on nor hands out its state.
+func (n *Node) repairOut() bool { return n.lv != nil && n.lv.repairing }
+
 // Leaving reports whether Leave was called (cheap; the leave is complete
 // when Joined is false as well).
 func (n *Node) Leaving() bool { return n.leaving }

@@ -194,7 +194,7 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 	if m.Node.ID != from {
 		return
 	}
-	if n.lv != nil && n.lv.repairing {
+	if n.repairOut() {
 		// Leaving, and its repair is out: the others' maps no longer hold
 		// it, while its own still shows the old tree. Handing that out
 		// would put it back in their maps (a restarted neighbour's entry
