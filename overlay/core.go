@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/deltapub/deltapub/dack"
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
 	"github.com/deltapub/deltapub/topology"
@@ -91,6 +92,7 @@ type Node struct {
 	side       map[message.BrokerID]message.BrokerID
 	dist       map[message.BrokerID]int
 	recipBuf   []message.BrokerID
+	pubBuf     matching.Publication      // the publication being matched (onPub: no allocation per hop)
 	delivBuf   []message.Deliver         // newDeliver's current chunk
 	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
 	ownBuf     []message.Stamp           // updateDiscarded's scratch (own arrived watermarks)

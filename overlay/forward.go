@@ -302,8 +302,8 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 func (n *Node) acceptOlder(st *srcState, m *message.Pub, except message.BrokerID) bool {
 	seq := m.ID.Seq
 	st.mark(except, seq) // never sent back that way by a later copy
-	pm := matching.Publication{Attrs: m.Attrs}
-	recips := n.table.Recipients(&pm, except, n.recipBuf[:0], nil)
+	n.pubBuf.Attrs = m.Attrs
+	recips := n.table.Recipients(&n.pubBuf, except, n.recipBuf[:0], nil)
 	keep := recips[:0]
 	for _, r := range recips {
 		if d := n.direction(r); d != "" && st.sentToward(d) < seq {
@@ -336,8 +336,8 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 		}
 	}
 	st.seq, st.dir = m.ID.Seq, except
-	pm := matching.Publication{Attrs: m.Attrs}
-	n.recipBuf = n.table.Recipients(&pm, except, n.recipBuf[:0], func(e *routing.Entry) {
+	n.pubBuf.Attrs = m.Attrs
+	n.recipBuf = n.table.Recipients(&n.pubBuf, except, n.recipBuf[:0], func(e *routing.Entry) {
 		n.counters.Delivered++
 		n.toClient(e.Client, n.newDeliver(message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}))
 	})
