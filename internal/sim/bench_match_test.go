@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
+)
+
+// The routing tables of deltapub sim srds09 (--crashes 0), built without
+// the simulator: the same tree and subscriptions (the same random
+// sequence as RunSRDS09), every broker's entries with the from-pointer and
+// direction the floods give them, inserted in subscription order. Unlike
+// the SRDS09Floor benchmarks (one table, kept hot in the caches), these
+// touch the 83 tables as the simulation does, one hop after another.
+
+type srdsSituTables struct {
+	tree   Tree
+	order  []message.BrokerID
+	tables map[message.BrokerID]*routing.Table
+	pubs   []srdsSituPub
+	next   map[[2]message.BrokerID]message.BrokerID // (at, toward) -> next hop
+}
+
+type srdsSituPub struct {
+	edge message.BrokerID
+	pub  matching.Publication
+}
+
+const srdsSituDelta = 3
+
+// srdsSituEntries returns, per broker, the entries of its table.
+func srdsSituEntries() (Tree, map[message.BrokerID][]routing.Entry, map[[2]message.BrokerID]message.BrokerID, []message.BrokerID, Workload, *rand.Rand) {
+	o := DefaultSRDSOptions()
+	pr := rand.New(rand.NewPCG(uint64(o.Seed), 0x5d5))
+	tree := RandomTree(pr, o.Brokers, 4)
+	edges := tree.Order
+	w := Workload{Range: 10}
+	for i := 0; i < o.Publishers; i++ {
+		w.Classes = append(w.Classes, fmt.Sprintf("c%d", i))
+	}
+	next := map[[2]message.BrokerID]message.BrokerID{}
+	paths := map[[2]message.BrokerID][]message.BrokerID{}
+	for _, a := range tree.Order {
+		for _, b := range tree.Order {
+			if a != b {
+				p := tree.Path(a, b)
+				paths[[2]message.BrokerID{a, b}] = p
+				next[[2]message.BrokerID{a, b}] = p[1]
+			}
+		}
+	}
+	per := map[message.BrokerID][]routing.Entry{}
+	counts := map[message.BrokerID]uint64{}
+	for i := 1; i <= o.Subs; i++ {
+		edge := edges[pr.IntN(len(edges))]
+		f := w.Filter(pr)
+		counts[edge]++
+		sub := message.SubID{Edge: edge, Epoch: 1, N: counts[edge]}
+		for _, b := range tree.Order {
+			if b == edge {
+				per[b] = append(per[b], routing.Entry{Sub: sub, Filter: f, From: b, Local: true, Client: message.ClientID(i)})
+				continue
+			}
+			p := paths[[2]message.BrokerID{b, edge}]
+			from := p[min(srdsSituDelta+1, len(p)-1)]
+			per[b] = append(per[b], routing.Entry{Sub: sub, Filter: f, From: from, Dir: p[1]})
+		}
+	}
+	return tree, per, next, edges, w, pr
+}
+
+func newSRDSSitu(tb testing.TB, pubs int) *srdsSituTables {
+	tree, per, next, edges, w, pr := srdsSituEntries()
+	s := &srdsSituTables{tree: tree, order: tree.Order, tables: map[message.BrokerID]*routing.Table{}, next: next}
+	for _, b := range tree.Order {
+		t := routing.New(matching.NewIndex())
+		for _, e := range per[b] {
+			if _, err := t.Insert(e); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		s.tables[b] = t
+	}
+	for i := 0; i < pubs; i++ {
+		class := w.Classes[i%len(w.Classes)]
+		a := w.Publication(pr)
+		a[0].Value = str(class)
+		s.pubs = append(s.pubs, srdsSituPub{edge: edges[pr.IntN(len(edges))], pub: matching.Publication{Attrs: a}})
+	}
+	return s
+}
+
+// route forwards p from its edge hop by hop as the brokers would (each
+// hop sends it toward the next hop of each recipient, never back) and
+// returns the hops (Recipients calls) and matches delivered locally.
+func (s *srdsSituTables) route(p *srdsSituPub, buf []message.BrokerID, stack [][2]message.BrokerID) (hops, locals int, _ []message.BrokerID, _ [][2]message.BrokerID) {
+	stack = append(stack[:0], [2]message.BrokerID{p.edge, ""})
+	for len(stack) > 0 {
+		h := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		hops++
+		buf = s.tables[h[0]].Recipients(&p.pub, h[1], buf[:0], func(*routing.Entry) { locals++ })
+		var sent [8]message.BrokerID
+		ns := 0
+	recips:
+		for _, r := range buf {
+			n := s.next[[2]message.BrokerID{h[0], r}]
+			for _, x := range sent[:ns] {
+				if x == n {
+					continue recips
+				}
+			}
+			if ns < len(sent) {
+				sent[ns] = n
+				ns++
+			}
+			stack = append(stack, [2]message.BrokerID{n, h[0]})
+		}
+	}
+	return hops, locals, buf, stack
+}
+
+// BenchmarkSRDS09SituPublishing: one op is one publication routed through
+// the 83 tables; ns_per_hop is the cost of one Recipients call in situ.
+func BenchmarkSRDS09SituPublishing(b *testing.B) {
+	s := newSRDSSitu(b, 4096)
+	var buf []message.BrokerID
+	var stack [][2]message.BrokerID
+	hops, locals := 0, 0
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		var h, l int
+		h, l, buf, stack = s.route(&s.pubs[i%len(s.pubs)], buf, stack)
+		hops += h
+		locals += l
+	}
+	el := time.Since(start)
+	b.ReportMetric(float64(el.Nanoseconds())/float64(hops), "ns_per_hop")
+	b.ReportMetric(float64(hops)/float64(b.N), "hops_per_pub")
+	b.ReportMetric(float64(locals)/float64(b.N), "deliveries_per_pub")
+}
+
+// BenchmarkSRDS09SituSetup: one op is the 83 tables filled (215,800
+// inserts); ns_per_insert is the cost of one insert.
+func BenchmarkSRDS09SituSetup(b *testing.B) {
+	tree, per, _, _, _, _ := srdsSituEntries()
+	n := 0
+	for _, b := range tree.Order {
+		n += len(per[b])
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		for _, br := range tree.Order {
+			t := routing.New(matching.NewIndex())
+			for _, e := range per[br] {
+				if _, err := t.Insert(e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	el := time.Since(start)
+	b.ReportMetric(float64(el.Nanoseconds())/float64(n*b.N), "ns_per_insert")
+}
