@@ -12,15 +12,17 @@ import (
 
 // recMatcher logs the matcher calls: two tables fed the same operations
 // must make the same calls in the same order (the index's match order,
-// hence routing, depends on that history).
+// hence routing, depends on that history). It logs the slots: the
+// table's keys carry the entry's route above them (see Table.slots), which
+// the reference does not model.
 type recMatcher struct{ log []string }
 
 func (r *recMatcher) Insert(id uint64, f matching.Filter) error {
-	r.log = append(r.log, fmt.Sprintf("I%d", id))
+	r.log = append(r.log, fmt.Sprintf("I%d", uint32(id)))
 	return nil
 }
 func (r *recMatcher) Delete(id uint64) bool {
-	r.log = append(r.log, fmt.Sprintf("D%d", id))
+	r.log = append(r.log, fmt.Sprintf("D%d", uint32(id)))
 	return true
 }
 func (r *recMatcher) Match(*matching.Publication, []uint64) []uint64 { return nil }

@@ -51,19 +51,27 @@ type Entry struct {
 // Table is the routing table. Not safe for concurrent use.
 type Table struct {
 	byID map[message.SubID]*Entry
-	// slots holds the entries by matcher key; keys are slot numbers,
-	// reused after a Delete (free), so the slice is bounded by the
-	// largest table size ever reached.
-	slots []*Entry
-	meta  []slotMeta // dense copy of what Recipients reads, by slot (cache-friendly)
-	free  []uint64
-	m     Matcher
-	buf   []uint64
+	// slots holds the entries by slot number; slots are reused after a
+	// Delete (free), so the slice is bounded by the largest table size
+	// ever reached. An entry's matcher key is its slot in the low 32 bits
+	// and its route (index into routes: from-pointer, direction, local)
+	// above: Recipients reads what it needs from the key itself instead of
+	// a per-entry lookup (a cache miss per match with 83 tables).
+	slots  []*Entry
+	free   []uint32
+	routes []route
+	// routeIdx interns routes; bounded like froms (by the from-pointers
+	// and directions seen since the last reset).
+	routeIdx map[route]uint32
+	m        Matcher
+	buf      []uint64
 	// froms interns the from-pointers so that Recipients deduplicates
 	// with a generation array instead of a scan or a map per publication.
 	fromIdx map[message.BrokerID]int32
 	froms   []message.BrokerID
+	rank    []int32 // rank[i]: position of froms[i] in sorted order
 	mark    []uint32
+	picked  []int32 // Recipients' scratch: the from indices found
 	gen     uint32
 	local   int // entries with Local set (LocalLen)
 	// Max bounds the number of entries; Insert fails beyond it (the
@@ -122,14 +130,19 @@ func bucketOf(g groupKey, f matching.Filter) bucketKey {
 	return bucketKey{groupKey: g, other: true}
 }
 
-// slotMeta is the part of an entry Recipients needs, kept in a dense
-// array: visiting hundreds of matching entries per publication then
-// touches one small array instead of chasing a pointer per entry.
-type slotMeta struct {
+// route is the part of an entry Recipients needs; entries share it by
+// index (see Table.slots).
+type route struct {
 	from, dir int32 // interned broker names (-1: none)
 	local     bool
-	live      bool // the slot holds an entry (saves reading slots per match)
 }
+
+// maxSlots bounds the slots: a slot must fit the low 32 bits of a key.
+const maxSlots = 1 << 32
+
+func keyOf(slot, rt uint32) uint64 { return uint64(slot) | uint64(rt)<<32 }
+
+func slotOf(key uint64) uint32 { return uint32(key) }
 
 // intern returns the small index of a broker name, adding it if absent.
 // Bounded by the brokers within δ+1 hops plus the tree neighbours.
@@ -140,8 +153,40 @@ func (t *Table) intern(b message.BrokerID) int32 {
 		t.fromIdx[b] = fi
 		t.froms = append(t.froms, b)
 		t.mark = append(t.mark, 0)
+		t.rank = append(t.rank, 0)
+		// Ranks of all names again (a new from-pointer is rare: bounded by
+		// the brokers within δ+1 hops).
+		order := make([]int32, len(t.froms))
+		for i := range order {
+			order[i] = int32(i)
+		}
+		slices.SortFunc(order, func(x, y int32) int { return cmpStr(t.froms[x], t.froms[y]) })
+		for r, i := range order {
+			t.rank[i] = int32(r)
+		}
 	}
 	return fi
+}
+
+func cmpStr(a, b message.BrokerID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// routeOf interns r.
+func (t *Table) routeOf(r route) uint32 {
+	i, ok := t.routeIdx[r]
+	if !ok {
+		i = uint32(len(t.routes))
+		t.routeIdx[r] = i
+		t.routes = append(t.routes, r)
+	}
+	return i
 }
 
 // New returns an empty table using m (nil: a linear scan).
@@ -151,7 +196,7 @@ func New(m Matcher) *Table {
 	}
 	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
 		buckets: map[bucketKey][]*Entry{}, groups: map[groupKey][]bucketKey{},
-		fromIdx: map[message.BrokerID]int32{}}
+		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
 // Len is the number of entries.
@@ -179,29 +224,32 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	if err := e.Filter.Validate(); err != nil {
 		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
 	}
+	var slot uint32
 	if n := len(t.free); n > 0 {
-		e.key = t.free[n-1]
+		slot = t.free[n-1]
 		t.free = t.free[:n-1]
 	} else {
-		e.key = uint64(len(t.slots))
+		if len(t.slots) >= maxSlots {
+			return false, fmt.Errorf("routing: table full (%d slots)", len(t.slots))
+		}
+		slot = uint32(len(t.slots))
 		t.slots = append(t.slots, nil)
-		t.meta = append(t.meta, slotMeta{})
 	}
 	fi := t.intern(e.From)
 	e.from = fi
-	m := slotMeta{from: fi, dir: -1, local: e.Local, live: true}
+	r := route{from: fi, dir: -1, local: e.Local}
 	if e.Dir != "" {
-		m.dir = t.intern(e.Dir)
+		r.dir = t.intern(e.Dir)
 	}
-	e.dir = m.dir
+	e.dir = r.dir
+	e.key = keyOf(slot, t.routeOf(r))
 	p := &e
 	if err := t.place(p); err != nil {
-		t.free = append(t.free, e.key)
+		t.free = append(t.free, slot)
 		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
 	}
 	t.byID[e.Sub] = p
-	t.slots[e.key] = p
-	t.meta[e.key] = m
+	t.slots[slot] = p
 	if e.Local {
 		t.local++
 	}
@@ -361,9 +409,8 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 	if e.Local {
 		t.local--
 	}
-	t.slots[e.key] = nil
-	t.meta[e.key] = slotMeta{}
-	t.free = append(t.free, e.key)
+	t.slots[slotOf(e.key)] = nil
+	t.free = append(t.free, slotOf(e.key))
 	return *e, true
 }
 
@@ -447,9 +494,11 @@ func (t *Table) reset() {
 		}
 	}
 	clear(t.byID)
-	t.slots, t.meta, t.free = t.slots[:0], t.meta[:0], t.free[:0]
+	t.slots, t.free = t.slots[:0], t.free[:0]
 	clear(t.fromIdx)
-	t.froms, t.mark = t.froms[:0], t.mark[:0]
+	t.froms, t.mark, t.rank = t.froms[:0], t.mark[:0], t.rank[:0]
+	clear(t.routeIdx)
+	t.routes = t.routes[:0]
 	t.exName, t.exIdx = "", 0
 	t.local = 0
 	clear(t.buckets)
@@ -475,8 +524,8 @@ func (t *Table) Match(p *matching.Publication, fn func(*Entry)) {
 	// of inserts and deletes, which is all determinism needs.
 	t.buf = t.m.Match(p, t.buf[:0])
 	for _, k := range t.buf {
-		if k < uint64(len(t.slots)) {
-			if e := t.slots[k]; e != nil {
+		if s := slotOf(k); s < uint32(len(t.slots)) {
+			if e := t.slots[s]; e != nil {
 				fn(e)
 			}
 		}
@@ -511,7 +560,6 @@ func SubLess(a, b message.SubID) bool {
 // each). Recipients never includes "" (local entries are reported through
 // local instead).
 func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst []message.BrokerID, local func(*Entry)) []message.BrokerID {
-	start := len(dst)
 	t.gen++
 	if t.gen == 0 { // wrapped: reset the marks
 		for i := range t.mark {
@@ -529,28 +577,41 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 		}
 	}
 	t.buf = t.m.Match(p, t.buf[:0])
+	picked := t.picked[:0]
 	for _, k := range t.buf {
-		if k >= uint64(len(t.meta)) {
+		ri := k >> 32
+		if ri >= uint64(len(t.routes)) {
 			continue
 		}
-		m := t.meta[k]
-		if !m.live {
-			continue
-		}
-		if m.local {
+		r := t.routes[ri]
+		if r.local {
 			if local != nil {
-				local(t.slots[k])
+				if e := t.slots[slotOf(k)]; e != nil {
+					local(e)
+				}
 			}
 			continue
 		}
-		if m.dir == ex || t.mark[m.from] == t.gen {
+		if r.dir == ex || t.mark[r.from] == t.gen {
 			continue
 		}
-		t.mark[m.from] = t.gen
-		dst = append(dst, t.froms[m.from])
+		t.mark[r.from] = t.gen
+		picked = append(picked, r.from)
 	}
-	s := dst[start:]
-	slices.Sort(s)
+	// Sorted by name: the interned indices ordered by their names' ranks.
+	if len(picked) <= 12 {
+		for i := 1; i < len(picked); i++ {
+			for j := i; j > 0 && t.rank[picked[j]] < t.rank[picked[j-1]]; j-- {
+				picked[j], picked[j-1] = picked[j-1], picked[j]
+			}
+		}
+	} else {
+		slices.SortFunc(picked, func(x, y int32) int { return int(t.rank[x]) - int(t.rank[y]) })
+	}
+	for _, f := range picked {
+		dst = append(dst, t.froms[f])
+	}
+	t.picked = picked[:0]
 	return dst
 }
 
