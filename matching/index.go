@@ -89,13 +89,46 @@ type bucketKey struct {
 type accessList struct {
 	freq   int32
 	groups []*group
+	// prog is the groups laid out flat for Match (valid if compiled):
+	// walking the groups, their lists and blocks costs a cache miss per
+	// pointer when many indexes share the caches (the simulator's 83
+	// routing tables); the flat copy is a few sequential arrays. Any change
+	// to the groups clears compiled; Match compiles again on demand.
+	prog     prog
+	compiled bool
 }
+
+// prog is an access list's groups for Match: for each group a header
+// (its equalities in eqs, its rest list in ents), then one header per
+// attribute with bounds (the four sorted lists, consecutive in ents).
+type prog struct {
+	hdrs []phdr
+	eqs  []cpred
+	ents []entry
+}
+
+// phdr is a group header (n: the range headers that follow; b[0:2]: its
+// equalities in eqs; b[2:4]: its rest entries in ents) or a range header
+// (attr; lower in ents[b[0]:b[1]], upper in [b[1]:b[2]], <> in
+// [b[2]:b[3]], = in [b[3]:b[4]]).
+type phdr struct {
+	attr uint32
+	n    int32
+	b    [5]int32
+}
+
+// progMax bounds the entries of an access list that Match compiles: a
+// compilation copies them all, so a list changing between every two
+// matches costs its size per match; beyond the bound Match walks the
+// groups. A variable for the tests (0: never compile).
+var progMax = 2048
 
 type group struct {
 	key    string
 	access bucketKey
-	eqs    []cpred // the group's equality predicates
-	n      int32   // filters in the group
+	al     *accessList // the list it is filed under (at access)
+	eqs    []cpred     // the group's equality predicates
+	n      int32       // filters in the group
 	rest   []restEntry
 	ranges []attrRanges
 }
@@ -263,7 +296,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	g := ix.groups[gk]
 	if g == nil {
 		// Validate guarantees the class predicate, so best != nil.
-		g = &group{key: gk, access: bestKey}
+		g = &group{key: gk, access: bestKey, al: best}
 		for i := range preds {
 			if isEq(&preds[i]) {
 				g.eqs = append(g.eqs, preds[i])
@@ -273,6 +306,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 		best.groups = append(best.groups, g)
 	}
 	g.n++
+	g.al.compiled = false
 	rec := subRec{preds: preds, grp: g, rngIdx: -1, in: inRest}
 	// The access bound: the first =, else the first <, <=, >, >=, else
 	// the first <>.
@@ -362,6 +396,7 @@ func (ix *Index) Delete(id uint64) bool {
 	}
 	rec := &ix.subs[slot]
 	g := rec.grp
+	g.al.compiled = false
 	if rec.in != inRest {
 		c := &rec.preds[rec.rngIdx]
 		ar := g.rangesFor(c.attr)
@@ -429,10 +464,29 @@ func (ix *Index) Filter(id uint64) (Filter, bool) {
 // Match appends to dst the id of every filter matching p, each once, in
 // no particular order, and returns the extended slice.
 func (ix *Index) Match(p *Publication, dst []uint64) []uint64 {
+	return ix.match(p, dst, true)
+}
+
+// match is Match; with compiled false it walks the groups of every access
+// list, compiled or not (the tests compare both).
+func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 	pa := ix.scratch[:0]
-	for i := range p.Attrs {
-		if id, ok := ix.attrIDs[p.Attrs[i].Name]; ok {
-			pa = append(pa, pubAttr{attr: id, v: p.Attrs[i].Value})
+	if len(ix.names) <= 8 {
+		// A few names (the usual case): comparing strings (often the
+		// same pointer) is cheaper than hashing them.
+		for i := range p.Attrs {
+			for id, n := range ix.names {
+				if n == p.Attrs[i].Name {
+					pa = append(pa, pubAttr{attr: uint32(id), v: p.Attrs[i].Value})
+					break
+				}
+			}
+		}
+	} else {
+		for i := range p.Attrs {
+			if id, ok := ix.attrIDs[p.Attrs[i].Name]; ok {
+				pa = append(pa, pubAttr{attr: id, v: p.Attrs[i].Value})
+			}
 		}
 	}
 	ix.scratch = pa
@@ -444,31 +498,131 @@ func (ix *Index) Match(p *Publication, dst []uint64) []uint64 {
 		if al == nil {
 			continue
 		}
-	groups:
-		for _, g := range al.groups {
-			for j := range g.eqs {
-				c := &g.eqs[j]
-				v, ok := lookup(pa, c.attr)
-				if !ok || !holdsC(c, v) {
-					continue groups
+		if compiled && !al.compiled {
+			al.compile()
+		}
+		if compiled && al.compiled {
+			dst = ix.matchProg(&al.prog, pa, dst)
+			continue
+		}
+		dst = ix.matchGroups(al, pa, dst)
+	}
+	return dst
+}
+
+// compile lays out al's groups flat (prog), if they hold at most progMax
+// entries.
+func (al *accessList) compile() {
+	n := 0
+	for _, g := range al.groups {
+		n += int(g.n)
+	}
+	if n > progMax {
+		al.prog = prog{}
+		return
+	}
+	pr := &al.prog
+	pr.hdrs, pr.eqs, pr.ents = pr.hdrs[:0], pr.eqs[:0], pr.ents[:0]
+	for _, g := range al.groups {
+		h := phdr{n: int32(len(g.ranges))}
+		h.b[0] = int32(len(pr.eqs))
+		pr.eqs = append(pr.eqs, g.eqs...)
+		h.b[1] = int32(len(pr.eqs))
+		h.b[2] = int32(len(pr.ents))
+		for _, r := range g.rest {
+			e := entry{id: r.id, slot: r.slot}
+			if r.resid {
+				e.resid = residMore
+			}
+			pr.ents = append(pr.ents, e)
+		}
+		h.b[3] = int32(len(pr.ents))
+		pr.hdrs = append(pr.hdrs, h)
+		for j := range g.ranges {
+			ar := &g.ranges[j]
+			rh := phdr{attr: ar.attr}
+			for k, l := range [4]*sortedList{&ar.lower, &ar.upper, &ar.ne, &ar.eq} {
+				rh.b[k] = int32(len(pr.ents))
+				for _, b := range l.blocks {
+					pr.ents = append(pr.ents, b...)
 				}
 			}
-			for _, r := range g.rest {
-				if !r.resid || ix.check(r.slot, pa) {
-					dst = append(dst, r.id)
-				}
+			rh.b[4] = int32(len(pr.ents))
+			pr.hdrs = append(pr.hdrs, rh)
+		}
+	}
+	al.compiled = true
+}
+
+// matchProg is matchGroups over a compiled access list: the same visits
+// in the same order.
+func (ix *Index) matchProg(pr *prog, pa []pubAttr, dst []uint64) []uint64 {
+	hdrs := pr.hdrs
+groups:
+	for h := 0; h < len(hdrs); {
+		gh := &hdrs[h]
+		h += 1 + int(gh.n)
+		for j := gh.b[0]; j < gh.b[1]; j++ {
+			c := &pr.eqs[j]
+			v, ok := lookup(pa, c.attr)
+			if !ok || !holdsC(c, v) {
+				continue groups
 			}
-			for j := range g.ranges {
-				ar := &g.ranges[j]
-				v, ok := lookup(pa, ar.attr)
-				if !ok || !v.IsNumber() {
-					continue
-				}
-				dst = ar.lower.scanBelow(v, ix, pa, dst)
-				dst = ar.upper.scanAbove(v, ix, pa, dst)
-				dst = ar.ne.scanNe(v, ix, pa, dst)
-				dst = ar.eq.scanEq(v, ix, pa, dst)
+		}
+		for j := gh.b[2]; j < gh.b[3]; j++ {
+			e := &pr.ents[j]
+			if e.resid == residNone || ix.check(e.slot, pa) {
+				dst = append(dst, e.id)
 			}
+		}
+		for _, rh := range hdrs[h-int(gh.n) : h] {
+			v, ok := lookup(pa, rh.attr)
+			if !ok || !v.IsNumber() {
+				continue
+			}
+			if rh.b[0] < rh.b[1] {
+				dst, _ = scanBelow(pr.ents[rh.b[0]:rh.b[1]], v, ix, pa, dst)
+			}
+			if rh.b[1] < rh.b[2] {
+				dst, _ = scanAbove(pr.ents[rh.b[1]:rh.b[2]], v, ix, pa, dst)
+			}
+			if rh.b[2] < rh.b[3] {
+				dst = scanNe(pr.ents[rh.b[2]:rh.b[3]], v, ix, pa, dst)
+			}
+			if rh.b[3] < rh.b[4] {
+				dst = scanEqFlat(pr.ents[rh.b[3]:rh.b[4]], v, ix, pa, dst)
+			}
+		}
+	}
+	return dst
+}
+
+// matchGroups matches the groups of al by walking them.
+func (ix *Index) matchGroups(al *accessList, pa []pubAttr, dst []uint64) []uint64 {
+groups:
+	for _, g := range al.groups {
+		for j := range g.eqs {
+			c := &g.eqs[j]
+			v, ok := lookup(pa, c.attr)
+			if !ok || !holdsC(c, v) {
+				continue groups
+			}
+		}
+		for _, r := range g.rest {
+			if !r.resid || ix.check(r.slot, pa) {
+				dst = append(dst, r.id)
+			}
+		}
+		for j := range g.ranges {
+			ar := &g.ranges[j]
+			v, ok := lookup(pa, ar.attr)
+			if !ok || !v.IsNumber() {
+				continue
+			}
+			dst = ar.lower.scanBelow(v, ix, pa, dst)
+			dst = ar.upper.scanAbove(v, ix, pa, dst)
+			dst = ar.ne.scanNe(v, ix, pa, dst)
+			dst = ar.eq.scanEq(v, ix, pa, dst)
 		}
 	}
 	return dst
@@ -727,70 +881,94 @@ func (l *sortedList) remove(e entry) bool {
 // and equal ones for >=), from the smallest up, and stops at the first
 // bound v does not satisfy.
 func (l *sortedList) scanBelow(v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
-	intFast := v.Kind == KindInt
 	for _, b := range l.blocks {
-		for k := range b {
-			e := &b[k]
-			var c int
-			if intFast && e.kind == KindInt {
-				c = cmp64(int64(e.bits), v.Int)
-			} else {
-				c = cmpNum(e.value(), v)
-			}
-			if c > 0 || c == 0 && e.op == OpGt {
-				if c > 0 {
-					return dst
-				}
-				continue // equal bounds of > and >= interleave; keep going
-			}
-			if ix.accept(e, pa) {
-				dst = append(dst, e.id)
-			}
+		var done bool
+		if dst, done = scanBelow(b, v, ix, pa, dst); done {
+			break
 		}
 	}
 	return dst
 }
 
+// scanBelow is sortedList.scanBelow over one sorted run of entries; done
+// reports a bound v does not satisfy (the scan stops there).
+func scanBelow(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) (_ []uint64, done bool) {
+	intFast := v.Kind == KindInt
+	for k := range b {
+		e := &b[k]
+		var c int
+		if intFast && e.kind == KindInt {
+			c = cmp64(int64(e.bits), v.Int)
+		} else {
+			c = cmpNum(e.value(), v)
+		}
+		if c > 0 || c == 0 && e.op == OpGt {
+			if c > 0 {
+				return dst, true
+			}
+			continue // equal bounds of > and >= interleave; keep going
+		}
+		if ix.accept(e, pa) {
+			dst = append(dst, e.id)
+		}
+	}
+	return dst, false
+}
+
 // scanAbove visits the < and <= bounds that v satisfies, from the largest
 // down.
 func (l *sortedList) scanAbove(v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
-	intFast := v.Kind == KindInt
 	for bi := len(l.blocks) - 1; bi >= 0; bi-- {
-		b := l.blocks[bi]
-		for k := len(b) - 1; k >= 0; k-- {
-			e := &b[k]
-			var c int
-			if intFast && e.kind == KindInt {
-				c = cmp64(int64(e.bits), v.Int)
-			} else {
-				c = cmpNum(e.value(), v)
-			}
-			if c < 0 || c == 0 && e.op == OpLt {
-				if c < 0 {
-					return dst
-				}
-				continue
-			}
-			if ix.accept(e, pa) {
-				dst = append(dst, e.id)
-			}
+		var done bool
+		if dst, done = scanAbove(l.blocks[bi], v, ix, pa, dst); done {
+			break
 		}
 	}
 	return dst
+}
+
+// scanAbove is sortedList.scanAbove over one sorted run of entries.
+func scanAbove(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) (_ []uint64, done bool) {
+	intFast := v.Kind == KindInt
+	for k := len(b) - 1; k >= 0; k-- {
+		e := &b[k]
+		var c int
+		if intFast && e.kind == KindInt {
+			c = cmp64(int64(e.bits), v.Int)
+		} else {
+			c = cmpNum(e.value(), v)
+		}
+		if c < 0 || c == 0 && e.op == OpLt {
+			if c < 0 {
+				return dst, true
+			}
+			continue
+		}
+		if ix.accept(e, pa) {
+			dst = append(dst, e.id)
+		}
+	}
+	return dst, false
 }
 
 // scanNe visits the <> operands that differ from v: all but a run of
 // equal ones.
 func (l *sortedList) scanNe(v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
 	for _, b := range l.blocks {
-		for k := range b {
-			e := &b[k]
-			if cmpNum(e.value(), v) == 0 {
-				continue
-			}
-			if ix.accept(e, pa) {
-				dst = append(dst, e.id)
-			}
+		dst = scanNe(b, v, ix, pa, dst)
+	}
+	return dst
+}
+
+// scanNe is sortedList.scanNe over a run of entries.
+func scanNe(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	for k := range b {
+		e := &b[k]
+		if cmpNum(e.value(), v) == 0 {
+			continue
+		}
+		if ix.accept(e, pa) {
+			dst = append(dst, e.id)
 		}
 	}
 	return dst
@@ -825,4 +1003,32 @@ func (l *sortedList) scanEq(v Value, ix *Index, pa []pubAttr, dst []uint64) []ui
 		}
 	}
 	return dst
+}
+
+// scanEqFlat is sortedList.scanEq over one sorted run of entries.
+func scanEqFlat(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	probe := eqProbe(v)
+	for k := posIn(b, &probe); k < len(b); k++ {
+		e := &b[k]
+		if cmpNum(e.value(), v) != 0 {
+			return dst
+		}
+		if ix.accept(e, pa) {
+			dst = append(dst, e.id)
+		}
+	}
+	return dst
+}
+
+// eqProbe is the entry that sorts before every bound equal to v (slot 0
+// is the smallest; see scanEq).
+func eqProbe(v Value) entry {
+	probe := entry{slot: 0}
+	switch v.Kind {
+	case KindInt:
+		probe.kind, probe.bits = KindInt, uint64(v.Int)
+	default:
+		probe.kind, probe.bits = KindFloat, math.Float64bits(v.Float)
+	}
+	return probe
 }
