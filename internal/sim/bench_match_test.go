@@ -21,13 +21,14 @@ import (
 type srdsSituTables struct {
 	tree   Tree
 	order  []message.BrokerID
-	tables map[message.BrokerID]*routing.Table
+	idx    map[message.BrokerID]int
+	tables []*routing.Table // by index in order
 	pubs   []srdsSituPub
-	next   map[[2]message.BrokerID]message.BrokerID // (at, toward) -> next hop
+	next   [][]int // [at][toward]: the next hop (indices in order)
 }
 
 type srdsSituPub struct {
-	edge message.BrokerID
+	edge int
 	pub  matching.Publication
 }
 
@@ -76,7 +77,19 @@ func srdsSituEntries() (Tree, map[message.BrokerID][]routing.Entry, map[[2]messa
 
 func newSRDSSitu(tb testing.TB, pubs int) *srdsSituTables {
 	tree, per, next, edges, w, pr := srdsSituEntries()
-	s := &srdsSituTables{tree: tree, order: tree.Order, tables: map[message.BrokerID]*routing.Table{}, next: next}
+	s := &srdsSituTables{tree: tree, order: tree.Order, idx: map[message.BrokerID]int{}}
+	for i, b := range tree.Order {
+		s.idx[b] = i
+	}
+	for _, a := range tree.Order {
+		row := make([]int, len(tree.Order))
+		for j, b := range tree.Order {
+			if a != b {
+				row[j] = s.idx[next[[2]message.BrokerID{a, b}]]
+			}
+		}
+		s.next = append(s.next, row)
+	}
 	for _, b := range tree.Order {
 		t := routing.New(matching.NewIndex())
 		for _, e := range per[b] {
@@ -84,13 +97,13 @@ func newSRDSSitu(tb testing.TB, pubs int) *srdsSituTables {
 				tb.Fatal(err)
 			}
 		}
-		s.tables[b] = t
+		s.tables = append(s.tables, t)
 	}
 	for i := 0; i < pubs; i++ {
 		class := w.Classes[i%len(w.Classes)]
 		a := w.Publication(pr)
 		a[0].Value = str(class)
-		s.pubs = append(s.pubs, srdsSituPub{edge: edges[pr.IntN(len(edges))], pub: matching.Publication{Attrs: a}})
+		s.pubs = append(s.pubs, srdsSituPub{edge: s.idx[edges[pr.IntN(len(edges))]], pub: matching.Publication{Attrs: a}})
 	}
 	return s
 }
@@ -98,18 +111,22 @@ func newSRDSSitu(tb testing.TB, pubs int) *srdsSituTables {
 // route forwards p from its edge hop by hop as the brokers would (each
 // hop sends it toward the next hop of each recipient, never back) and
 // returns the hops (Recipients calls) and matches delivered locally.
-func (s *srdsSituTables) route(p *srdsSituPub, buf []message.BrokerID, stack [][2]message.BrokerID) (hops, locals int, _ []message.BrokerID, _ [][2]message.BrokerID) {
-	stack = append(stack[:0], [2]message.BrokerID{p.edge, ""})
+func (s *srdsSituTables) route(p *srdsSituPub, buf []message.BrokerID, stack [][2]int) (hops, locals int, _ []message.BrokerID, _ [][2]int) {
+	stack = append(stack[:0], [2]int{p.edge, -1})
 	for len(stack) > 0 {
 		h := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		hops++
-		buf = s.tables[h[0]].Recipients(&p.pub, h[1], buf[:0], func(*routing.Entry) { locals++ })
-		var sent [8]message.BrokerID
+		var except message.BrokerID
+		if h[1] >= 0 {
+			except = s.order[h[1]]
+		}
+		buf = s.tables[h[0]].Recipients(&p.pub, except, buf[:0], func(*routing.Entry) { locals++ })
+		var sent [8]int
 		ns := 0
 	recips:
 		for _, r := range buf {
-			n := s.next[[2]message.BrokerID{h[0], r}]
+			n := s.next[h[0]][s.idx[r]]
 			for _, x := range sent[:ns] {
 				if x == n {
 					continue recips
@@ -119,7 +136,7 @@ func (s *srdsSituTables) route(p *srdsSituPub, buf []message.BrokerID, stack [][
 				sent[ns] = n
 				ns++
 			}
-			stack = append(stack, [2]message.BrokerID{n, h[0]})
+			stack = append(stack, [2]int{n, h[0]})
 		}
 	}
 	return hops, locals, buf, stack
@@ -130,7 +147,7 @@ func (s *srdsSituTables) route(p *srdsSituPub, buf []message.BrokerID, stack [][
 func BenchmarkSRDS09SituPublishing(b *testing.B) {
 	s := newSRDSSitu(b, 4096)
 	var buf []message.BrokerID
-	var stack [][2]message.BrokerID
+	var stack [][2]int
 	hops, locals := 0, 0
 	b.ResetTimer()
 	start := time.Now()
