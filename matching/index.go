@@ -33,6 +33,51 @@ type Index struct {
 
 	scratch []pubAttr // the publication being matched, resolved to ids
 	keybuf  []byte
+
+	// acache is a direct-mapped cache in front of access (Match's lookup
+	// of a publication's string values): one slot read instead of the
+	// map's header, directory and group. A miss, a collision or an
+	// absent key falls back to the map. Power-of-two length (or empty).
+	acache  []accessSlot
+	nAccess int // access lists in access
+}
+
+type accessSlot struct {
+	h  uint64
+	al *accessList
+}
+
+// acacheMax bounds the slots of Index.acache (256 KB).
+const acacheMax = 1 << 14
+
+// accessHash is FNV-1a of the operand mixed with the attribute id. Fixed
+// (no seed): a collision costs only the map lookup it stands for.
+func accessHash(attr uint32, s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	h ^= uint64(attr)
+	h *= 1099511628211
+	return h
+}
+
+// accessOfCached is accessOf through acache.
+func (ix *Index) accessOfCached(attr uint32, str string) *accessList {
+	if len(ix.acache) == 0 {
+		return ix.accessOf(bucketKey{attr: attr, str: str})
+	}
+	h := accessHash(attr, str)
+	sl := &ix.acache[h&uint64(len(ix.acache)-1)]
+	if al := sl.al; sl.h == h && al != nil && al.key.attr == attr && al.key.str == str {
+		return al
+	}
+	al := ix.accessOf(bucketKey{attr: attr, str: str})
+	if al != nil {
+		sl.h, sl.al = h, al
+	}
+	return al
 }
 
 // MaxIndexAttrs bounds the distinct attribute names an Index interns (names
@@ -87,6 +132,7 @@ type bucketKey struct {
 // filters having it (the choice of access key prefers rare ones); groups
 // are those filed under it.
 type accessList struct {
+	key    bucketKey
 	freq   int32
 	groups []*group
 	// prog is the groups laid out flat for Match (valid if compiled):
@@ -99,7 +145,9 @@ type accessList struct {
 }
 
 // prog is an access list's groups for Match: for each group a header
-// (its equalities in eqs, its rest list in ents), then one header per
+// (its equalities but the list's own key in eqs, its rest list in ents;
+// every group of the list has the key's equality, which Match checks once
+// for the list), then one header per
 // attribute with bounds (the four sorted lists, consecutive in ents).
 type prog struct {
 	hdrs []phdr
@@ -187,6 +235,11 @@ func (ix *Index) setAccess(k bucketKey, al *accessList) {
 		ix.access[k.attr] = map[string]*accessList{}
 	}
 	ix.access[k.attr][k.str] = al
+	ix.nAccess++
+	if n := len(ix.acache); n < acacheMax && ix.nAccess*2 > n {
+		// A new, larger cache (empty: it fills as Match looks up).
+		ix.acache = make([]accessSlot, max(64, 2*n))
+	}
 }
 
 // isEq reports whether c is a string equality: those group filters and
@@ -284,7 +337,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 		k := eqKey(c.attr, c.value())
 		al := ix.accessOf(k)
 		if al == nil {
-			al = &accessList{}
+			al = &accessList{key: k}
 			ix.setAccess(k, al)
 		}
 		al.freq++
@@ -437,6 +490,12 @@ func (ix *Index) Delete(id uint64) bool {
 			al.freq--
 			if al.freq <= 0 {
 				delete(ix.access[k.attr], k.str)
+				ix.nAccess--
+				if n := len(ix.acache); n > 0 {
+					if sl := &ix.acache[accessHash(k.attr, k.str)&uint64(n-1)]; sl.al == al {
+						*sl = accessSlot{}
+					}
+				}
 			}
 		}
 	}
@@ -494,14 +553,25 @@ func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 		if pa[i].v.Kind != KindString {
 			continue
 		}
-		al := ix.accessOf(eqKey(pa[i].attr, pa[i].v))
+		if !compiled {
+			if al := ix.accessOf(eqKey(pa[i].attr, pa[i].v)); al != nil {
+				dst = ix.matchGroups(al, pa, dst)
+			}
+			continue
+		}
+		al := ix.accessOfCached(pa[i].attr, pa[i].v.Str)
 		if al == nil {
 			continue
 		}
-		if compiled && !al.compiled {
+		if !al.compiled {
 			al.compile()
 		}
-		if compiled && al.compiled {
+		if al.compiled {
+			// Every group of al has its key's equality: it holds if pa[i]
+			// is the first value of its attribute (the one lookup finds).
+			if v, _ := lookup(pa, pa[i].attr); v.Str != pa[i].v.Str || v.Kind != KindString {
+				continue
+			}
 			dst = ix.matchProg(&al.prog, pa, dst)
 			continue
 		}
@@ -526,7 +596,11 @@ func (al *accessList) compile() {
 	for _, g := range al.groups {
 		h := phdr{n: int32(len(g.ranges))}
 		h.b[0] = int32(len(pr.eqs))
-		pr.eqs = append(pr.eqs, g.eqs...)
+		for j := range g.eqs {
+			if c := &g.eqs[j]; c.attr != al.key.attr || c.str != al.key.str {
+				pr.eqs = append(pr.eqs, *c)
+			}
+		}
 		h.b[1] = int32(len(pr.eqs))
 		h.b[2] = int32(len(pr.ents))
 		for _, r := range g.rest {
