@@ -35,6 +35,8 @@ type stored struct {
 	// what was already sent, so a DACK costs what changed, not the
 	// store's size.
 	prev, next *stored
+	// slot numbers the entry densely (Cursor.Slot): fixed for its life.
+	slot int
 }
 
 // ownRef is an own entry found by the name of the broker it is about.
@@ -59,6 +61,12 @@ type Store struct {
 	ownKeys  []*stored            // own's entries sorted by About (rebuilt when ownDirty)
 	ownDirty bool
 	aboutVer uint64 // increases whenever an entry about this broker changes (AboutVersion)
+	aboutSet uint64 // increases whenever aboutMe gains or loses an entry (PathRef)
+	// Slots (Cursor.Slot): slots is the next new one, free those of
+	// entries Forget dropped, slotVer increases when one is freed.
+	slots   int
+	free    []int
+	slotVer uint64
 	// arrCache: per stamp position, the own entry Arrive found last.
 	arrCache [4]ownRef
 	// Max bounds the number of pairs kept; at the bound entries about
@@ -125,6 +133,12 @@ func (s *Store) Put(e message.DAckEntry) bool {
 			return false
 		}
 		st := &stored{e: e}
+		if k := len(s.free); k > 0 {
+			st.slot, s.free = s.free[k-1], s.free[:k-1]
+		} else {
+			st.slot = s.slots
+			s.slots++
+		}
 		s.m[k] = st
 		if e.Reporter == s.self {
 			s.own[e.About] = st
@@ -132,6 +146,7 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		}
 		if e.About == s.self {
 			s.aboutMe[e.Reporter] = st
+			s.aboutSet++
 		}
 		s.touch(st)
 		return true
@@ -230,6 +245,15 @@ func (s *Store) OwnKeys() []message.Stamp {
 // AppendOwnKeys is OwnKeys appending to dst (no allocation when dst has
 // room).
 func (s *Store) AppendOwnKeys(dst []message.Stamp) []message.Stamp {
+	s.sortOwn()
+	for _, st := range s.ownKeys {
+		dst = append(dst, message.Stamp{B: st.e.About, E: st.e.AE, S: st.e.Arrived})
+	}
+	return dst
+}
+
+// sortOwn brings ownKeys up to date.
+func (s *Store) sortOwn() {
 	if s.ownDirty {
 		// Cached as pointers (no map lookup per key per call): an own
 		// entry is only ever replaced through own, which sets ownDirty.
@@ -240,10 +264,6 @@ func (s *Store) AppendOwnKeys(dst []message.Stamp) []message.Stamp {
 		slices.SortFunc(s.ownKeys, func(a, b *stored) int { return cmp.Compare(a.e.About, b.e.About) })
 		s.ownDirty = false
 	}
-	for _, st := range s.ownKeys {
-		dst = append(dst, message.Stamp{B: st.e.About, E: st.e.AE, S: st.e.Arrived})
-	}
-	return dst
 }
 
 // Forget drops every entry by or about id older than incarnation epoch
@@ -254,6 +274,8 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
 			delete(s.m, k)
 			s.unlink(st)
+			s.free = append(s.free, st.slot)
+			s.slotVer++
 			if k.reporter == s.self {
 				delete(s.own, k.about)
 				s.ownDirty = true
@@ -261,6 +283,7 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 			if k.about == s.self {
 				delete(s.aboutMe, k.reporter)
 				s.aboutVer++
+				s.aboutSet++
 			}
 			s.version++
 		}

@@ -79,9 +79,8 @@ type Node struct {
 	// Publication forwarding.
 	queue      []*qentry
 	queueLen   int
-	purgeDirty bool                        // reports about us changed since the last purge
-	discDirty  bool                        // own discarded watermarks may be stale (queue or arrivals changed)
-	thresholds map[message.BrokerID]uint64 // purge scratch: safe threshold per recipient
+	purgeDirty bool // reports about us changed since the last purge
+	discDirty  bool // own discarded watermarks may be stale (queue or arrivals changed)
 	stampSeq   uint64
 	seen       map[message.Source]*srcState
 	seenOrder  []message.Source
@@ -95,7 +94,6 @@ type Node struct {
 	pubBuf     matching.Publication      // the publication being matched (onPub: no allocation per hop)
 	delivBuf   []message.Deliver         // newDeliver's current chunk
 	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
-	ownBuf     []message.Stamp           // updateDiscarded's scratch (own arrived watermarks)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64
@@ -119,14 +117,8 @@ type Node struct {
 	counters Counters
 
 	// Scratch and caches of the hot paths (forward.go). dackLinks: the
-	// due links, the store's changes, their sides. purge: its thresholds
-	// hold for the store's AboutVersion thAbout and the map's version
-	// thTopo.
-	dueBuf          []dueLink
-	changedBuf      []dack.Changed
-	relayBuf        []relayInfo
-	thValid         bool
-	thAbout, thTopo uint64
+	// due links.
+	dueBuf []dueLink
 	// minqOK: minqBuf holds the lowest stamp per upstream (B, E) over the
 	// queue (updateDiscarded). The queue changes only in forward.go:
 	// accept appends (and merges), purge removes (and clears minqOK).
@@ -134,6 +126,19 @@ type Node struct {
 	// peerPs caches the peers of peerPsOf (a sortedPeers slice), in order.
 	peerPs   []*peer
 	peerPsOf []message.BrokerID
+
+	// DACK pass and purge caches (dack_cache.go; owners dackLinks and
+	// purge). relCache: relayOf's verdict per store slot (for the store's
+	// SlotVersion relSlotVer). dackSlab, dackMsgs: where DACKs are carved
+	// from. rth: purge's per-recipient thresholds, their paths valid for
+	// the map version rthTopo (rthOK: set).
+	relCache   []relayCached
+	relSlotVer uint64
+	dackSlab   []message.DAckEntry
+	dackMsgs   []message.DAck
+	rth        map[message.BrokerID]*recipTh
+	rthTopo    uint64
+	rthOK      bool
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -159,7 +164,6 @@ func NewNode(cfg Config) (*Node, error) {
 		viaState:     map[message.SubID]bool{},
 		askedBehind:  map[message.BrokerID]bool{},
 		stateless:    map[message.BrokerID]bool{},
-		thresholds:   map[message.BrokerID]uint64{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},
 		clients:      map[message.ClientID]*clientState{},

@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"github.com/deltapub/deltapub/dack"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
@@ -502,11 +501,10 @@ func (n *Node) dackLinks() {
 	n.geometry()
 	// The due links first (dackDue reads only other links' dackIn, which
 	// this pass does not change, and the link's own dackAt, so deciding
-	// them all up front decides as the link-by-link loop did), then one
-	// walk over the store's changes since the oldest of their last DACKs,
-	// each entry's sides looked up once for all the links.
+	// them all up front decides as the link-by-link loop did), then per
+	// link one walk over the store's changes since its last DACK, newest
+	// first, with each entry's sides as relayOf keeps them.
 	links := n.dueBuf[:0]
-	since := ^uint64(0)
 	for _, p := range n.sortedPeerPtrs() {
 		if !p.up || !n.dackDue(p) {
 			continue
@@ -517,62 +515,23 @@ func (n *Node) dackLinks() {
 			pside = id
 		}
 		links = append(links, dueLink{id: id, p: p, side: pside})
-		since = min(since, p.dackSent)
 	}
 	n.dueBuf = links[:0]
-	if len(links) == 0 {
-		return
-	}
 	ver = n.store.Version()
-	ch := n.store.AppendChanged(n.changedBuf[:0], since)
-	n.changedBuf = ch[:0]
-	// Per change, the side it is about and, for a relayed entry, its
-	// reporter's side: dackRelays' test with the lookups done once.
-	rel := n.relayBuf[:0]
-	for i := range ch {
-		e := &ch[i].Entry
-		r := relayInfo{}
-		if e.About != n.cfg.ID {
-			r.as = n.side[e.About]
-			if r.as == "" {
-				r.as = e.About
-			}
-			r.ok = true
-			if e.Reporter != n.cfg.ID {
-				var known bool
-				r.rs, known = n.side[e.Reporter]
-				r.relayed = true
-				if !known || n.dist[e.Reporter]+n.dist[e.About] > n.cfg.Delta+1 {
-					r.ok = false
-				}
-			}
-		}
-		rel = append(rel, r)
-	}
-	n.relayBuf = rel[:0]
 	for j := range links {
 		d := &links[j]
-		for i := range ch {
-			if ch[i].Version > d.p.dackSent && rel[i].carries(d.side) {
-				d.n++
-			}
-		}
-	}
-	for j := range links {
-		d := &links[j]
-		if d.n == 0 {
-			d.p.dackSent = ver
-			continue
-		}
-		entries := make([]message.DAckEntry, 0, d.n)
-		for i := range ch {
-			if ch[i].Version > d.p.dackSent && rel[i].carries(d.side) {
-				entries = append(entries, ch[i].Entry)
+		entries := n.dackBuf()
+		for c := n.store.Newest(); c.Valid() && c.Version() > d.p.dackSent; c = c.Prev() {
+			if n.relayOf(c).carries(d.side) {
+				entries = append(entries, *c.Entry())
 			}
 		}
 		d.p.dackSent = ver
+		if len(entries) == 0 {
+			continue
+		}
 		d.p.dackAt = n.now
-		n.send(d.id, &message.DAck{Entries: entries})
+		n.send(d.id, n.takeDAck(entries))
 	}
 }
 
@@ -593,7 +552,6 @@ type dueLink struct {
 	id   message.BrokerID
 	p    *peer
 	side message.BrokerID // the tree side it leads to
-	n    int              // entries it carries
 }
 
 // dackRelays reports whether the DACK on the link toward side pside
@@ -680,16 +638,16 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 // queue.
 func (n *Node) purge() {
 	n.purgeDirty = false
-	report := func(b message.BrokerID) (dack.Report, bool) { return n.store.About(b) }
 	// One threshold per recipient (dack.Threshold ≡ dack.Safe for every
 	// stamp at once), then one comparison per queued recipient. A
 	// threshold depends only on the reports about this broker and the
-	// tree path: kept from pass to pass while neither changed.
-	th := n.thresholds
-	if av, tv := n.store.AboutVersion(), n.topo.Version(); !n.thValid || av != n.thAbout || tv != n.thTopo {
-		clear(th)
-		n.thValid, n.thAbout, n.thTopo = true, av, tv
+	// tree path: kept while neither changed (recipThreshold; its paths
+	// while the map is unchanged).
+	if tv := n.topo.Version(); !n.rthOK || tv != n.rthTopo {
+		n.rth = map[message.BrokerID]*recipTh{}
+		n.rthOK, n.rthTopo = true, tv
 	}
+	av := n.store.AboutVersion()
 	kept := n.queue[:0]
 	var lastR message.BrokerID // consecutive entries mostly share recipients:
 	var lastT uint64           // the last lookup saves hashing the name again
@@ -704,14 +662,7 @@ func (n *Node) purge() {
 				if r == lastR && r != "" {
 					t = lastT
 				} else {
-					var ok bool
-					t, ok = th[r]
-					if !ok {
-						if path := n.pathTo(r); len(path) > 1 {
-							t = dack.Threshold(path[1:], report)
-						}
-						th[r] = t
-					}
+					t = n.recipThreshold(r, av)
 					lastR, lastT = r, t
 				}
 				if e.stamp <= t {
@@ -782,20 +733,7 @@ func (n *Node) updateDiscarded() {
 		}
 		n.minqBuf, n.minqOK = minq, true
 	}
-	minq := n.minqBuf
-	n.ownBuf = n.store.AppendOwnKeys(n.ownBuf[:0])
-	for _, k := range n.ownBuf {
-		d := k.S // arrived
-		for _, q := range minq {
-			if q.B == k.B && q.E == k.E {
-				if q.S-1 < d {
-					d = q.S - 1
-				}
-				break
-			}
-		}
-		n.store.SetDiscarded(k.B, k.E, d)
-	}
+	n.store.LowerDiscarded(n.minqBuf)
 }
 
 // findStamp returns the index of the stamp of (s.B, s.E) in minq, or -1.

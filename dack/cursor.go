@@ -1,0 +1,112 @@
+package dack
+
+import "github.com/deltapub/deltapub/message"
+
+// Cursor walks the store's entries in version order, newest change first
+// (AppendChanged's order) without copying them: the overlay builds the
+// DACK of each link from it. A cursor is valid until the store next
+// changes.
+type Cursor struct{ st *stored }
+
+// Newest returns a cursor at the entry changed last (invalid when the
+// store is empty).
+func (s *Store) Newest() Cursor { return Cursor{s.newest} }
+
+// Valid reports whether the cursor is at an entry.
+func (c Cursor) Valid() bool { return c.st != nil }
+
+// Prev moves to the entry changed before this one.
+func (c Cursor) Prev() Cursor { return Cursor{c.st.prev} }
+
+// Version is the version of the entry's last change.
+func (c Cursor) Version() uint64 { return c.st.version }
+
+// Entry is the entry itself: read only.
+func (c Cursor) Entry() *message.DAckEntry { return &c.st.e }
+
+// Slot is a small number naming the entry for its life in the store
+// (< Slots): a caller may index what it derives from the entry's
+// (reporter, about) by it while SlotVersion is unchanged (a slot of an
+// entry Forget dropped is given to the next new entry).
+func (c Cursor) Slot() int { return c.st.slot }
+
+// Slots bounds the slot numbers given so far.
+func (s *Store) Slots() int { return s.slots }
+
+// SlotVersion increases whenever a slot is freed (Forget): what a caller
+// indexed by slot may then be about another entry.
+func (s *Store) SlotVersion() uint64 { return s.slotVer }
+
+// PathRef is a path of brokers resolved to the store's entries about this
+// broker (one per broker of the path, or none), so that its Threshold
+// reads them without a lookup by name. It is resolved again whenever the
+// set of such entries changed (a reporter's first entry, Forget).
+type PathRef struct {
+	path []BrokerID
+	refs []*stored
+	set  uint64 // the store's aboutSet refs hold for
+	ok   bool   // refs resolved once
+}
+
+// SetPath makes p the path (copied; empty: never safe).
+func (p *PathRef) SetPath(path []BrokerID) {
+	p.path = append(p.path[:0], path...)
+	p.ok = false
+}
+
+// PathThreshold is Threshold(p's path, s.About): the reports are read
+// through p's resolved entries.
+func (s *Store) PathThreshold(p *PathRef) uint64 {
+	if len(p.path) == 0 {
+		return 0
+	}
+	if !p.ok || p.set != s.aboutSet {
+		p.refs = p.refs[:0]
+		for _, b := range p.path {
+			p.refs = append(p.refs, s.aboutMe[b]) // nil: no entry
+		}
+		p.set, p.ok = s.aboutSet, true
+	}
+	minArrived := ^uint64(0)
+	maxDiscarded := uint64(0)
+	for _, st := range p.refs {
+		if st == nil || st.e.AE != s.epoch {
+			minArrived = 0
+			continue
+		}
+		if st.e.Arrived < minArrived {
+			minArrived = st.e.Arrived
+		}
+		if st.e.Discarded > maxDiscarded {
+			maxDiscarded = st.e.Discarded
+		}
+	}
+	if maxDiscarded > minArrived {
+		return maxDiscarded
+	}
+	return minArrived
+}
+
+// LowerDiscarded raises this broker's own discarded watermark about each
+// upstream (B, E) it has an arrived watermark about, in OwnKeys' order:
+// to its arrived watermark, or, when minq holds the lowest stamp S of
+// (B, E) still queued here, to S-1 (SetDiscarded for each OwnKeys entry,
+// without a lookup by name).
+func (s *Store) LowerDiscarded(minq []message.Stamp) {
+	s.sortOwn()
+	for _, st := range s.ownKeys {
+		d := st.e.Arrived
+		for _, q := range minq {
+			if q.B == st.e.About && q.E == st.e.AE {
+				if q.S-1 < d {
+					d = q.S - 1
+				}
+				break
+			}
+		}
+		if d > st.e.Discarded {
+			st.e.Discarded = d
+			s.touch(st)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package overlay
+
+import (
+	"github.com/deltapub/deltapub/dack"
+	"github.com/deltapub/deltapub/message"
+)
+
+// Caches and allocation of the DACK pass (dackLinks) and of purge: what
+// they derive from the map and the store is kept while the versions it
+// depends on are unchanged, so that a period costs what changed.
+
+// relayCached is relayInfo of one store entry (by its slot), valid for the
+// geometry of map version geo.
+type relayCached struct {
+	info relayInfo
+	geo  uint64
+	ok   bool
+}
+
+// relayOf returns dackRelays' verdict on the entry at c for any link: the
+// sides of its reporter and of the broker it is about. An entry's
+// (reporter, about) is fixed for its slot's life, so the verdict is kept
+// per slot while the geometry (n.geoVer) and the store's slots
+// (SlotVersion) are unchanged. The geometry must be current.
+func (n *Node) relayOf(c dack.Cursor) *relayInfo {
+	if sv := n.store.SlotVersion(); sv != n.relSlotVer {
+		clear(n.relCache)
+		n.relSlotVer = sv
+	}
+	s := c.Slot()
+	if s >= len(n.relCache) {
+		n.relCache = append(n.relCache, make([]relayCached, n.store.Slots()-len(n.relCache))...)
+	}
+	rc := &n.relCache[s]
+	if rc.ok && rc.geo == n.geoVer {
+		return &rc.info
+	}
+	e := c.Entry()
+	r := relayInfo{}
+	if e.About != n.cfg.ID {
+		r.as = n.side[e.About]
+		if r.as == "" {
+			r.as = e.About
+		}
+		r.ok = true
+		if e.Reporter != n.cfg.ID {
+			var known bool
+			r.rs, known = n.side[e.Reporter]
+			r.relayed = true
+			if !known || n.dist[e.Reporter]+n.dist[e.About] > n.cfg.Delta+1 {
+				r.ok = false
+			}
+		}
+	}
+	rc.info, rc.geo, rc.ok = r, n.geoVer, true
+	return &rc.info
+}
+
+// dackSlabN is how many DACK entries (and DAck messages) dackLinks
+// allocates at once.
+const dackSlabN = 512
+
+// dackBuf returns room to append the entries of one DACK to (len 0, at
+// least a few entries of capacity, the rest of the current slab); carve
+// the DACK from it with takeDAck.
+func (n *Node) dackBuf() []message.DAckEntry {
+	if cap(n.dackSlab) < 16 {
+		n.dackSlab = make([]message.DAckEntry, 0, dackSlabN)
+	}
+	return n.dackSlab[:0]
+}
+
+// takeDAck returns a DAck carrying entries (appended to dackBuf's slice,
+// possibly reallocated by append) and keeps what follows them as the
+// slab: one allocation per many DACKs instead of two each. The entries'
+// capacity ends at their length, so nothing appends into a neighbour's.
+// Slabs are never reused; the GC frees one once none of its DACKs is
+// referenced.
+func (n *Node) takeDAck(entries []message.DAckEntry) *message.DAck {
+	k := len(entries)
+	n.dackSlab = entries[k:k:cap(entries)]
+	if len(n.dackMsgs) == 0 {
+		n.dackMsgs = make([]message.DAck, dackSlabN/8)
+	}
+	m := &n.dackMsgs[0]
+	n.dackMsgs = n.dackMsgs[1:]
+	m.Entries = entries[:k:k]
+	return m
+}
+
+// recipTh is purge's threshold of one recipient: the tree path to it
+// resolved to the store's reports about this broker, and the threshold
+// for the store's AboutVersion about.
+type recipTh struct {
+	path  dack.PathRef
+	th    uint64
+	about uint64
+	ok    bool
+}
+
+// recipThreshold returns dack.Threshold(path to r without this broker,
+// store.About) (0 when r is unknown or this broker), through the
+// per-recipient cache (its paths hold for the map version n.rthTopo).
+func (n *Node) recipThreshold(r message.BrokerID, about uint64) uint64 {
+	rt := n.rth[r]
+	if rt == nil {
+		rt = &recipTh{}
+		if path := n.pathTo(r); len(path) > 1 {
+			rt.path.SetPath(path[1:])
+		}
+		n.rth[r] = rt
+	}
+	if !rt.ok || rt.about != about {
+		rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), about, true
+	}
+	return rt.th
+}
