@@ -131,7 +131,8 @@ type Node struct {
 	// purge). relCache: relayOf's verdict per store slot (for the store's
 	// SlotVersion relSlotVer). dackSlab, dackMsgs: where DACKs are carved
 	// from. rth: purge's per-recipient thresholds, their paths valid for
-	// the map version rthTopo (rthOK: set).
+	// the map version rthTopo (rthOK: set); qcache: purge's dense copy
+	// of the queue.
 	relCache   []relayCached
 	relSlotVer uint64
 	dackSlab   []message.DAckEntry
@@ -139,6 +140,8 @@ type Node struct {
 	rth        map[message.BrokerID]*recipTh
 	rthTopo    uint64
 	rthOK      bool
+	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
+	rtSlab     []*recipTh   // where purgeCache carves its entries' thresholds from
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay

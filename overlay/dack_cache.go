@@ -98,10 +98,9 @@ type recipTh struct {
 	ok    bool
 }
 
-// recipThreshold returns dack.Threshold(path to r without this broker,
-// store.About) (0 when r is unknown or this broker), through the
-// per-recipient cache (its paths hold for the map version n.rthTopo).
-func (n *Node) recipThreshold(r message.BrokerID, about uint64) uint64 {
+// recipTh returns the threshold cache of recipient r (its path holds for
+// the map version n.rthTopo).
+func (n *Node) recipTh(r message.BrokerID) *recipTh {
 	rt := n.rth[r]
 	if rt == nil {
 		rt = &recipTh{}
@@ -110,8 +109,74 @@ func (n *Node) recipThreshold(r message.BrokerID, about uint64) uint64 {
 		}
 		n.rth[r] = rt
 	}
+	return rt
+}
+
+// recipThreshold returns dack.Threshold(path to r without this broker,
+// store.About) (0 when r is unknown or this broker) for the store's
+// AboutVersion about, through the per-recipient cache.
+func (n *Node) recipThreshold(r message.BrokerID, about uint64) uint64 {
+	rt := n.recipTh(r)
 	if !rt.ok || rt.about != about {
 		rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), about, true
 	}
 	return rt.th
+}
+
+// purgeEntryR is how many recipients a purgeEntry holds (an entry with
+// more is purged from the entry itself, slow).
+const purgeEntryR = 64
+
+// purgeEntry is purge's dense copy of one queued entry: its stamp, the
+// recipients it is not yet safe for (bit i: e.safe[i] false) and their
+// thresholds (rt[i]: recipient i's; nil rt: more than purgeEntryR
+// recipients, read e itself).
+type purgeEntry struct {
+	e      *qentry
+	stamp  uint64
+	unsafe uint64
+	rt     []*recipTh
+}
+
+// purgeCache returns n.qcache brought up to date with the queue:
+// n.qcache[i] is about n.queue[i]. The queue only grows at its end
+// between purges (enqueue) and purge itself compacts both; an entry's
+// recipients change only in leave.go (which sets purgeDirty) and in
+// releaseRecipients (which does too): those, a map change (the
+// thresholds' paths) and any misalignment rebuild it all (stale).
+func (n *Node) purgeCache(stale bool) []purgeEntry {
+	qc := n.qcache
+	if !stale && len(qc) <= len(n.queue) {
+		for i := range qc {
+			if qc[i].e != n.queue[i] {
+				stale = true
+				break
+			}
+		}
+	} else {
+		stale = true
+	}
+	if stale {
+		clear(qc)
+		qc = qc[:0]
+	}
+	for _, e := range n.queue[len(qc):] {
+		c := purgeEntry{e: e, stamp: e.stamp}
+		if k := len(e.recips); k <= purgeEntryR {
+			// Carved from a slab: one allocation per many entries.
+			if cap(n.rtSlab)-len(n.rtSlab) < k {
+				n.rtSlab = make([]*recipTh, 0, max(1024, k))
+			}
+			l := len(n.rtSlab)
+			c.rt, n.rtSlab = n.rtSlab[l:l+k:l+k], n.rtSlab[:l+k]
+			for i, r := range e.recips {
+				if !e.safe[i] {
+					c.unsafe |= 1 << i
+					c.rt[i] = n.recipTh(r)
+				}
+			}
+		}
+		qc = append(qc, c)
+	}
+	return qc
 }

@@ -1,6 +1,8 @@
 package overlay
 
 import (
+	"math/bits"
+
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
@@ -637,6 +639,7 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 // recipients (dack.Safe along the tree path to each), and compacts the
 // queue.
 func (n *Node) purge() {
+	dirty := n.purgeDirty // recipients changed (leave.go): the entry cache is stale
 	n.purgeDirty = false
 	// One threshold per recipient (dack.Threshold ≡ dack.Safe for every
 	// stamp at once), then one comparison per queued recipient. A
@@ -646,29 +649,45 @@ func (n *Node) purge() {
 	if tv := n.topo.Version(); !n.rthOK || tv != n.rthTopo {
 		n.rth = map[message.BrokerID]*recipTh{}
 		n.rthOK, n.rthTopo = true, tv
+		dirty = true
 	}
 	av := n.store.AboutVersion()
+	// The pass runs over purgeCache's dense copy of the queue (each
+	// entry's stamp, unsafe recipients and their thresholds), not over
+	// the entries themselves; an entry is written only when a recipient
+	// becomes safe.
+	qc := n.purgeCache(dirty)
 	kept := n.queue[:0]
-	var lastR message.BrokerID // consecutive entries mostly share recipients:
-	var lastT uint64           // the last lookup saves hashing the name again
-	for _, e := range n.queue {
+	k := 0
+	for i := range qc {
+		c := &qc[i]
+		e := c.e
 		if !e.purged {
 			all := true
-			for i, r := range e.recips {
-				if e.safe[i] {
-					continue
+			if c.rt == nil {
+				for i, r := range e.recips {
+					if e.safe[i] {
+						continue
+					}
+					if e.stamp <= n.recipThreshold(r, av) {
+						e.safe[i] = true
+					} else {
+						all = false
+					}
 				}
-				var t uint64
-				if r == lastR && r != "" {
-					t = lastT
-				} else {
-					t = n.recipThreshold(r, av)
-					lastR, lastT = r, t
-				}
-				if e.stamp <= t {
-					e.safe[i] = true
-				} else {
-					all = false
+			} else {
+				for m := c.unsafe; m != 0; m &= m - 1 {
+					j := bits.TrailingZeros64(m)
+					rt := c.rt[j]
+					if !rt.ok || rt.about != av {
+						rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), av, true
+					}
+					if c.stamp <= rt.th {
+						e.safe[j] = true
+						c.unsafe &^= 1 << j
+					} else {
+						all = false
+					}
 				}
 			}
 			if all {
@@ -681,12 +700,16 @@ func (n *Node) purge() {
 		}
 		if !e.purged {
 			kept = append(kept, e)
+			qc[k] = *c
+			k++
 		}
 	}
 	for i := len(kept); i < len(n.queue); i++ {
 		n.queue[i] = nil
+		qc[i] = purgeEntry{}
 	}
 	n.queue = kept
+	n.qcache = qc[:k]
 }
 
 // updateDiscarded sets this broker's discarded watermark about each
@@ -782,6 +805,7 @@ func (n *Node) releaseRecipients() {
 		}
 		e.recips, e.safe = recips, safe
 	}
+	n.purgeDirty = true // recipients changed: purge rebuilds its entry cache
 	n.purge()
 }
 
