@@ -87,23 +87,32 @@ func (s *Store) PathThreshold(p *PathRef) uint64 {
 	return minArrived
 }
 
-// LowerDiscarded raises this broker's own discarded watermark about each
-// upstream (B, E) it has an arrived watermark about, in OwnKeys' order:
-// to its arrived watermark, or, when minq holds the lowest stamp S of
-// (B, E) still queued here, to S-1 (SetDiscarded for each OwnKeys entry,
-// without a lookup by name).
-func (s *Store) LowerDiscarded(minq []message.Stamp) {
+// OwnVersion increases whenever the list OwnKeys returns may change
+// other than in its arrived watermarks: an own entry added, dropped, or
+// replaced by one about a newer incarnation. A caller may keep what it
+// derived from the (broker, epoch) pairs and their order while it is
+// unchanged.
+func (s *Store) OwnVersion() uint64 { return s.ownVer }
+
+// OwnLen is the number of own entries (OwnKeys' length).
+func (s *Store) OwnLen() int { s.sortOwn(); return len(s.ownKeys) }
+
+// OwnAt returns OwnKeys()[i] (the pair i and its arrived watermark).
+func (s *Store) OwnAt(i int) message.Stamp {
 	s.sortOwn()
-	for _, st := range s.ownKeys {
-		d := st.e.Arrived
-		for _, q := range minq {
-			if q.B == st.e.About && q.E == st.e.AE {
-				if q.S-1 < d {
-					d = q.S - 1
-				}
-				break
-			}
-		}
+	st := s.ownKeys[i]
+	return message.Stamp{B: st.e.About, E: st.e.AE, S: st.e.Arrived}
+}
+
+// LowerDiscarded raises this broker's own discarded watermark about each
+// upstream (B, E) it has an arrived watermark about, in OwnKeys' order,
+// to its arrived watermark capped by caps[i] (SetDiscarded(B, E,
+// min(arrived, caps[i])) for OwnKeys()[i], without a lookup by name).
+// caps has OwnLen entries.
+func (s *Store) LowerDiscarded(caps []uint64) {
+	s.sortOwn()
+	for i, st := range s.ownKeys {
+		d := min(st.e.Arrived, caps[i])
 		if d > st.e.Discarded {
 			st.e.Discarded = d
 			s.touch(st)

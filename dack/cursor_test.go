@@ -14,7 +14,8 @@ import (
 // each (a freed one only after SlotVersion changed), a PathRef's
 // threshold equals Threshold over About whatever changed since it was
 // resolved (a reporter's first report, a restart, Forget), and
-// LowerDiscarded does what SetDiscarded per OwnKeys entry does.
+// LowerDiscarded does what SetDiscarded per OwnKeys entry does, and
+// OwnVersion changes whenever the own (broker, epoch) pairs do.
 func TestCacheAccessors(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 3))
 	names := []BrokerID{"A", "B", "C", "D", "E", "self"}
@@ -27,6 +28,7 @@ func TestCacheAccessors(t *testing.T) {
 	slotOf := map[pairKey]int{} // slot of each live entry, as last seen
 	slotVer := s.SlotVersion()
 	var versions []uint64
+	ownVer, ownPairs := s.OwnVersion(), pairs(s)
 	for step := 0; step < 5000; step++ {
 		switch r.IntN(5) {
 		case 0, 4:
@@ -57,7 +59,25 @@ func TestCacheAccessors(t *testing.T) {
 				}
 				want.SetDiscarded(k.B, k.E, d)
 			}
-			s.LowerDiscarded(minq)
+			ov := s.OwnVersion()
+			caps := make([]uint64, s.OwnLen())
+			for i := range caps {
+				caps[i] = ^uint64(0)
+				k := s.OwnAt(i)
+				if k != s.OwnKeys()[i] {
+					t.Fatalf("step %d: OwnAt(%d) = %v, OwnKeys has %v", step, i, k, s.OwnKeys()[i])
+				}
+				for _, q := range minq {
+					if q.B == k.B && q.E == k.E {
+						caps[i] = q.S - 1
+						break
+					}
+				}
+			}
+			s.LowerDiscarded(caps)
+			if s.OwnVersion() != ov {
+				t.Fatalf("step %d: LowerDiscarded changed OwnVersion", step)
+			}
 			if got, w := s.AppendChanged(nil, 0), want.AppendChanged(nil, 0); !sameEntries(got, w) {
 				t.Fatalf("step %d: LowerDiscarded gave %v, SetDiscarded %v", step, got, w)
 			}
@@ -65,6 +85,11 @@ func TestCacheAccessors(t *testing.T) {
 			if r.IntN(8) == 0 {
 				s.Forget(names[r.IntN(len(names))], 2)
 			}
+		}
+		if ov := s.OwnVersion(); ov == ownVer && !reflect.DeepEqual(pairs(s), ownPairs) {
+			t.Fatalf("step %d: own pairs changed from %v to %v, OwnVersion did not", step, ownPairs, pairs(s))
+		} else {
+			ownVer, ownPairs = ov, pairs(s)
 		}
 		versions = append(versions, s.Version())
 		since := versions[r.IntN(len(versions))]
@@ -156,4 +181,13 @@ func sameEntries(a, b []Changed) bool {
 		}
 	}
 	return true
+}
+
+// pairs is OwnKeys without the arrived watermarks.
+func pairs(s *Store) []message.Stamp {
+	var p []message.Stamp
+	for _, k := range s.OwnKeys() {
+		p = append(p, message.Stamp{B: k.B, E: k.E})
+	}
+	return p
 }

@@ -60,6 +60,7 @@ type Store struct {
 	aboutMe  map[BrokerID]*stored // entries with About == self, by Reporter (purge reads them)
 	ownKeys  []*stored            // own's entries sorted by About (rebuilt when ownDirty)
 	ownDirty bool
+	ownVer   uint64 // increases when own gains or loses an entry or one changes incarnation (OwnVersion)
 	aboutVer uint64 // increases whenever an entry about this broker changes (AboutVersion)
 	aboutSet uint64 // increases whenever aboutMe gains or loses an entry (PathRef)
 	// Slots (Cursor.Slot): slots is the next new one, free those of
@@ -143,6 +144,7 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		if e.Reporter == s.self {
 			s.own[e.About] = st
 			s.ownDirty = true
+			s.ownVer++
 		}
 		if e.About == s.self {
 			s.aboutMe[e.Reporter] = st
@@ -157,6 +159,9 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		return false
 	case e.RE > o.RE || e.AE > o.AE:
 		old.e = e
+		if e.Reporter == s.self {
+			s.ownVer++ // its incarnation changed
+		}
 		s.touch(old)
 		return true
 	}
@@ -279,6 +284,7 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 			if k.reporter == s.self {
 				delete(s.own, k.about)
 				s.ownDirty = true
+				s.ownVer++
 			}
 			if k.about == s.self {
 				delete(s.aboutMe, k.reporter)

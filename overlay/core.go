@@ -141,7 +141,18 @@ type Node struct {
 	rthTopo    uint64
 	rthOK      bool
 	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
-	rtSlab     []*recipTh   // where purgeCache carves its entries' thresholds from
+	// updateDiscarded (owner): minqIn[j] says whether minqBuf[j]'s pair
+	// has a queued stamp; minqLay increases when minqBuf's pairs move;
+	// join maps the store's own pairs to minqBuf (for OwnVersion joinOwn
+	// and minqLay joinLay); capBuf is the caps handed to the store.
+	minqIn  []bool
+	minqLay uint64
+	join    []int
+	joinOwn uint64
+	joinLay uint64
+	joinOK  bool
+	capBuf  []uint64
+	rtSlab  []*recipTh // where purgeCache carves its entries' thresholds from
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay

@@ -725,8 +725,12 @@ func (n *Node) updateDiscarded() {
 	// Kept between calls (minqOK): accept merges each queued entry's
 	// stamps in (mergeMinq), and only a purge that removes an entry
 	// forces the scan again (a minimum cannot be updated by a removal).
+	// The scan keeps the (B, E) already known where they are (minqIn
+	// says which have a queued stamp), so that the join below holds
+	// until a new pair comes (minqLay).
 	if !n.minqOK {
-		minq := n.minqBuf[:0]
+		minq := n.minqBuf
+		clear(n.minqIn)
 		var hint [8]int // per stamp position: where its (B, E) was last found
 		for _, e := range n.queue {
 			if e.purged {
@@ -746,6 +750,10 @@ func (n *Node) updateDiscarded() {
 				case j < 0:
 					j = len(minq)
 					minq = append(minq, s)
+					n.minqIn = append(n.minqIn, true)
+					n.minqLay++
+				case !n.minqIn[j]:
+					minq[j].S, n.minqIn[j] = s.S, true
 				case s.S < minq[j].S:
 					minq[j].S = s.S
 				}
@@ -755,8 +763,53 @@ func (n *Node) updateDiscarded() {
 			}
 		}
 		n.minqBuf, n.minqOK = minq, true
+		n.compactMinq()
 	}
-	n.store.LowerDiscarded(n.minqBuf)
+	// The join of the own watermarks (OwnKeys' order) with minq, kept
+	// while neither side's pairs changed: per own pair, the index of its
+	// lowest queued stamp in minq (-1: none).
+	st := n.store
+	if ov := st.OwnVersion(); !n.joinOK || ov != n.joinOwn || n.minqLay != n.joinLay {
+		n.join = n.join[:0]
+		for i, k := 0, st.OwnLen(); i < k; i++ {
+			n.join = append(n.join, findStamp(n.minqBuf, st.OwnAt(i)))
+		}
+		n.joinOK, n.joinOwn, n.joinLay = true, ov, n.minqLay
+	}
+	caps := n.capBuf[:0]
+	for _, j := range n.join {
+		c := ^uint64(0) // none queued: discarded up to arrived
+		if j >= 0 && n.minqIn[j] {
+			c = n.minqBuf[j].S - 1 // wraps for S = 0, as SetDiscarded's comparison did
+		}
+		caps = append(caps, c)
+	}
+	n.capBuf = caps
+	st.LowerDiscarded(caps)
+}
+
+// compactMinq drops from minq the pairs no queued stamp has once they
+// outnumber the others (restarted upstream brokers leave pairs behind).
+func (n *Node) compactMinq() {
+	in := 0
+	for _, b := range n.minqIn {
+		if b {
+			in++
+		}
+	}
+	if len(n.minqBuf) <= 2*in+16 {
+		return
+	}
+	k := 0
+	for j, s := range n.minqBuf {
+		if n.minqIn[j] {
+			n.minqBuf[k], n.minqIn[k] = s, true
+			k++
+		}
+	}
+	clear(n.minqBuf[k:])
+	n.minqBuf, n.minqIn = n.minqBuf[:k], n.minqIn[:k]
+	n.minqLay++
 }
 
 // findStamp returns the index of the stamp of (s.B, s.E) in minq, or -1.
@@ -776,6 +829,10 @@ func (n *Node) mergeMinq(stamps []message.Stamp) {
 		switch j := findStamp(n.minqBuf, s); {
 		case j < 0:
 			n.minqBuf = append(n.minqBuf, s)
+			n.minqIn = append(n.minqIn, true)
+			n.minqLay++
+		case !n.minqIn[j]:
+			n.minqBuf[j].S, n.minqIn[j] = s.S, true
 		case s.S < n.minqBuf[j].S:
 			n.minqBuf[j].S = s.S
 		}
