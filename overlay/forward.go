@@ -659,50 +659,49 @@ func (n *Node) purge() {
 	qc := n.purgeCache(dirty)
 	kept := n.queue[:0]
 	k := 0
+	// A queued entry is never marked purged: purge drops it from the
+	// queue in the pass that marks it (so e.purged is not read here).
 	for i := range qc {
 		c := &qc[i]
 		e := c.e
-		if !e.purged {
-			all := true
-			if c.rt == nil {
-				for i, r := range e.recips {
-					if e.safe[i] {
-						continue
-					}
-					if e.stamp <= n.recipThreshold(r, av) {
-						e.safe[i] = true
-					} else {
-						all = false
-					}
+		all := true
+		if c.rt == nil {
+			for i, r := range e.recips {
+				if e.safe[i] {
+					continue
 				}
-			} else {
-				for m := c.unsafe; m != 0; m &= m - 1 {
-					j := bits.TrailingZeros64(m)
-					rt := c.rt[j]
-					if !rt.ok || rt.about != av {
-						rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), av, true
-					}
-					if c.stamp <= rt.th {
-						e.safe[j] = true
-						c.unsafe &^= 1 << j
-					} else {
-						all = false
-					}
+				if e.stamp <= n.recipThreshold(r, av) {
+					e.safe[i] = true
+				} else {
+					all = false
 				}
 			}
-			if all {
-				e.purged = true
-				n.minqOK = false // a removal: updateDiscarded scans again
-				n.queueLen--
-				n.discDirty = true
-				n.counters.Purged++
+		} else {
+			for m := c.unsafe; m != 0; m &= m - 1 {
+				j := bits.TrailingZeros64(m)
+				rt := c.rt[j]
+				if !rt.ok || rt.about != av {
+					rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), av, true
+				}
+				if c.stamp <= rt.th {
+					e.safe[j] = true
+					c.unsafe &^= 1 << j
+				} else {
+					all = false
+				}
 			}
 		}
-		if !e.purged {
-			kept = append(kept, e)
-			qc[k] = *c
-			k++
+		if all {
+			e.purged = true
+			n.minqOK = false // a removal: updateDiscarded scans again
+			n.queueLen--
+			n.discDirty = true
+			n.counters.Purged++
+			continue
 		}
+		kept = append(kept, e)
+		qc[k] = *c
+		k++
 	}
 	for i := len(kept); i < len(n.queue); i++ {
 		n.queue[i] = nil
