@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"time"
@@ -228,13 +229,22 @@ func (l *Log) Check() Report {
 	r.Details = append(r.Details, l.Undrained...)
 	detail := func(format string, args ...any) { l.problemTo(&r.Details, format, args...) }
 
-	type seen struct {
-		got  map[message.PubID]bool
-		last map[message.Source]uint64
-	}
-	per := make([]seen, len(l.Subs))
-	for i := range per {
-		per[i] = seen{got: map[message.PubID]bool{}, last: map[message.Source]uint64{}}
+	// Per subscription: which publications it got (a bitset over the
+	// indexes of l.Pubs; a map for publications not in the log) and the
+	// last sequence number per source (sources numbered once per
+	// publication, not hashed per delivery).
+	np := len(l.Pubs)
+	per := make([]subSeen, len(l.Subs))
+	srcs := map[message.Source]int{}
+	pubSrc := make([]int32, np) // source number + 1 of l.Pubs[i], once known
+	srcOf := func(id message.PubID) int {
+		s := id.Source()
+		i, ok := srcs[s]
+		if !ok {
+			i = len(srcs)
+			srcs[s] = i
+		}
+		return i
 	}
 	r.PerSub = make([]SubReport, len(l.Subs))
 	for i, sr := range l.Subs {
@@ -249,20 +259,35 @@ func (l *Log) Check() Report {
 		sr := l.Subs[d.Sub]
 		ps := &per[d.Sub]
 		r.PerSub[d.Sub].Delivered++
-		if ps.got[d.Pub] {
+		pi, known := l.pubIdx[d.Pub]
+		if ps.got(pi, known, d.Pub) {
 			r.Duplicates++
 			detail("duplicate: %s delivered again to %s (%s) at %s", d.Pub, sr.Name, d.SubID, fmtTime(d.At))
 			continue
 		}
-		ps.got[d.Pub] = true
-		src := d.Pub.Source()
-		if last, ok := ps.last[src]; ok && d.Pub.Seq <= last {
-			r.Reordered++
-			detail("reorder: %s delivered to %s after seq %d of the same source at %s", d.Pub, sr.Name, last, fmtTime(d.At))
+		ps.setGot(pi, known, d.Pub, np)
+		var src int
+		if known {
+			if pubSrc[pi] == 0 {
+				pubSrc[pi] = int32(srcOf(d.Pub)) + 1
+			}
+			src = int(pubSrc[pi]) - 1
 		} else {
-			ps.last[src] = d.Pub.Seq
+			src = srcOf(d.Pub)
 		}
-		p := l.Pub(d.Pub)
+		for len(ps.last) <= src {
+			ps.last = append(ps.last, lastSeq{})
+		}
+		if last := ps.last[src]; last.ok && d.Pub.Seq <= last.seq {
+			r.Reordered++
+			detail("reorder: %s delivered to %s after seq %d of the same source at %s", d.Pub, sr.Name, last.seq, fmtTime(d.At))
+		} else {
+			ps.last[src] = lastSeq{d.Pub.Seq, true}
+		}
+		var p *PubRecord
+		if known {
+			p = l.Pubs[pi]
+		}
 		switch {
 		case sr.HasID && d.SubID != sr.ID:
 			r.Spurious++
@@ -288,6 +313,10 @@ func (l *Log) Check() Report {
 	}
 	// The oracle: which (subscription, publication) pairs PROTOCOL §1
 	// guarantees. Publications in publication order for stable details.
+	// Only the publications that can be guaranteed at all are visited and,
+	// with the default matcher, only those carrying the value of the
+	// subscription's first string equality (see oracleCandidates).
+	cand := l.oracleCandidates(Match)
 	for si, sr := range l.Subs {
 		if sr.Excluded {
 			r.ExcludedSubs++
@@ -297,8 +326,9 @@ func (l *Log) Check() Report {
 			r.Unconfirmed++
 			continue
 		}
-		for _, p := range l.Pubs {
-			if p.Excluded || p.AckedAt < 0 || p.AckedAt <= sr.ConfirmedAt {
+		for _, pi := range cand.of(sr.Filter) {
+			p := l.Pubs[pi]
+			if p.AckedAt <= sr.ConfirmedAt {
 				continue
 			}
 			if sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
@@ -309,7 +339,9 @@ func (l *Log) Check() Report {
 			}
 			r.Guaranteed++
 			r.PerSub[si].Guaranteed++
-			if per[si].got[p.ID] {
+			// Deliveries of p.ID were recorded under the index the log
+			// gives it (p's own, unless the record was added by hand).
+			if gi := cand.idx[pi]; per[si].got(gi, gi >= 0, p.ID) {
 				continue
 			}
 			r.Lost++
@@ -323,6 +355,103 @@ func (l *Log) Check() Report {
 		}
 	}
 	return r
+}
+
+// subSeen is what one subscription got, for Check.
+type subSeen struct {
+	bits    []uint64 // by index in Log.Pubs
+	unknown map[message.PubID]bool
+	last    []lastSeq // by source number
+}
+
+type lastSeq struct {
+	seq uint64
+	ok  bool
+}
+
+func (x *subSeen) got(pi int, known bool, id message.PubID) bool {
+	if !known {
+		return x.unknown[id]
+	}
+	w := pi / 64
+	return w < len(x.bits) && x.bits[w]&(1<<(pi%64)) != 0
+}
+
+func (x *subSeen) setGot(pi int, known bool, id message.PubID, np int) {
+	if !known {
+		if x.unknown == nil {
+			x.unknown = map[message.PubID]bool{}
+		}
+		x.unknown[id] = true
+		return
+	}
+	if x.bits == nil {
+		x.bits = make([]uint64, (np+63)/64)
+	}
+	x.bits[pi/64] |= 1 << (pi % 64)
+}
+
+// candidates lists, for the oracle, the publications a subscription can
+// be guaranteed: acknowledged and not excluded (all), and, when the
+// matcher is simpleMatch, the same grouped by the string equalities they
+// satisfy (byEq: the value of each attribute name's first occurrence, the
+// one simpleMatch reads). Each list is in publication order.
+type candidates struct {
+	all  []int
+	byEq map[eqKey][]int // nil: the matcher is not simpleMatch
+	// idx is, by index in Pubs, Log.pubIdx of the publication's ID (-1:
+	// none), the index its deliveries are recorded under.
+	idx []int
+}
+
+type eqKey struct{ attr, value string }
+
+func (l *Log) oracleCandidates(match func(matching.Filter, []matching.Attr) bool) candidates {
+	c := candidates{idx: make([]int, len(l.Pubs))}
+	for i, p := range l.Pubs {
+		if !p.Excluded && p.AckedAt >= 0 {
+			c.all = append(c.all, i)
+			c.idx[i] = -1
+			if j, ok := l.pubIdx[p.ID]; ok {
+				c.idx[i] = j
+			}
+		}
+	}
+	if reflect.ValueOf(match).Pointer() != reflect.ValueOf(simpleMatch).Pointer() {
+		return c
+	}
+	c.byEq = map[eqKey][]int{}
+	for _, i := range c.all {
+		as := l.Pubs[i].Attrs
+	attrs:
+		for j, a := range as {
+			if a.Value.Kind != matching.KindString {
+				continue
+			}
+			for _, b := range as[:j] {
+				if b.Name == a.Name {
+					continue attrs // simpleMatch reads the first one only
+				}
+			}
+			k := eqKey{a.Name, a.Value.Str}
+			c.byEq[k] = append(c.byEq[k], i)
+		}
+	}
+	return c
+}
+
+// of returns the publications filter f may match: with simpleMatch, those
+// carrying the value of f's first string equality (a publication without
+// it fails that predicate); all of them otherwise.
+func (c candidates) of(f matching.Filter) []int {
+	if c.byEq != nil {
+		for _, p := range f.Preds {
+			if p.Op == matching.OpEq && p.Value.Kind == matching.KindString {
+				return c.byEq[eqKey{p.Attr, p.Value.Str}]
+			}
+		}
+	}
+	return c.all
 }
 
 func (l *Log) problemTo(list *[]string, format string, args ...any) { l.problem(list, format, args...) }

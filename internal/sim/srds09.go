@@ -36,6 +36,8 @@ type SRDSOptions struct {
 	// CPU, when set, returns the process CPU time used so far: it
 	// measures the steady state (publishing) apart from the setup.
 	CPU func() time.Duration
+	// onLog, when set, sees the run's log after the checkers (tests).
+	onLog func(*Log)
 }
 
 // DefaultSRDSOptions is the slides' setup.
@@ -278,6 +280,9 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	res.Report = s.Log().Check()
 	if o.Clock != nil {
 		res.CheckWall = o.Clock().Sub(t1)
+	}
+	if o.onLog != nil {
+		o.onLog(s.Log())
 	}
 	res.Virtual = s.Now()
 	res.MaxQueue = s.Stats().MaxQueueSeen
