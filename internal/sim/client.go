@@ -51,7 +51,7 @@ func (s *Sim) newClient(name string, edge message.BrokerID) (*client, error) {
 	}
 	s.nextCID++
 	c := &client{id: s.nextCID, name: name, edge: b, edgeInc: b.inc, sub: -1}
-	s.clients[c.id] = c
+	s.clients = append(s.clients, c) // at index c.id
 	b.clients = append(b.clients, c)
 	s.tracef("client %s (#%d) opens at %s", name, c.id, edge)
 	s.input(b, s.cfg.ClientDelay, func() { b.node.ClientOpen(c.id) })
@@ -72,7 +72,10 @@ func (s *Sim) clientSend(c *client, m message.Message) {
 
 // toClient carries a message from broker b to one of its clients.
 func (s *Sim) toClient(b *broker, env ClientEnvelope) {
-	c := s.clients[env.To]
+	var c *client
+	if env.To > 0 && uint64(env.To) < uint64(len(s.clients)) {
+		c = s.clients[env.To]
+	}
 	if c == nil || c.edge != b || c.edgeInc != b.inc {
 		s.stats.ClientMisses++
 		s.tracef("%s -> client #%d MISSED (unknown or foreign client) %s", b.id, env.To, env.Msg.Type())
@@ -267,13 +270,7 @@ func (s *Sim) AllConfirmed() bool {
 }
 
 func (s *Sim) clientList() []*client {
-	out := make([]*client, 0, len(s.clients))
-	for id := message.ClientID(1); id <= s.nextCID; id++ {
-		if c := s.clients[id]; c != nil {
-			out = append(out, c)
-		}
-	}
-	return out
+	return append([]*client(nil), s.clients[1:]...)
 }
 
 // CheckLiveness records a liveness problem for every live subscription not
@@ -299,35 +296,48 @@ func (s *Sim) CheckLiveness() {
 // online is the continuous part of the checkers: exactly once and
 // per-source FIFO, checked as each delivery is recorded, so that the
 // trace shows a violation at the instant it happens (the full verdict is
-// still Log.Check after the run).
-type online struct {
-	src []*seen // by source index (Sim.srcIdx)
-}
+// still Log.Check after the run). Sim.online holds, by source index
+// (Sim.srcIdx), what each subscriber (by index in Log.Subs) got from that
+// source: the deliveries of one publication, which come in a row, touch
+// one array.
+type online []seen
 
 // seen is what one subscriber got from one source: the highest sequence
 // number (last, once set) and the set of sequence numbers delivered, as a
-// bitmap below seenBits (sequence numbers start at 1 and grow by one) and
-// a map above (a stray huge number must not allocate a huge bitmap).
+// bitmap below seenBits (sequence numbers start at 1 and grow by one; the
+// first seenLow of them in place) and a map above (a stray huge number
+// must not allocate a huge bitmap).
 type seen struct {
 	last    uint64
 	hasLast bool
-	bits    []uint64
+	low     [seenLow / 64]uint64
+	bits    []uint64 // from seenLow on
 	far     map[uint64]bool
 }
 
-const seenBits = 1 << 20
+const (
+	seenBits = 1 << 20
+	seenLow  = 256
+)
 
 func (x *seen) has(seq uint64) bool {
+	if seq < seenLow {
+		return x.low[seq/64]&(1<<(seq%64)) != 0
+	}
 	if seq < seenBits {
-		w := seq / 64
+		w := (seq - seenLow) / 64
 		return w < uint64(len(x.bits)) && x.bits[w]&(1<<(seq%64)) != 0
 	}
 	return x.far[seq]
 }
 
 func (x *seen) add(seq uint64) {
+	if seq < seenLow {
+		x.low[seq/64] |= 1 << (seq % 64)
+		return
+	}
 	if seq < seenBits {
-		w := int(seq / 64)
+		w := int((seq - seenLow) / 64)
 		for len(x.bits) <= w {
 			x.bits = append(x.bits, 0)
 		}
@@ -341,34 +351,31 @@ func (x *seen) add(seq uint64) {
 }
 
 func (s *Sim) checkOnline(c *client, d *message.Deliver) {
-	for len(s.online) <= c.sub {
-		s.online = append(s.online, nil)
-	}
-	o := s.online[c.sub]
-	if o == nil {
-		o = &online{}
-		s.online[c.sub] = o
-	}
 	// One small map shared by all subscribers (hot in the cache) numbers
 	// the sources, instead of a map per subscriber; bounded by the
-	// publishers (and their epochs) of the run.
+	// publishers (and their epochs) of the run. The deliveries of one
+	// publication come in a row: the last source is remembered.
 	src := d.Pub.Source()
-	i, ok := s.srcIdx[src]
-	if !ok {
-		if s.srcIdx == nil {
-			s.srcIdx = map[message.Source]int{}
+	i := s.lastSrcIdx
+	if src != s.lastSrc || s.srcIdx == nil {
+		var ok bool
+		i, ok = s.srcIdx[src]
+		if !ok {
+			if s.srcIdx == nil {
+				s.srcIdx = map[message.Source]int{}
+			}
+			i = len(s.srcIdx)
+			s.srcIdx[src] = i
+			s.online = append(s.online, nil)
 		}
-		i = len(s.srcIdx)
-		s.srcIdx[src] = i
+		s.lastSrc, s.lastSrcIdx = src, i
 	}
-	for len(o.src) <= i {
-		o.src = append(o.src, nil)
+	o := s.online[i]
+	if len(o) <= c.sub {
+		o = append(o, make(online, max(c.sub+1, len(s.log.Subs))-len(o))...)
+		s.online[i] = o
 	}
-	x := o.src[i]
-	if x == nil {
-		x = &seen{}
-		o.src[i] = x
-	}
+	x := &o[c.sub]
 	violation := ""
 	if x.has(d.Pub.Seq) {
 		violation = "duplicate"

@@ -1,10 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/deltapub/deltapub/matching"
@@ -490,7 +490,7 @@ func (l *Log) Delays() []DelaySample {
 	for _, d := range l.Deliveries {
 		out = append(out, DelaySample{Published: time.Duration(d.PubTime), Delay: d.At - time.Duration(d.PubTime)})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Published < out[j].Published })
+	slices.SortStableFunc(out, func(a, b DelaySample) int { return cmp.Compare(a.Published, b.Published) })
 	return out
 }
 

@@ -177,6 +177,9 @@ type link struct {
 	// removed from it), i.e. s.links[l.k] != l, without hashing the key.
 	replaced bool
 	last     [2]time.Duration
+	// q holds the messages in flight in each direction behind the one in
+	// the event heap (see fifo).
+	q [2]fifo
 }
 
 // Stats counts what happened in a run.
@@ -208,7 +211,7 @@ type Sim struct {
 	links    map[linkKey]*link
 	cuts     map[linkKey]bool
 	nextLink uint64
-	clients  map[message.ClientID]*client
+	clients  []*client // by ClientID (IDs are 1, 2, ...; [0] is nil)
 	nextCID  message.ClientID
 	log      *Log
 	stats    Stats
@@ -220,8 +223,12 @@ type Sim struct {
 	// counts the messages sent by type; Stats builds Stats.Messages.
 	typeNames []string
 	msgCount  []int64
-	online    []*online              // by subscriber index (Log.Subs)
+	online    []online               // by source index (srcIdx), see online
 	srcIdx    map[message.Source]int // numbers the sources for online
+	// lastSrc and lastSrcIdx cache the last source numbered (the
+	// deliveries of one publication come in a row).
+	lastSrc    message.Source
+	lastSrcIdx int
 	// firstViolation is the first duplicate or reorder seen online, or -1.
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
@@ -239,7 +246,7 @@ func New(cfg Config) (*Sim, error) {
 		brokers: map[message.BrokerID]*broker{},
 		links:   map[linkKey]*link{},
 		cuts:    map[linkKey]bool{},
-		clients: map[message.ClientID]*client{},
+		clients: []*client{nil},
 		log:     newLog(),
 
 		firstViolation: -1,
@@ -345,7 +352,7 @@ func (s *Sim) RunUntilCond(max time.Duration, cond func() bool) (bool, error) {
 }
 
 func (s *Sim) stepOne() {
-	e := s.q.pop()
+	e := s.next()
 	s.now = e.at
 	s.stats.Events++
 	if s.stats.Events > s.cfg.MaxEvents {
@@ -386,16 +393,13 @@ func (s *Sim) flush(b *broker) {
 	if b.node == nil {
 		return
 	}
+	if on, ok := b.node.(overlayNode); ok {
+		s.flushOverlay(b, on)
+		return
+	}
 	rd := b.node.Ready()
 	for _, n := range rd.Notices {
-		s.stats.Notices[n.Kind]++
-		if n.Kind == "joined" {
-			b.joined, b.everJoined = true, true
-		}
-		s.tracef("%s notice %s %s %s", b.id, n.Kind, n.Peer, n.Detail)
-		if s.onNotice != nil {
-			s.onNotice(b.id, n)
-		}
+		s.notice(b, n)
 	}
 	for _, p := range rd.Dials {
 		s.dial(b, p.ID)
@@ -408,6 +412,40 @@ func (s *Sim) flush(b *broker) {
 	}
 	for _, c := range rd.ToClients {
 		s.toClient(b, c)
+	}
+}
+
+// flushOverlay is flush for the protocol core: it acts on the core's
+// outputs in place, in the same order, and hands them back (Recycle)
+// afterwards, instead of having the adapter copy them first (node.go).
+func (s *Sim) flushOverlay(b *broker, on overlayNode) {
+	r := on.n.Ready()
+	for _, n := range r.Notices {
+		s.notice(b, Notice{Kind: string(n.Kind), Peer: n.Peer, Detail: n.Detail})
+	}
+	for _, p := range r.Dials {
+		s.dial(b, p.ID)
+	}
+	for _, p := range r.Closes {
+		s.closeLink(b, p)
+	}
+	for _, m := range r.Messages {
+		s.send(b, Envelope{To: m.To, Msg: m.Msg})
+	}
+	for _, c := range r.ToClients {
+		s.toClient(b, ClientEnvelope{To: c.To, Msg: c.Msg})
+	}
+	on.n.Recycle(r)
+}
+
+func (s *Sim) notice(b *broker, n Notice) {
+	s.stats.Notices[n.Kind]++
+	if n.Kind == "joined" {
+		b.joined, b.everJoined = true, true
+	}
+	s.tracef("%s notice %s %s %s", b.id, n.Kind, n.Peer, n.Detail)
+	if s.onNotice != nil {
+		s.onNotice(b.id, n)
 	}
 }
 
@@ -807,18 +845,21 @@ func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 func (s *Sim) send(b *broker, env Envelope) {
 	typ := env.Msg.Type()
 	name := s.countType(typ)
-	k := keyOf(b.id, env.To)
-	l := b.linkTo[env.To] // s.links[k]
-	if l == nil || !l.up || l.incOf(b.id) != b.inc {
+	l := b.linkTo[env.To] // s.links[keyOf(b.id, env.To)]
+	// dir 0: b is l.k.a (brokers are unique by id: pointers compare).
+	dir, inc := 0, 0
+	if l != nil {
+		inc = l.incA
+		if l.bA != b {
+			dir, inc = 1, l.incB
+		}
+	}
+	if l == nil || !l.up || inc != b.inc {
 		s.stats.NoLinkDrops++
 		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
 		return
 	}
 	s.msgCount[typ]++
-	dir := 0
-	if b.id != k.a {
-		dir = 1
-	}
 	at := s.now + s.delay()
 	if at < l.last[dir] {
 		at = l.last[dir] // FIFO per link direction
@@ -844,7 +885,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 		}
 	}
 	d := s.newDelivery()
-	d.from, d.l, d.k, d.name, d.msg, d.frame = b.id, l, k, name, msg, frame
+	d.from, d.l, d.dir, d.to, d.name, d.msg, d.frame = b.id, l, dir, t, name, msg, frame
 	s.enqueue(at, t, nil, d)
 }
 
@@ -852,7 +893,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 // the incarnation it was sent to), unless its link broke meanwhile.
 func (s *Sim) deliver(t *broker, d *delivery) {
 	from, msg := d.from, d.msg
-	if d.l.replaced || !s.alive(d.l) { // d.l was s.links[d.k] when sent
+	if d.l.replaced || !s.alive(d.l) { // d.l was s.links[keyOf(from, t.id)] when sent
 		s.stats.InFlightLost++
 		s.tracef("%s -> %s LOST in flight %s", from, t.id, d.name)
 		s.releaseDelivery(d)
