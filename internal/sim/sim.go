@@ -229,6 +229,8 @@ type Sim struct {
 	// deliveries of one publication come in a row).
 	lastSrc    message.Source
 	lastSrcIdx int
+	// settled counts the subscriptions known to be settled (AllConfirmed).
+	settled int
 	// firstViolation is the first duplicate or reorder seen online, or -1.
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
@@ -556,7 +558,12 @@ func (s *Sim) Join(id message.BrokerID, joinpoints ...message.BrokerID) error {
 // or reports Joined in its status.
 func (s *Sim) Joined(id message.BrokerID) bool {
 	b, ok := s.brokers[id]
-	if !ok || b.state == stateCrashed {
+	return ok && b.isJoined()
+}
+
+// isJoined is Joined for a known broker (polled every tick while it joins).
+func (b *broker) isJoined() bool {
+	if b.state == stateCrashed {
 		return false
 	}
 	if !b.joined && b.node.Status().Joined {
@@ -946,6 +953,16 @@ func (s *Sim) QueueLens() map[message.BrokerID]int {
 		}
 	}
 	return out
+}
+
+// drained reports whether every live broker's queue is empty.
+func (s *Sim) drained() bool {
+	for _, b := range s.order {
+		if b.state != stateCrashed && b.node != nil && b.node.Status().QueueLen != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckDrained records an undrained-queue problem for every live broker

@@ -251,14 +251,7 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	// Drain: step one tick at a time until every live queue is empty.
 	res.DrainTime = -1
 	stop := s.Now()
-	ok, err := s.RunUntilCond(5*time.Second, func() bool {
-		for _, q := range s.QueueLens() {
-			if q != 0 {
-				return false
-			}
-		}
-		return true
-	})
+	ok, err := s.RunUntilCond(5*time.Second, s.drained)
 	if err != nil {
 		res.Err = err
 		return res

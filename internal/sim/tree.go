@@ -148,7 +148,8 @@ func (s *Sim) BuildTree(t Tree, maxJoin time.Duration) error {
 		} else if err := s.Join(id, t.Ancestors(id, s.cfg.Delta+1)...); err != nil {
 			return err
 		}
-		ok, err := s.RunUntilCond(maxJoin, func() bool { return s.Joined(id) })
+		b := s.brokers[id]
+		ok, err := s.RunUntilCond(maxJoin, b.isJoined)
 		if err != nil {
 			return err
 		}
