@@ -101,7 +101,7 @@ type Node struct {
 	gapOrder   []gapKey
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
-	floods     map[floodKey]*flood
+	floods     floodMap               // pending, by key (flood_fast.go)
 	floodHole  bool                   // set by floodTargets: some direction has a hole beyond δ
 	viaState   map[message.SubID]bool // entries learned by state transfer, not by a flood
 	tombstones map[message.SubID]bool
@@ -153,6 +153,9 @@ type Node struct {
 	joinOK  bool
 	capBuf  []uint64
 	rtSlab  []*recipTh // where purgeCache carves its entries' thresholds from
+	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
+	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
+	fl floodState
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -174,7 +177,6 @@ func NewNode(cfg Config) (*Node, error) {
 		holes:        map[message.BrokerID]bool{},
 		resyncDirs:   map[message.BrokerID]bool{},
 		gapSeen:      map[gapKey]bool{},
-		floods:       map[floodKey]*flood{},
 		viaState:     map[message.SubID]bool{},
 		askedBehind:  map[message.BrokerID]bool{},
 		stateless:    map[message.BrokerID]bool{},

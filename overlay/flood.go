@@ -44,18 +44,27 @@ func floodLess(a, b floodKey) bool {
 // answered (or was found failed and replaced by the live brokers behind
 // it).
 type flood struct {
-	key     floodKey
-	except  message.BrokerID // the direction it came from
-	budget  int              // topology floods: hops it may still travel; -1 = unlimited
-	waiters []message.BrokerID
+	// (The fields an answer reads come first, with the storage of the
+	// first targets: a pooled flood keeps them on one or two cache lines.)
+	nOut int
+	hole bool // some direction is cut off beyond δ (see floodCheck)
 	// targets lists every broker the flood was sent to, with its
 	// incarnation when first sent and whether its answer is awaited (a
 	// small slice: a flood has a handful of targets).
 	targets []ftarget
-	nOut    int
-	hole    bool // some direction is cut off beyond δ (see floodCheck)
-	msg     func(to message.BrokerID, dist int) message.Message
-	done    func() // called at this broker when complete (local origin)
+	inl     [2]ftarget // targets' first storage (newFlood)
+	key     floodKey
+	waiters []message.BrokerID
+	inw     [1]message.BrokerID // waiters' first storage (newFlood)
+	except  message.BrokerID    // the direction it came from
+	budget  int                 // topology floods: hops it may still travel; -1 = unlimited
+	// msg builds the message for one target; nil for (un)subscription
+	// floods, whose message follows from the key (floodMsg).
+	msg  func(to message.BrokerID, dist int) message.Message
+	done func() // called at this broker when complete (local origin)
+	// pooled: taken from the node's pool (newFlood), handed back when
+	// complete (floodCheck). Nothing keeps a completed flood.
+	pooled bool
 }
 
 // Bounds of the flood bookkeeping; at the bound the oldest remembered key
@@ -113,10 +122,16 @@ type target struct {
 // walked past are targets too, unless gone: a suspected broker may be
 // alive behind a cut or a freeze and must get the subscription before it
 // is confirmed (see floodGaveUp).
+//
+// The result is scratch, valid until the next call.
 func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 	n.geometry()
 	n.floodHole = false
-	var out []target
+	if out, ok := n.floodTargetsUsable(except); ok {
+		return out
+	}
+	out := n.fl.tgt[:0]
+	defer func() { n.fl.tgt = out }()
 	add := func(id message.BrokerID) {
 		// A handful of targets: a scan beats a map allocated per flood.
 		for _, t := range out {
@@ -158,7 +173,7 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 // startFlood registers f and sends it to its targets; it completes at once
 // when there are none.
 func (n *Node) startFlood(f *flood) {
-	n.floods[f.key] = f
+	n.floods.put(f.key, f)
 	if f.key.kind == fkTopo {
 		n.recordTopo(f)
 	}
@@ -189,7 +204,7 @@ func (n *Node) sendFlood(f *flood, t target) {
 	if ft := f.find(t.id); ft != nil {
 		ft.sentUsable = n.knownJoined(t.id)
 	}
-	n.send(t.id, f.msg(t.id, t.dist))
+	n.send(t.id, n.floodMsg(f, t.id, t.dist))
 }
 
 func (n *Node) floodCheck(f *flood) {
@@ -199,7 +214,7 @@ func (n *Node) floodCheck(f *flood) {
 		// is not confirmed until the hole heals and the flood goes on.
 		return
 	}
-	delete(n.floods, f.key)
+	n.floods.del(f.key)
 	for _, w := range f.waiters {
 		if w == "" {
 			continue
@@ -209,23 +224,24 @@ func (n *Node) floodCheck(f *flood) {
 	if f.done != nil {
 		f.done()
 	}
+	n.freeFlood(f)
 }
 
 func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
 	switch k.kind {
 	case fkSub:
-		n.send(to, &message.SubConfirm{Sub: k.sub})
+		n.send(to, n.subConfirm(k.sub, false, false))
 	case fkUnsub:
-		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true})
+		n.send(to, n.subConfirm(k.sub, true, false))
 	case fkMark:
-		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true, Mark: true})
+		n.send(to, n.subConfirm(k.sub, true, true))
 	case fkTopo:
 		n.send(to, &message.TopoAck{Origin: k.origin, Seq: k.seq})
 	}
 }
 
 func (n *Node) floodAck(k floodKey, from message.BrokerID) {
-	f, ok := n.floods[k]
+	f, ok := n.floods.get(k)
 	if !ok || !f.isOut(from) {
 		return
 	}
@@ -238,10 +254,10 @@ func (n *Node) floodAck(k floodKey, from message.BrokerID) {
 func (n *Node) floodsResend(id message.BrokerID) {
 	n.geometry()
 	for _, k := range n.floodKeys() {
-		f := n.floods[k]
+		f, _ := n.floods.get(k)
 		if ft := f.find(id); ft != nil && ft.out {
 			ft.sentUsable = n.knownJoined(id)
-			n.send(id, f.msg(id, n.dist[id]))
+			n.send(id, n.floodMsg(f, id, n.dist[id]))
 		}
 	}
 }
@@ -250,7 +266,7 @@ func (n *Node) floodsResend(id message.BrokerID) {
 // unusable by the live brokers behind them.
 func (n *Node) floodsReroute() {
 	for _, k := range n.floodKeys() {
-		f, ok := n.floods[k]
+		f, ok := n.floods.get(k)
 		if !ok {
 			continue
 		}
@@ -269,7 +285,7 @@ func (n *Node) floodsReroute() {
 			}
 			if p := n.peers[t.id]; p != nil && t.out && !t.sentUsable && p.up && n.knownJoined(t.id) {
 				t.sentUsable = true
-				n.send(t.id, f.msg(t.id, n.dist[t.id]))
+				n.send(t.id, n.floodMsg(f, t.id, n.dist[t.id]))
 			}
 		}
 		ts := n.floodTargets(f.except, f.key.kind != fkTopo)
@@ -328,16 +344,16 @@ func (n *Node) floodGaveUp(f *flood, id message.BrokerID) bool {
 }
 
 func (n *Node) floodKeys() []floodKey {
-	ks := make([]floodKey, 0, len(n.floods))
-	for k := range n.floods {
-		ks = append(ks, k)
+	ks := make([]floodKey, 0, n.floods.len())
+	for _, f := range n.floods.m {
+		ks = append(ks, f.key)
 	}
 	sort.Slice(ks, func(i, j int) bool { return floodLess(ks[i], ks[j]) })
 	return ks
 }
 
 func (n *Node) localFloodsPending() bool {
-	for _, f := range n.floods {
+	for _, f := range n.floods.m {
 		if f.done != nil {
 			return true
 		}
@@ -348,17 +364,7 @@ func (n *Node) localFloodsPending() bool {
 // subFloodMsg builds the per-target SubFlood of entry e (From recomputed
 // for the target's distance).
 func (n *Node) subFloodMsg(sub message.SubID) func(message.BrokerID, int) message.Message {
-	return func(to message.BrokerID, dist int) message.Message {
-		e, ok := n.table.Get(sub)
-		if !ok {
-			return &message.SubFlood{Sub: sub, Unsub: true}
-		}
-		from := n.cfg.ID
-		if !e.Local {
-			from = n.topo.FromFor(e.From, dist)
-		}
-		return &message.SubFlood{Sub: sub, Filter: e.Filter, From: from}
-	}
+	return func(to message.BrokerID, dist int) message.Message { return n.subFloodTo(sub, dist) }
 }
 
 func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
@@ -385,7 +391,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		// repair makes us gone there, then reroutes on the new tree.
 		return
 	}
-	if f, ok := n.floods[k]; ok {
+	if f, ok := n.floods.get(k); ok {
 		if f.isOut(from) {
 			// Crossed floods: a broker whose answer we await sends us the
 			// same flood (its view of the directions changed, e.g. after a
@@ -410,10 +416,9 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			n.sendFloodAck(k, from)
 			return
 		}
-		n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from},
-			msg: func(message.BrokerID, int) message.Message {
-				return &message.SubFlood{Sub: m.Sub, Unsub: true, Mark: true}
-			}})
+		f := n.newFlood()
+		f.key, f.except, f.budget, f.waiters = k, dir, -1, append(f.waiters, from)
+		n.startFlood(f)
 		return
 	}
 	if m.Unsub {
@@ -430,7 +435,9 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		// Learned through a state transfer (recovery, resync), so the
 		// brokers behind us may not have it: flood it on this once.
 		delete(n.viaState, m.Sub)
-		n.startFlood(&flood{key: k, except: e.Dir, budget: -1, waiters: []message.BrokerID{from}, msg: n.subFloodMsg(e.Sub)})
+		f := n.newFlood()
+		f.key, f.except, f.budget, f.waiters = k, e.Dir, -1, append(f.waiters, from)
+		n.startFlood(f)
 		return
 	}
 	if known || n.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
@@ -454,7 +461,12 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		return
 	}
 	n.hop(fp)
-	n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from}, msg: n.subFloodMsg(m.Sub)})
+	f := n.newFlood()
+	f.key, f.except, f.budget, f.waiters = k, dir, -1, append(f.waiters, from)
+	// The entry is the one just inserted: its messages need no lookup.
+	n.fl.hint = floodHint{ok: true, sub: m.Sub, filter: m.Filter, from: fp}
+	n.startFlood(f)
+	n.fl.hint = floodHint{}
 }
 
 // placeUnknown handles a flood from a broker our map does not show (our
@@ -488,7 +500,7 @@ func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID,
 	delete(n.viaState, sub)
 	n.tombstone(sub)
 	k := floodKey{kind: fkUnsub, sub: sub}
-	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {
+	if f, ok := n.floods.get(floodKey{kind: fkSub, sub: sub}); ok {
 		// The subscription's own flood is still pending: answer its
 		// waiters now (the withdrawal follows on the same links).
 		for i := range f.targets {
@@ -497,18 +509,18 @@ func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID,
 		f.nOut = 0
 		n.floodCheck(f)
 	}
-	if f, ok := n.floods[k]; ok {
+	if f, ok := n.floods.get(k); ok {
 		if waiter != "" {
 			f.waiters = append(f.waiters, waiter)
 		}
 		return
 	}
-	var ws []message.BrokerID
+	f := n.newFlood()
+	f.key, f.except, f.budget, f.done = k, except, -1, done
 	if waiter != "" {
-		ws = append(ws, waiter)
+		f.waiters = append(f.waiters, waiter)
 	}
-	n.startFlood(&flood{key: k, except: except, budget: -1, waiters: ws, done: done,
-		msg: func(message.BrokerID, int) message.Message { return &message.SubFlood{Sub: sub, Unsub: true} }})
+	n.startFlood(f)
 }
 
 // withdraw removes sub on behalf of its (gone or restarted) edge broker.
@@ -552,14 +564,16 @@ func (n *Node) subscribe(c message.ClientID, cs *clientState, m *message.Subscri
 	}
 	cs.subs[sub] = m.Req
 	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
-	n.startFlood(&flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1, msg: n.subFloodMsg(sub),
-		done: func() {
-			if cs2 := n.clients[c]; cs2 == cs {
-				if _, ok := cs.subs[sub]; ok {
-					n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub, Confirmed: true})
-				}
+	f := n.newFlood()
+	f.key, f.budget = floodKey{kind: fkSub, sub: sub}, -1
+	f.done = func() {
+		if cs2 := n.clients[c]; cs2 == cs {
+			if _, ok := cs.subs[sub]; ok {
+				n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub, Confirmed: true})
 			}
-		}})
+		}
+	}
+	n.startFlood(f)
 }
 
 func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsubscribe) {
@@ -577,19 +591,18 @@ func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsub
 	// UnsubAck, and the removal is flooded (docs/protocol.md).
 	sub := m.Sub
 	k := floodKey{kind: fkMark, sub: sub}
-	if _, ok := n.floods[k]; ok {
+	if _, ok := n.floods.get(k); ok {
 		return
 	}
-	n.startFlood(&flood{key: k, budget: -1,
-		msg: func(message.BrokerID, int) message.Message {
-			return &message.SubFlood{Sub: sub, Unsub: true, Mark: true}
-		},
-		done: func() {
-			n.withdrawFlood(sub, "", "", nil)
-			if n.clients[c] == cs {
-				n.toClient(c, &message.UnsubAck{Sub: sub})
-			}
-		}})
+	f := n.newFlood()
+	f.key, f.budget = k, -1
+	f.done = func() {
+		n.withdrawFlood(sub, "", "", nil)
+		if n.clients[c] == cs {
+			n.toClient(c, &message.UnsubAck{Sub: sub})
+		}
+	}
+	n.startFlood(f)
 }
 
 func (n *Node) dropClientSubs(c message.ClientID) {

@@ -115,7 +115,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	n.routesChanged()
 	n.send(from, &message.JoinReply{Parent: n.cfg.ID, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
 	if retry {
-		for _, f := range n.floods {
+		for _, f := range n.floods.m {
 			if f.key.kind == fkTopo && f.key.origin == n.cfg.ID {
 				return // the propagation is still running: it confirms
 			}
@@ -281,7 +281,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 			// it on (those that have it answer at once).
 			e, _ := n.table.Get(sub)
 			k := floodKey{kind: fkSub, sub: sub}
-			if _, busy := n.floods[k]; !busy {
+			if _, busy := n.floods.get(k); !busy {
 				n.startFlood(&flood{key: k, except: e.Dir, budget: -1, msg: n.subFloodMsg(sub)})
 			}
 		}
@@ -446,7 +446,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		n.sendFloodAck(k, from) // the map transfer that follows includes it
 		return
 	}
-	if f, ok := n.floods[k]; ok {
+	if f, ok := n.floods.get(k); ok {
 		if m.Leaver != "" {
 			// A leave's repair reaches us on the old and on the new edges
 			// (a cycle while it spreads): answer at once, it is applied.
