@@ -65,6 +65,7 @@ type flood struct {
 	// pooled: taken from the node's pool (newFlood), handed back when
 	// complete (floodCheck). Nothing keeps a completed flood.
 	pooled bool
+	gen    uint32 // pooled: bumped when complete (ackQueue entries go stale)
 }
 
 // Bounds of the flood bookkeeping; at the bound the oldest remembered key
@@ -205,6 +206,7 @@ func (n *Node) sendFlood(f *flood, t target) {
 		ft.sentUsable = n.knownJoined(t.id)
 	}
 	n.send(t.id, n.floodMsg(f, t.id, t.dist))
+	n.ackSent(f, t.id)
 }
 
 func (n *Node) floodCheck(f *flood) {
@@ -241,9 +243,12 @@ func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
 }
 
 func (n *Node) floodAck(k floodKey, from message.BrokerID) {
-	f, ok := n.floods.get(k)
-	if !ok || !f.isOut(from) {
-		return
+	f := n.ackHint(k, from)
+	if f == nil {
+		var ok bool
+		if f, ok = n.floods.get(k); !ok || !f.isOut(from) {
+			return
+		}
 	}
 	f.answered(from)
 	n.floodCheck(f)

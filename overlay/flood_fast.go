@@ -30,7 +30,29 @@ type floodState struct {
 	// Messages are allocated in chunks (one allocation per chunk).
 	subFloods   []message.SubFlood
 	subConfirms []message.SubConfirm
+	// acks: per target, the pooled floods sent to it in order (ackHint).
+	acks map[message.BrokerID]*ackQueue
 }
+
+// ackQueue lists, in the order sent, the pooled floods sent to one
+// broker: it answers them mostly in that order (the same subtree lies
+// behind it for every flood that we send it), so the flood an answer is
+// for is usually the queue's head, found without a lookup by key. A hint
+// only: entries go stale (gen) when their flood completes, and an answer
+// that does not match the head is looked up by key.
+type ackQueue struct {
+	ents []ackEnt
+	head int
+}
+
+type ackEnt struct {
+	f   *flood
+	gen uint32
+}
+
+// maxAckQueue bounds a queue (its oldest entries are dropped: a flood
+// waiting long, e.g. behind a hole, must not make it grow without end).
+const maxAckQueue = 1 << 14
 
 type nbInfo struct {
 	id   message.BrokerID
@@ -69,13 +91,68 @@ func (n *Node) newFlood() *flood {
 // kept by tests or callers).
 func (n *Node) freeFlood(f *flood) {
 	fs := &n.fl
-	if !f.pooled || len(fs.pool) >= maxFloodPool {
+	if !f.pooled {
+		return
+	}
+	f.gen++ // its ackQueue entries are stale
+	if len(fs.pool) >= maxFloodPool {
 		return
 	}
 	clear(f.targets)
 	clear(f.waiters)
-	*f = flood{targets: f.targets[:0], waiters: f.waiters[:0], pooled: true}
+	*f = flood{targets: f.targets[:0], waiters: f.waiters[:0], pooled: true, gen: f.gen}
 	fs.pool = append(fs.pool, f)
+}
+
+// ackSent records that pooled flood f was sent to id (ackHint).
+func (n *Node) ackSent(f *flood, id message.BrokerID) {
+	if !f.pooled {
+		return
+	}
+	fs := &n.fl
+	q := fs.acks[id]
+	if q == nil {
+		if fs.acks == nil {
+			fs.acks = map[message.BrokerID]*ackQueue{}
+		}
+		q = &ackQueue{}
+		fs.acks[id] = q
+	}
+	if len(q.ents)-q.head >= maxAckQueue {
+		q.ents[q.head] = ackEnt{}
+		q.head++
+	}
+	if q.head > 0 && q.head >= len(q.ents)/2 && len(q.ents) == cap(q.ents) {
+		k := copy(q.ents, q.ents[q.head:])
+		clear(q.ents[k:])
+		q.ents, q.head = q.ents[:k], 0
+	}
+	q.ents = append(q.ents, ackEnt{f, f.gen})
+}
+
+// ackHint returns the pending flood k if it is the first one sent to
+// from that still awaits from's answer (dropping the entries before it
+// that are answered or complete), or nil: then look k up.
+func (n *Node) ackHint(k floodKey, from message.BrokerID) *flood {
+	q := n.fl.acks[from]
+	if q == nil {
+		return nil
+	}
+	for q.head < len(q.ents) {
+		e := q.ents[q.head]
+		if e.f.gen == e.gen && e.f.isOut(from) {
+			if e.f.key != k {
+				return nil
+			}
+			q.ents[q.head] = ackEnt{}
+			q.head++
+			return e.f
+		}
+		q.ents[q.head] = ackEnt{}
+		q.head++
+	}
+	q.ents, q.head = q.ents[:0], 0
+	return nil
 }
 
 // floodMsg is the message of flood f for target to at distance dist.
@@ -230,6 +307,9 @@ func (fm *floodMap) put(k floodKey, f *flood) {
 		fm.m = map[ckey]*flood{}
 	}
 	c, _ := fm.ckey(k, true)
+	if old, ok := fm.m[c]; ok && old != f && old.pooled {
+		old.gen++ // no longer the pending flood of k (ackHint)
+	}
 	fm.m[c] = f
 }
 
