@@ -469,9 +469,9 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	f := n.newFlood()
 	f.key, f.except, f.budget, f.waiters = k, dir, -1, append(f.waiters, from)
 	// The entry is the one just inserted: its messages need no lookup.
-	n.fl.hint = floodHint{ok: true, sub: m.Sub, filter: m.Filter, from: fp}
+	n.fl.hint, n.fl.hintFrom = m, fp
 	n.startFlood(f)
-	n.fl.hint = floodHint{}
+	n.fl.hint = nil
 }
 
 // placeUnknown handles a flood from a broker our map does not show (our

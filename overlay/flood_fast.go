@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -24,9 +23,11 @@ type floodState struct {
 	nbOK    bool
 	nbVer   uint64
 	nbPeers []message.BrokerID
-	// hint: the entry just inserted for sub, valid while its flood is
-	// being started (onSubFlood); its messages need no table lookup.
-	hint floodHint
+	// hint, hintFrom: the SubFlood whose entry was just inserted (with
+	// from-pointer hintFrom), set while its flood is being started
+	// (onSubFlood): its messages need no table lookup.
+	hint     *message.SubFlood
+	hintFrom message.BrokerID
 	// Messages are allocated in chunks (one allocation per chunk).
 	subFloods   []message.SubFlood
 	subConfirms []message.SubConfirm
@@ -58,13 +59,6 @@ type nbInfo struct {
 	id   message.BrokerID
 	p    *peer // nil: no peer yet (usable)
 	dist int
-}
-
-type floodHint struct {
-	ok     bool
-	sub    message.SubID
-	filter matching.Filter
-	from   message.BrokerID
 }
 
 const msgChunk = 128
@@ -179,8 +173,8 @@ func (n *Node) floodMsg(f *flood, to message.BrokerID, dist int) message.Message
 // dist (From recomputed for it); the withdrawal when the entry is gone.
 func (n *Node) subFloodTo(sub message.SubID, dist int) *message.SubFlood {
 	m := n.newSubFlood()
-	if h := &n.fl.hint; h.ok && h.sub == sub {
-		m.Sub, m.Filter, m.From = sub, h.filter, n.topo.FromFor(h.from, dist)
+	if h := n.fl.hint; h != nil && h.Sub == sub {
+		m.Sub, m.Filter, m.From = sub, h.Filter, n.topo.FromFor(n.fl.hintFrom, dist)
 		return m
 	}
 	e, ok := n.table.Get(sub)
