@@ -23,22 +23,22 @@ import (
 // An Index is not safe for concurrent use: one goroutine owns it (the
 // protocol core does).
 type Index struct {
-	ids     map[uint64]uint32 // subscription id -> slot in subs
-	subs    []subRec
-	free    []uint32 // unused slots, reused first
-	attrIDs map[string]uint32
-	names   []string                 // attribute id -> name
-	access  []map[string]*accessList // by attribute id, then operand (accessOf)
-	groups  map[string]*group        // by the encoded set of equality predicates
-
+	// What Match reads comes first (few cache lines per call).
+	names   []string  // attribute id -> name
 	scratch []pubAttr // the publication being matched, resolved to ids
-	keybuf  []byte
-
 	// acache is a direct-mapped cache in front of access (Match's lookup
 	// of a publication's string values): one slot read instead of the
 	// map's header, directory and group. A miss, a collision or an
 	// absent key falls back to the map. Power-of-two length (or empty).
 	acache  []accessSlot
+	subs    []subRec
+	access  []map[string]*accessList // by attribute id, then operand (accessOf)
+	attrIDs map[string]uint32
+
+	ids     map[uint64]uint32 // subscription id -> slot in subs
+	free    []uint32          // unused slots, reused first
+	groups  map[string]*group // by the encoded set of equality predicates
+	keybuf  []byte
 	nAccess int // access lists in access
 }
 

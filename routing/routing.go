@@ -50,6 +50,21 @@ type Entry struct {
 
 // Table is the routing table. Not safe for concurrent use.
 type Table struct {
+	// What Recipients reads comes first (few cache lines per call).
+	m      Matcher
+	buf    []uint64
+	routes []route
+	// froms interns the from-pointers so that Recipients deduplicates
+	// with a generation mark instead of a scan or a map per publication.
+	froms []fromInfo
+	gen   uint32
+	// exName/exIdx cache Recipients' last except lookup (a broker sees
+	// publications from a few directions; comparing with the same string
+	// is cheaper than hashing it). Only interned names are cached, and
+	// interned indices hold until reset, which clears the cache.
+	exIdx  int32
+	exName message.BrokerID
+
 	byID map[message.SubID]*Entry
 	// slots holds the entries by slot number; slots are reused after a
 	// Delete (free), so the slice is bounded by the largest table size
@@ -57,23 +72,13 @@ type Table struct {
 	// and its route (index into routes: from-pointer, direction, local)
 	// above: Recipients reads what it needs from the key itself instead of
 	// a per-entry lookup (a cache miss per match with 83 tables).
-	slots  []*Entry
-	free   []uint32
-	routes []route
+	slots []*Entry
+	free  []uint32
 	// routeIdx interns routes; bounded like froms (by the from-pointers
 	// and directions seen since the last reset).
 	routeIdx map[route]uint32
-	m        Matcher
-	buf      []uint64
-	// froms interns the from-pointers so that Recipients deduplicates
-	// with a generation array instead of a scan or a map per publication.
-	fromIdx map[message.BrokerID]int32
-	froms   []message.BrokerID
-	rank    []int32 // rank[i]: position of froms[i] in sorted order
-	mark    []uint32
-	picked  []int32 // Recipients' scratch: the from indices found
-	gen     uint32
-	local   int // entries with Local set (LocalLen)
+	fromIdx  map[message.BrokerID]int32
+	local    int // entries with Local set (LocalLen)
 	// Max bounds the number of entries; Insert fails beyond it (the
 	// subscriber is answered with an error, nothing is dropped silently).
 	Max int
@@ -91,12 +96,14 @@ type Table struct {
 	groups  map[groupKey][]bucketKey
 	nextSeq uint64
 	cands   []*Entry // scratch for coverCandidates
-	// exName/exIdx cache Recipients' last except lookup (a broker sees
-	// publications from a few directions; comparing with the same string
-	// is cheaper than hashing it). Only interned names are cached, and
-	// interned indices hold until reset, which clears the cache.
-	exName message.BrokerID
-	exIdx  int32
+}
+
+// fromInfo is an interned from-pointer: its name, its position among the
+// interned names in sorted order, and Recipients' mark.
+type fromInfo struct {
+	name message.BrokerID
+	rank int32
+	mark uint32
 }
 
 type groupKey struct{ from, dir int32 }
@@ -151,18 +158,16 @@ func (t *Table) intern(b message.BrokerID) int32 {
 	if !ok {
 		fi = int32(len(t.froms))
 		t.fromIdx[b] = fi
-		t.froms = append(t.froms, b)
-		t.mark = append(t.mark, 0)
-		t.rank = append(t.rank, 0)
+		t.froms = append(t.froms, fromInfo{name: b})
 		// Ranks of all names again (a new from-pointer is rare: bounded by
 		// the brokers within δ+1 hops).
 		order := make([]int32, len(t.froms))
 		for i := range order {
 			order[i] = int32(i)
 		}
-		slices.SortFunc(order, func(x, y int32) int { return cmpStr(t.froms[x], t.froms[y]) })
+		slices.SortFunc(order, func(x, y int32) int { return cmpStr(t.froms[x].name, t.froms[y].name) })
 		for r, i := range order {
-			t.rank[i] = int32(r)
+			t.froms[i].rank = int32(r)
 		}
 	}
 	return fi
@@ -496,7 +501,7 @@ func (t *Table) reset() {
 	clear(t.byID)
 	t.slots, t.free = t.slots[:0], t.free[:0]
 	clear(t.fromIdx)
-	t.froms, t.mark, t.rank = t.froms[:0], t.mark[:0], t.rank[:0]
+	t.froms = t.froms[:0]
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
 	t.exName, t.exIdx = "", 0
@@ -562,8 +567,8 @@ func SubLess(a, b message.SubID) bool {
 func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst []message.BrokerID, local func(*Entry)) []message.BrokerID {
 	t.gen++
 	if t.gen == 0 { // wrapped: reset the marks
-		for i := range t.mark {
-			t.mark[i] = 0
+		for i := range t.froms {
+			t.froms[i].mark = 0
 		}
 		t.gen = 1
 	}
@@ -577,7 +582,8 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 		}
 	}
 	t.buf = t.m.Match(p, t.buf[:0])
-	picked := t.picked[:0]
+	// The from indices found are written over the keys already read.
+	picked := t.buf[:0]
 	for _, k := range t.buf {
 		ri := k >> 32
 		if ri >= uint64(len(t.routes)) {
@@ -592,26 +598,27 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 			}
 			continue
 		}
-		if r.dir == ex || t.mark[r.from] == t.gen {
+		if r.dir == ex {
 			continue
 		}
-		t.mark[r.from] = t.gen
-		picked = append(picked, r.from)
+		if f := &t.froms[r.from]; f.mark != t.gen {
+			f.mark = t.gen
+			picked = append(picked, uint64(r.from))
+		}
 	}
 	// Sorted by name: the interned indices ordered by their names' ranks.
 	if len(picked) <= 12 {
 		for i := 1; i < len(picked); i++ {
-			for j := i; j > 0 && t.rank[picked[j]] < t.rank[picked[j-1]]; j-- {
+			for j := i; j > 0 && t.froms[picked[j]].rank < t.froms[picked[j-1]].rank; j-- {
 				picked[j], picked[j-1] = picked[j-1], picked[j]
 			}
 		}
 	} else {
-		slices.SortFunc(picked, func(x, y int32) int { return int(t.rank[x]) - int(t.rank[y]) })
+		slices.SortFunc(picked, func(x, y uint64) int { return int(t.froms[x].rank) - int(t.froms[y].rank) })
 	}
 	for _, f := range picked {
-		dst = append(dst, t.froms[f])
+		dst = append(dst, t.froms[f].name)
 	}
-	t.picked = picked[:0]
 	return dst
 }
 
