@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -16,7 +18,16 @@ import (
 // sequence as RunSRDS09), every broker's entries with the from-pointer and
 // direction the floods give them, inserted in subscription order. Unlike
 // the SRDS09Floor benchmarks (one table, kept hot in the caches), these
-// touch the 83 tables as the simulation does, one hop after another.
+// touch the 83 tables as the simulation does, one hop after another. GOGC
+// is 400 as in deltapub sim srds09 (unless the GOGC variable is set).
+
+func srdsSituGC() func() {
+	if os.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	old := debug.SetGCPercent(400)
+	return func() { debug.SetGCPercent(old) }
+}
 
 type srdsSituTables struct {
 	tree   Tree
@@ -145,6 +156,7 @@ func (s *srdsSituTables) route(p *srdsSituPub, buf []message.BrokerID, stack [][
 // BenchmarkSRDS09SituPublishing: one op is one publication routed through
 // the 83 tables; ns_per_hop is the cost of one Recipients call in situ.
 func BenchmarkSRDS09SituPublishing(b *testing.B) {
+	defer srdsSituGC()()
 	s := newSRDSSitu(b, 4096)
 	var buf []message.BrokerID
 	var stack [][2]int
@@ -166,6 +178,7 @@ func BenchmarkSRDS09SituPublishing(b *testing.B) {
 // BenchmarkSRDS09SituSetup: one op is the 83 tables filled (215,800
 // inserts); ns_per_insert is the cost of one insert.
 func BenchmarkSRDS09SituSetup(b *testing.B) {
+	defer srdsSituGC()()
 	tree, per, _, _, _, _ := srdsSituEntries()
 	n := 0
 	for _, b := range tree.Order {
