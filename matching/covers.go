@@ -61,9 +61,15 @@ func satisfiable(p *Predicate) bool {
 	case OpStrLt:
 		return p.Value.Kind == KindString && p.Value.Str != "" // "" is below every other string
 	case OpLt:
+		if p.Value.Kind == KindInt {
+			return true // predD of an int always finds a float below it
+		}
 		_, ok := predD(p.Value)
 		return p.Value.IsNumber() && ok
 	case OpGt:
+		if p.Value.Kind == KindInt {
+			return true // succD of an int always finds a float above it
+		}
 		_, ok := succD(p.Value)
 		return p.Value.IsNumber() && ok
 	}
@@ -95,7 +101,6 @@ func implies(pb, pa *Predicate) bool {
 	if pa.Op == OpIsPresent {
 		return true // same family
 	}
-	var cands []Value
 	if stringFamily(pb) {
 		cs, ds := "", ""
 		if pb.Value.Kind == KindString {
@@ -111,8 +116,8 @@ func implies(pb, pa *Predicate) bool {
 		}
 		return true
 	}
-	cands = numberCandidates(pb.Value, pa.Value)
-	for _, w := range cands {
+	var buf [9]Value
+	for _, w := range numberCandidates(&buf, pb.Value, pa.Value) {
 		if holds(pb.Op, pb.Value, w) && !holds(pa.Op, pa.Value, w) {
 			return false
 		}
@@ -135,8 +140,8 @@ var (
 // set "pb and not pa" is then a union of intervals whose lower ends lie
 // among those points for both operands, so if it is not empty it
 // contains one of them.
-func numberCandidates(c, d Value) []Value {
-	out := make([]Value, 0, 9)
+func numberCandidates(buf *[9]Value, c, d Value) []Value {
+	out := buf[:0]
 	out = append(out, minD, maxD)
 	for _, x := range [2]Value{c, d} {
 		if x.IsNumber() {

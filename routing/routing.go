@@ -95,6 +95,7 @@ type Table struct {
 	buckets map[bucketKey][]*Entry
 	groups  map[groupKey][]bucketKey
 	nextSeq uint64
+	nOther  int      // entries in "other" buckets (none: coverCandidates skips their lookup)
 	cands   []*Entry // scratch for coverCandidates
 }
 
@@ -154,6 +155,14 @@ func slotOf(key uint64) uint32 { return uint32(key) }
 // intern returns the small index of a broker name, adding it if absent.
 // Bounded by the brokers within δ+1 hops plus the tree neighbours.
 func (t *Table) intern(b message.BrokerID) int32 {
+	if len(t.froms) <= 16 {
+		// Few names: comparing (often the same pointer) beats hashing.
+		for i := range t.froms {
+			if t.froms[i].name == b {
+				return int32(i)
+			}
+		}
+	}
 	fi, ok := t.fromIdx[b]
 	if !ok {
 		fi = int32(len(t.froms))
@@ -185,6 +194,13 @@ func cmpStr(a, b message.BrokerID) int {
 
 // routeOf interns r.
 func (t *Table) routeOf(r route) uint32 {
+	if len(t.routes) <= 32 {
+		for i, x := range t.routes {
+			if x == r {
+				return uint32(i)
+			}
+		}
+	}
 	i, ok := t.routeIdx[r]
 	if !ok {
 		i = uint32(len(t.routes))
@@ -302,6 +318,9 @@ func (t *Table) place(e *Entry) error {
 		t.groups[bk.groupKey] = append(t.groups[bk.groupKey], bk)
 	}
 	t.buckets[bk] = append(t.buckets[bk], e)
+	if bk.other {
+		t.nOther++
+	}
 	return nil
 }
 
@@ -324,7 +343,10 @@ func (t *Table) coverCandidates(bk bucketKey) []*Entry {
 		slices.SortFunc(out, func(a, b *Entry) int { return cmpSeq(a.seq, b.seq) })
 	} else {
 		mine := t.buckets[bk]
-		others := t.buckets[bucketKey{groupKey: bk.groupKey, other: true}]
+		var others []*Entry
+		if t.nOther > 0 {
+			others = t.buckets[bucketKey{groupKey: bk.groupKey, other: true}]
+		}
 		// Merge the two (each sorted by seq).
 		i, j := 0, 0
 		for i < len(mine) || j < len(others) {
@@ -361,6 +383,9 @@ func (t *Table) unbucket(e *Entry) {
 		return // not indexed here (cannot happen: callers pass indexed entries)
 	}
 	b = append(b[:i], b[i+1:]...)
+	if bk.other {
+		t.nOther--
+	}
 	if len(b) > 0 {
 		t.buckets[bk] = b
 		return
@@ -508,6 +533,7 @@ func (t *Table) reset() {
 	t.local = 0
 	clear(t.buckets)
 	clear(t.groups)
+	t.nOther = 0
 }
 
 // Indexed is the number of entries in the matcher (the others are
