@@ -132,7 +132,7 @@ func (t *refTable) delete(sub message.SubID) bool {
 // randCoverFilter draws filters that exercise every bucket: [class,eq,c]
 // with ranges on x (the common case), other class operators, no class,
 // and unsatisfiable filters.
-func randCoverFilter(r *rand.Rand) matching.Filter {
+func randCoverFilter(r *rand.Rand, classes int) matching.Filter {
 	var preds []matching.Predicate
 	switch r.Intn(10) {
 	case 0: // no class predicate
@@ -143,7 +143,7 @@ func randCoverFilter(r *rand.Rand) matching.Filter {
 	case 3:
 		preds = append(preds, matching.Predicate{Attr: "class", Op: matching.OpEq, Value: str("")})
 	default:
-		preds = append(preds, matching.Predicate{Attr: "class", Op: matching.OpEq, Value: str(fmt.Sprintf("c%d", r.Intn(3)))})
+		preds = append(preds, matching.Predicate{Attr: "class", Op: matching.OpEq, Value: str(fmt.Sprintf("c%d", r.Intn(classes)))})
 	}
 	if r.Intn(3) > 0 {
 		lo := int64(r.Intn(6))
@@ -162,8 +162,12 @@ func randCoverFilter(r *rand.Rand) matching.Filter {
 // (which entry covers which, and the same matcher calls in the same order)
 // as a plain scan over the entries with the same From.
 func TestCoveringSameAsScan(t *testing.T) {
-	for seed := int64(1); seed <= 15; seed++ {
+	for seed := int64(1); seed <= 25; seed++ {
 		r := rand.New(rand.NewSource(seed))
+		classes, froms := 3, 3
+		if seed > 15 { // more classes per route than a scan handles (dirScan)
+			classes, froms = 40, 1
+		}
 		got := New(&recMatcher{})
 		ref := &refTable{byID: map[message.SubID]*refEntry{}, byFrom: map[message.BrokerID][]*refEntry{}, m: &recMatcher{}}
 		var subs []message.SubID
@@ -177,8 +181,8 @@ func TestCoveringSameAsScan(t *testing.T) {
 					t.Fatalf("seed %d op %d: delete %v disagrees", seed, op, s)
 				}
 			} else {
-				e := Entry{Sub: sub("E", uint64(op)), Filter: randCoverFilter(r),
-					From: message.BrokerID(fmt.Sprintf("F%d", r.Intn(3))), Dir: message.BrokerID(fmt.Sprintf("N%d", r.Intn(2)))}
+				e := Entry{Sub: sub("E", uint64(op)), Filter: randCoverFilter(r, classes),
+					From: message.BrokerID(fmt.Sprintf("F%d", r.Intn(froms))), Dir: message.BrokerID(fmt.Sprintf("N%d", r.Intn(froms%2+1)))}
 				if r.Intn(15) == 0 {
 					e.Local, e.From, e.Dir = true, "L", ""
 				}

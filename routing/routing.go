@@ -85,18 +85,127 @@ type Table struct {
 	// NoCovering disables covering (every entry goes to the matcher); set
 	// it before the first Insert.
 	NoCovering bool
-	// buckets holds the indexed non-local entries by (From, Dir, class),
-	// each bucket in increasing seq; groups lists the buckets of each
-	// (From, Dir). Covering only looks at entries with the same From and
-	// Dir, and (docs in coverCandidates) an entry [class,eq,v] can neither
-	// cover nor be covered by a satisfiable [class,eq,w] with w ≠ v, so an
+	// dirs holds the indexed non-local entries by route (a non-local
+	// route is a (From, Dir) pair), then class, each bucket in increasing
+	// seq. Covering only looks at entries with the same From and Dir, and
+	// (docs in coverCandidates) an entry [class,eq,v] can neither cover
+	// nor be covered by a satisfiable [class,eq,w] with w ≠ v, so an
 	// insert scans its class bucket instead of every entry with its From:
 	// with 2,600 subscriptions over 26 classes that is 26× fewer Covers.
-	buckets map[bucketKey][]*Entry
-	groups  map[groupKey][]bucketKey
+	dirs    []bucketDir
 	nextSeq uint64
-	nOther  int      // entries in "other" buckets (none: coverCandidates skips their lookup)
 	cands   []*Entry // scratch for coverCandidates
+}
+
+// bucketDir is the buckets of one route: the "other" bucket (entries
+// without a satisfiable [class,eq,...]) and one per class, found by
+// comparing class names while few, by a map beyond.
+type bucketDir struct {
+	other []*Entry
+	cls   []classBucket
+	idx   map[string]int32 // class -> index in cls (nil while len(cls) <= dirScan)
+}
+
+type classBucket struct {
+	class string
+	ents  []*Entry
+}
+
+const dirScan = 16
+
+// find returns the index in d.cls of class's bucket, or -1.
+func (d *bucketDir) find(class string) int {
+	if d.idx != nil {
+		if i, ok := d.idx[class]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	for i := range d.cls {
+		if d.cls[i].class == class {
+			return i
+		}
+	}
+	return -1
+}
+
+// bucket returns the bucket of (class, other) (nil: empty).
+func (d *bucketDir) bucket(class string, other bool) []*Entry {
+	if other {
+		return d.other
+	}
+	if i := d.find(class); i >= 0 {
+		return d.cls[i].ents
+	}
+	return nil
+}
+
+// add appends e (the newest seq) to the bucket of (class, other).
+func (d *bucketDir) add(e *Entry, class string, other bool) {
+	if other {
+		d.other = append(d.other, e)
+		return
+	}
+	i := d.find(class)
+	if i < 0 {
+		i = len(d.cls)
+		d.cls = append(d.cls, classBucket{class: class})
+		if d.idx != nil {
+			d.idx[class] = int32(i)
+		} else if len(d.cls) > dirScan {
+			d.idx = make(map[string]int32, len(d.cls))
+			for j := range d.cls {
+				d.idx[d.cls[j].class] = int32(j)
+			}
+		}
+	}
+	d.cls[i].ents = append(d.cls[i].ents, e)
+}
+
+// remove takes e out of the bucket of (class, other), keeping seq order;
+// an emptied class bucket is dropped.
+func (d *bucketDir) remove(e *Entry, class string, other bool) {
+	b := d.other
+	ci := -1
+	if !other {
+		if ci = d.find(class); ci < 0 {
+			return
+		}
+		b = d.cls[ci].ents
+	}
+	i, ok := slices.BinarySearchFunc(b, e.seq, func(x *Entry, s uint64) int { return cmpSeq(x.seq, s) })
+	if !ok || b[i] != e {
+		return // not indexed here (cannot happen: callers pass indexed entries)
+	}
+	b = append(b[:i], b[i+1:]...)
+	b[:len(b)+1][len(b)] = nil
+	if other {
+		d.other = b
+		return
+	}
+	if len(b) > 0 {
+		d.cls[ci].ents = b
+		return
+	}
+	last := len(d.cls) - 1
+	d.cls[ci] = d.cls[last]
+	d.cls[last] = classBucket{}
+	d.cls = d.cls[:last]
+	if d.idx != nil {
+		delete(d.idx, class)
+		if ci < last {
+			d.idx[d.cls[ci].class] = int32(ci)
+		}
+	}
+}
+
+// dirOf returns the bucket directory of e's route (e not local).
+func (t *Table) dirOf(e *Entry) *bucketDir {
+	r := int(e.key >> 32)
+	for len(t.dirs) <= r {
+		t.dirs = append(t.dirs, bucketDir{})
+	}
+	return &t.dirs[r]
 }
 
 // fromInfo is an interned from-pointer: its name, its position among the
@@ -107,35 +216,26 @@ type fromInfo struct {
 	mark uint32
 }
 
-type groupKey struct{ from, dir int32 }
-
-// bucketKey: other is set for entries without a satisfiable
-// [class,eq,...] (they go to one bucket per group, class "").
-type bucketKey struct {
-	groupKey
-	class string
-	other bool
-}
-
 // classAttr is the attribute covering buckets by (PADRES convention:
 // every filter names its class).
 const classAttr = "class"
 
-// bucketOf is the bucket of f within group g.
-func bucketOf(g groupKey, f matching.Filter) bucketKey {
+// bucketOf is the bucket of f within its route's directory: its class,
+// or other for entries without a satisfiable [class,eq,...].
+func bucketOf(f matching.Filter) (class string, other bool) {
 	if !f.Satisfiable() {
-		return bucketKey{groupKey: g, other: true}
+		return "", true
 	}
 	for i := range f.Preds {
 		p := &f.Preds[i]
 		if p.Attr == classAttr {
 			if p.Op == matching.OpEq && p.Value.Kind == matching.KindString {
-				return bucketKey{groupKey: g, class: p.Value.Str}
+				return p.Value.Str, false
 			}
 			break // Validate: one predicate per attribute
 		}
 	}
-	return bucketKey{groupKey: g, other: true}
+	return "", true
 }
 
 // route is the part of an entry Recipients needs; entries share it by
@@ -216,7 +316,7 @@ func New(m Matcher) *Table {
 		m = newLinear()
 	}
 	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
-		buckets: map[bucketKey][]*Entry{}, groups: map[groupKey][]bucketKey{},
+
 		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
@@ -286,9 +386,10 @@ func (t *Table) place(e *Entry) error {
 	if t.NoCovering || e.Local {
 		return t.m.Insert(e.key, e.Filter)
 	}
-	bk := bucketOf(groupKey{e.from, e.dir}, e.Filter)
+	class, other := bucketOf(e.Filter)
+	d := t.dirOf(e)
 	// One candidate list for both scans: the first changes nothing.
-	cands := t.coverCandidates(bk)
+	cands := t.coverCandidates(d, class, other)
 	for _, c := range cands {
 		if matching.Covers(c.Filter, e.Filter) {
 			e.coveredBy = c
@@ -314,13 +415,7 @@ func (t *Table) place(e *Entry) error {
 	}
 	t.nextSeq++
 	e.seq = t.nextSeq
-	if _, ok := t.buckets[bk]; !ok {
-		t.groups[bk.groupKey] = append(t.groups[bk.groupKey], bk)
-	}
-	t.buckets[bk] = append(t.buckets[bk], e)
-	if bk.other {
-		t.nOther++
-	}
+	d.add(e, class, other) // d still valid: the candidates share e's route
 	return nil
 }
 
@@ -334,19 +429,17 @@ func (t *Table) place(e *Entry) error {
 //     needs v eq w, false. So only class w's bucket and the "other" bucket.
 //   - e in the "other" bucket (unsatisfiable, or no [class,eq,...]): the
 //     whole group.
-func (t *Table) coverCandidates(bk bucketKey) []*Entry {
+func (t *Table) coverCandidates(d *bucketDir, class string, other bool) []*Entry {
 	out := t.cands[:0]
-	if bk.other {
-		for _, b := range t.groups[bk.groupKey] {
-			out = append(out, t.buckets[b]...)
+	if other {
+		out = append(out, d.other...)
+		for i := range d.cls {
+			out = append(out, d.cls[i].ents...)
 		}
 		slices.SortFunc(out, func(a, b *Entry) int { return cmpSeq(a.seq, b.seq) })
 	} else {
-		mine := t.buckets[bk]
-		var others []*Entry
-		if t.nOther > 0 {
-			others = t.buckets[bucketKey{groupKey: bk.groupKey, other: true}]
-		}
+		mine := d.bucket(class, false)
+		others := d.other
 		// Merge the two (each sorted by seq).
 		i, j := 0, 0
 		for i < len(mine) || j < len(others) {
@@ -374,35 +467,10 @@ func cmpSeq(a, b uint64) int {
 }
 
 // unbucket removes an indexed entry from its bucket (keeping seq order);
-// an emptied bucket is dropped from its group.
+// an emptied class bucket is dropped.
 func (t *Table) unbucket(e *Entry) {
-	bk := bucketOf(groupKey{e.from, e.dir}, e.Filter)
-	b := t.buckets[bk]
-	i, ok := slices.BinarySearchFunc(b, e.seq, func(x *Entry, s uint64) int { return cmpSeq(x.seq, s) })
-	if !ok || b[i] != e {
-		return // not indexed here (cannot happen: callers pass indexed entries)
-	}
-	b = append(b[:i], b[i+1:]...)
-	if bk.other {
-		t.nOther--
-	}
-	if len(b) > 0 {
-		t.buckets[bk] = b
-		return
-	}
-	delete(t.buckets, bk)
-	g := t.groups[bk.groupKey]
-	for j, x := range g {
-		if x == bk {
-			g = append(g[:j], g[j+1:]...)
-			break
-		}
-	}
-	if len(g) == 0 {
-		delete(t.groups, bk.groupKey)
-	} else {
-		t.groups[bk.groupKey] = g
-	}
+	class, other := bucketOf(e.Filter)
+	t.dirOf(e).remove(e, class, other)
 }
 
 // Delete removes the entry of sub and returns it. The entries it covered
@@ -531,9 +599,8 @@ func (t *Table) reset() {
 	t.routes = t.routes[:0]
 	t.exName, t.exIdx = "", 0
 	t.local = 0
-	clear(t.buckets)
-	clear(t.groups)
-	t.nOther = 0
+	clear(t.dirs)
+	t.dirs = t.dirs[:0]
 }
 
 // Indexed is the number of entries in the matcher (the others are
