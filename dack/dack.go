@@ -28,7 +28,7 @@ type Report struct {
 type pairKey struct{ reporter, about BrokerID }
 
 type stored struct {
-	e       message.DAckEntry
+	// version and prev first: a walk of the change list reads them.
 	version uint64
 	// prev and next link the entries in version order (Store.newest is
 	// the last changed): Build walks back from the newest until it meets
@@ -37,6 +37,7 @@ type stored struct {
 	prev, next *stored
 	// slot numbers the entry densely (Cursor.Slot): fixed for its life.
 	slot int
+	e    message.DAckEntry
 }
 
 // ownRef is an own entry found by the name of the broker it is about.
@@ -70,6 +71,8 @@ type Store struct {
 	slotVer uint64
 	// arrCache: per stamp position, the own entry Arrive found last.
 	arrCache [4]ownRef
+	// slab is where new entries are carved from (alloc).
+	slab []stored
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
 	// upstream brokers then purge later, through discarded reports, never
@@ -80,6 +83,19 @@ type Store struct {
 // NewStore returns an empty store for broker self in incarnation epoch.
 func NewStore(self BrokerID, epoch uint64) *Store {
 	return &Store{self: self, epoch: epoch, m: map[pairKey]*stored{}, own: map[BrokerID]*stored{}, aboutMe: map[BrokerID]*stored{}, Max: 1 << 16}
+}
+
+// alloc returns a new zero entry, carved from a slab: the entries
+// created together (a broker's first publications and DACKs) lie
+// together, which the walks over them (DACK building, LowerDiscarded)
+// read in order.
+func (s *Store) alloc() *stored {
+	if len(s.slab) == 0 {
+		s.slab = make([]stored, 32)
+	}
+	st := &s.slab[0]
+	s.slab = s.slab[1:]
+	return st
 }
 
 // touch gives st the next version: it moves to the list's tail.
@@ -133,7 +149,8 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		if len(s.m) >= s.Max && e.About != s.self && e.Reporter != s.self {
 			return false
 		}
-		st := &stored{e: e}
+		st := s.alloc()
+		st.e = e
 		if k := len(s.free); k > 0 {
 			st.slot, s.free = s.free[k-1], s.free[:k-1]
 		} else {

@@ -121,7 +121,8 @@ type Node struct {
 	dueBuf []dueLink
 	// minqOK: minqBuf holds the lowest stamp per upstream (B, E) over the
 	// queue (updateDiscarded). The queue changes only in forward.go:
-	// accept appends (and merges), purge removes (and clears minqOK).
+	// accept appends (and merges), purge removes (and recomputes it,
+	// minqFromCache).
 	minqOK bool
 	// peerPs caches the peers of peerPsOf (a sortedPeers slice), in order.
 	peerPs   []*peer
@@ -141,18 +142,22 @@ type Node struct {
 	rthTopo    uint64
 	rthOK      bool
 	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
+	// Tick (owner): the peers of the sortedPeers slice tickPsOf.
+	tickPs   []*peer
+	tickPsOf []message.BrokerID
 	// updateDiscarded (owner): minqIn[j] says whether minqBuf[j]'s pair
 	// has a queued stamp; minqLay increases when minqBuf's pairs move;
 	// join maps the store's own pairs to minqBuf (for OwnVersion joinOwn
 	// and minqLay joinLay); capBuf is the caps handed to the store.
-	minqIn  []bool
-	minqLay uint64
-	join    []int
-	joinOwn uint64
-	joinLay uint64
-	joinOK  bool
-	capBuf  []uint64
-	rtSlab  []*recipTh // where purgeCache carves its entries' thresholds from
+	minqIn   []bool
+	minqHint [4]int // per upstream stamp position: where its pair was found last
+	minqLay  uint64
+	join     []int
+	joinOwn  uint64
+	joinLay  uint64
+	joinOK   bool
+	capBuf   []uint64
+	rtSlab   []*recipTh // where purgeCache carves its entries' thresholds from
 	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
 	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
 	fl floodState
@@ -282,8 +287,13 @@ func (n *Node) Tick() {
 		n.checkRecovery()
 	}
 	changed := false
-	for _, id := range n.sortedPeers() {
-		p := n.peers[id]
+	ids := n.sortedPeers()
+	ps := n.tickPeers(ids)
+	for i, id := range ids {
+		p := ps[i]
+		if !samePeerIDs(n.peerIDs, ids) {
+			p = n.peers[id] // the peer set changed during this loop: by name, as before
+		}
 		if p.dialWait > 0 {
 			p.dialWait--
 		}
@@ -293,7 +303,7 @@ func (n *Node) Tick() {
 				n.send(id, n.heartbeat())
 			}
 		}
-		if n.monitored(id) {
+		if n.monitored(p) {
 			p.silent++
 			if !p.suspected && p.silent >= n.cfg.FailureTicks {
 				n.suspect(p, fmt.Sprintf("silent for %d ticks", p.silent))
@@ -335,11 +345,30 @@ func (n *Node) Tick() {
 	}
 }
 
+// tickPeers returns the peers of ids (a sortedPeers slice), in order,
+// for Tick's loop: kept while the peer set is unchanged, and a new slice
+// when it changes (so a loop over the old one keeps it).
+func (n *Node) tickPeers(ids []message.BrokerID) []*peer {
+	if !samePeerIDs(n.tickPsOf, ids) {
+		ps := make([]*peer, len(ids))
+		for i, id := range ids {
+			ps[i] = n.peers[id]
+		}
+		n.tickPs, n.tickPsOf = ps, ids
+	}
+	return n.tickPs
+}
+
+// samePeerIDs reports whether a and b are the same sortedPeers slice.
+func samePeerIDs(a, b []message.BrokerID) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // monitored reports whether silence from id counts toward a suspicion:
 // tree neighbours once this broker is a member, and any peer with an up
 // link.
-func (n *Node) monitored(id message.BrokerID) bool {
-	p := n.peers[id]
+func (n *Node) monitored(p *peer) bool {
+	id := p.id
 	if p.gone && n.topo.Removed(id) {
 		return false // left or removed from the tree: its silence means nothing (leave.go)
 	}

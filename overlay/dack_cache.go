@@ -136,6 +136,12 @@ type purgeEntry struct {
 	stamp  uint64
 	unsafe uint64
 	rt     []*recipTh
+	// The entry's upstream stamps (pub.Stamps[1:]) as minqBuf indices
+	// and stamp numbers, for minqFromCache (nup < 0: more than fit, read
+	// the entry).
+	upJ [4]int32
+	upS [4]uint64
+	nup int
 }
 
 // purgeCache returns n.qcache brought up to date with the queue:
@@ -176,7 +182,72 @@ func (n *Node) purgeCache(stale bool) []purgeEntry {
 				}
 			}
 		}
+		if up := e.pub.Stamps[1:]; len(up) <= len(c.upJ) {
+			c.nup = len(up)
+			for u, st := range up {
+				c.upJ[u], c.upS[u] = int32(n.minqIndexAt(u, st)), st.S
+			}
+		} else {
+			c.nup = -1
+		}
 		qc = append(qc, c)
 	}
 	return qc
+}
+
+// minqIndexAt is minqIndex for the upstream stamp at position u of a
+// publication: tried first where that position's pair was found last
+// (consecutive publications mostly come the same way).
+func (n *Node) minqIndexAt(u int, s message.Stamp) int {
+	if u < len(n.minqHint) {
+		if h := n.minqHint[u]; h < len(n.minqBuf) && n.minqBuf[h].B == s.B && n.minqBuf[h].E == s.E {
+			return h
+		}
+		j := n.minqIndex(s)
+		n.minqHint[u] = j
+		return j
+	}
+	return n.minqIndex(s)
+}
+
+// minqIndex returns the index of (s.B, s.E) in minqBuf, adding the pair
+// (without a queued stamp) if missing.
+func (n *Node) minqIndex(s message.Stamp) int {
+	if j := findStamp(n.minqBuf, s); j >= 0 {
+		return j
+	}
+	n.minqBuf = append(n.minqBuf, message.Stamp{B: s.B, E: s.E})
+	n.minqIn = append(n.minqIn, false)
+	n.minqLay++
+	return len(n.minqBuf) - 1
+}
+
+// minqFromCache sets minqBuf to the lowest stamp per upstream pair over
+// the queue, from purge's copy qc of it (what updateDiscarded's scan
+// would find), after a purge removed entries: the scan over the entries
+// themselves is not needed.
+func (n *Node) minqFromCache(qc []purgeEntry) {
+	clear(n.minqIn)
+	minq, in := n.minqBuf, n.minqIn
+	for i := range qc {
+		c := &qc[i]
+		if c.nup < 0 {
+			for _, s := range c.e.pub.Stamps[1:] {
+				j := n.minqIndex(s)
+				minq, in = n.minqBuf, n.minqIn
+				if !in[j] || s.S < minq[j].S {
+					minq[j].S, in[j] = s.S, true
+				}
+			}
+			continue
+		}
+		for u := 0; u < c.nup; u++ {
+			j, s := c.upJ[u], c.upS[u]
+			if !in[j] || s < minq[j].S {
+				minq[j].S, in[j] = s, true
+			}
+		}
+	}
+	n.minqOK = true
+	n.compactMinq()
 }

@@ -659,6 +659,7 @@ func (n *Node) purge() {
 	qc := n.purgeCache(dirty)
 	kept := n.queue[:0]
 	k := 0
+	removed := false
 	// A queued entry is never marked purged: purge drops it from the
 	// queue in the pass that marks it (so e.purged is not read here).
 	for i := range qc {
@@ -693,7 +694,7 @@ func (n *Node) purge() {
 		}
 		if all {
 			e.purged = true
-			n.minqOK = false // a removal: updateDiscarded scans again
+			removed = true
 			n.queueLen--
 			n.discDirty = true
 			n.counters.Purged++
@@ -709,6 +710,11 @@ func (n *Node) purge() {
 	}
 	n.queue = kept
 	n.qcache = qc[:k]
+	if removed {
+		// A removal may raise the lowest queued stamps: recomputed from
+		// the copy (updateDiscarded reads them).
+		n.minqFromCache(n.qcache)
+	}
 }
 
 // updateDiscarded sets this broker's discarded watermark about each
@@ -722,9 +728,10 @@ func (n *Node) updateDiscarded() {
 	// the same position was found beats hashing every stamp into a map.
 	//
 	// Kept between calls (minqOK): accept merges each queued entry's
-	// stamps in (mergeMinq), and only a purge that removes an entry
-	// forces the scan again (a minimum cannot be updated by a removal).
-	// The scan keeps the (B, E) already known where they are (minqIn
+	// stamps in (mergeMinq), and a purge that removes an entry recomputes
+	// it from its dense copy of the queue (minqFromCache: a minimum
+	// cannot be updated by a removal); the scan below runs only before
+	// the first of those. The scan keeps the (B, E) already known where they are (minqIn
 	// says which have a queued stamp), so that the join below holds
 	// until a new pair comes (minqLay).
 	if !n.minqOK {
@@ -809,6 +816,9 @@ func (n *Node) compactMinq() {
 	clear(n.minqBuf[k:])
 	n.minqBuf, n.minqIn = n.minqBuf[:k], n.minqIn[:k]
 	n.minqLay++
+	// purge's copy of the queue names pairs by index: rebuilt.
+	clear(n.qcache)
+	n.qcache = n.qcache[:0]
 }
 
 // findStamp returns the index of the stamp of (s.B, s.E) in minq, or -1.
@@ -824,8 +834,20 @@ func findStamp(minq []message.Stamp, s message.Stamp) int {
 // mergeMinq lowers the kept lowest queued stamps by those of a newly
 // queued entry (what updateDiscarded's scan would find with it queued).
 func (n *Node) mergeMinq(stamps []message.Stamp) {
-	for _, s := range stamps {
-		switch j := findStamp(n.minqBuf, s); {
+	for u, s := range stamps {
+		j := -1
+		if u < len(n.minqHint) {
+			if h := n.minqHint[u]; h < len(n.minqBuf) && n.minqBuf[h].B == s.B && n.minqBuf[h].E == s.E {
+				j = h
+			}
+		}
+		if j < 0 {
+			j = findStamp(n.minqBuf, s)
+			if u < len(n.minqHint) && j >= 0 {
+				n.minqHint[u] = j
+			}
+		}
+		switch {
 		case j < 0:
 			n.minqBuf = append(n.minqBuf, s)
 			n.minqIn = append(n.minqIn, true)
