@@ -149,15 +149,17 @@ type Node struct {
 	// has a queued stamp; minqLay increases when minqBuf's pairs move;
 	// join maps the store's own pairs to minqBuf (for OwnVersion joinOwn
 	// and minqLay joinLay); capBuf is the caps handed to the store.
-	minqIn   []bool
-	minqHint [4]int // per upstream stamp position: where its pair was found last
-	minqLay  uint64
-	join     []int
-	joinOwn  uint64
-	joinLay  uint64
-	joinOK   bool
-	capBuf   []uint64
-	rtSlab   []*recipTh // where purgeCache carves its entries' thresholds from
+	minqIn     []bool
+	minqHint   [4]int // per upstream stamp position: where its pair was found last
+	minqLay    uint64
+	join       []int
+	joinOwn    uint64
+	joinLay    uint64
+	joinOK     bool
+	capBuf     []uint64
+	rtSlab     []*recipTh         // where purgeCache carves its entries' thresholds from
+	lastRecips []message.BrokerID // cacheTail: the last entry's recipients and their thresholds
+	lastRt     []*recipTh
 	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
 	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
 	fl floodState

@@ -166,7 +166,16 @@ func (n *Node) purgeCache(stale bool) []purgeEntry {
 		clear(qc)
 		qc = qc[:0]
 	}
-	for _, e := range n.queue[len(qc):] {
+	n.qcache = qc
+	n.cacheTail()
+	return n.qcache
+}
+
+// cacheTail adds to purge's copy of the queue the entries queued since
+// (mergeMinq calls it too, when enqueue has just queued one: its data
+// is then in the CPU cache, while a purge pass comes a tick later).
+func (n *Node) cacheTail() {
+	for _, e := range n.queue[len(n.qcache):] {
 		c := purgeEntry{e: e, stamp: e.stamp}
 		if k := len(e.recips); k <= purgeEntryR {
 			// Carved from a slab: one allocation per many entries.
@@ -175,12 +184,30 @@ func (n *Node) purgeCache(stale bool) []purgeEntry {
 			}
 			l := len(n.rtSlab)
 			c.rt, n.rtSlab = n.rtSlab[l:l+k:l+k], n.rtSlab[:l+k]
+			// Consecutive entries mostly have the same recipients (the
+			// same names, from the routing table): the previous entry's
+			// thresholds are taken without a lookup.
+			// (In srds09 about half the lookups are saved: a few
+			// recipients per entry.)
+			last, lastRt := n.lastRecips, n.lastRt
 			for i, r := range e.recips {
-				if !e.safe[i] {
-					c.unsafe |= 1 << i
-					c.rt[i] = n.recipTh(r)
+				if e.safe[i] {
+					continue
 				}
+				c.unsafe |= 1 << i
+				var rt *recipTh
+				for q := range last {
+					if last[q] == r && lastRt[q] != nil {
+						rt = lastRt[q]
+						break
+					}
+				}
+				if rt == nil {
+					rt = n.recipTh(r)
+				}
+				c.rt[i] = rt
 			}
+			n.lastRecips, n.lastRt = e.recips, c.rt
 		}
 		if up := e.pub.Stamps[1:]; len(up) <= len(c.upJ) {
 			c.nup = len(up)
@@ -190,9 +217,8 @@ func (n *Node) purgeCache(stale bool) []purgeEntry {
 		} else {
 			c.nup = -1
 		}
-		qc = append(qc, c)
+		n.qcache = append(n.qcache, c)
 	}
-	return qc
 }
 
 // minqIndexAt is minqIndex for the upstream stamp at position u of a

@@ -649,6 +649,7 @@ func (n *Node) purge() {
 	if tv := n.topo.Version(); !n.rthOK || tv != n.rthTopo {
 		n.rth = map[message.BrokerID]*recipTh{}
 		n.rthOK, n.rthTopo = true, tv
+		n.lastRecips, n.lastRt = nil, nil
 		dirty = true
 	}
 	av := n.store.AboutVersion()
@@ -857,6 +858,12 @@ func (n *Node) mergeMinq(stamps []message.Stamp) {
 		case s.S < n.minqBuf[j].S:
 			n.minqBuf[j].S = s.S
 		}
+	}
+	// Called as an entry is queued: purge's copy of the queue takes it
+	// now, while its data is at hand, when that copy is current (the map
+	// unchanged since the last purge, no recipients changed) and aligned.
+	if n.rthOK && n.rthTopo == n.topo.Version() && !n.purgeDirty && len(n.qcache) < len(n.queue) {
+		n.cacheTail()
 	}
 }
 
