@@ -28,7 +28,7 @@ func (c Cursor) Entry() *message.DAckEntry { return &c.st.e }
 // (< Slots): a caller may index what it derives from the entry's
 // (reporter, about) by it while SlotVersion is unchanged (a slot of an
 // entry Forget dropped is given to the next new entry).
-func (c Cursor) Slot() int { return c.st.slot }
+func (c Cursor) Slot() int { return int(c.st.slot) }
 
 // Slots bounds the slot numbers given so far.
 func (s *Store) Slots() int { return s.slots }
@@ -108,14 +108,29 @@ func (s *Store) OwnAt(i int) message.Stamp {
 // upstream (B, E) it has an arrived watermark about, in OwnKeys' order,
 // to its arrived watermark capped by caps[i] (SetDiscarded(B, E,
 // min(arrived, caps[i])) for OwnKeys()[i], without a lookup by name).
-// caps has OwnLen entries.
+// caps has OwnLen entries. Only the entries whose cap or arrived
+// watermark changed since the previous call are looked at: for the
+// others the same min was applied already (discarded only grows within
+// an incarnation, and a new one changes OwnVersion: all are looked at).
 func (s *Store) LowerDiscarded(caps []uint64) {
 	s.sortOwn()
+	k := len(s.ownKeys)
+	full := !s.lowOK || s.lowVer != s.ownVer || len(s.lowCaps) != k || len(caps) != k
+	if full {
+		s.lowCaps = append(s.lowCaps[:0], make([]uint64, k)...)
+		s.lowArr = append(s.lowArr[:0], make([]bool, k)...)
+		s.lowVer, s.lowOK = s.ownVer, true
+	}
 	for i, st := range s.ownKeys {
+		if !full && !s.lowArr[i] && caps[i] == s.lowCaps[i] {
+			continue
+		}
+		s.lowCaps[i] = caps[i]
 		d := min(st.e.Arrived, caps[i])
 		if d > st.e.Discarded {
 			st.e.Discarded = d
 			s.touch(st)
 		}
+		s.lowArr[i] = false
 	}
 }

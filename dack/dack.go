@@ -36,8 +36,12 @@ type stored struct {
 	// store's size.
 	prev, next *stored
 	// slot numbers the entry densely (Cursor.Slot): fixed for its life.
-	slot int
-	e    message.DAckEntry
+	slot int32
+	// own: Reporter is this broker; ownIdx: its place in ownKeys as of
+	// the last sort (LowerDiscarded's marks).
+	own    bool
+	ownIdx int32
+	e      message.DAckEntry
 }
 
 // ownRef is an own entry found by the name of the broker it is about.
@@ -67,8 +71,15 @@ type Store struct {
 	// Slots (Cursor.Slot): slots is the next new one, free those of
 	// entries Forget dropped, slotVer increases when one is freed.
 	slots   int
-	free    []int
+	free    []int32
 	slotVer uint64
+	// LowerDiscarded's state: the caps it applied last (by ownKeys
+	// index) and which own entries changed since (lowArr), valid while
+	// OwnVersion is lowVer.
+	lowCaps []uint64
+	lowArr  []bool
+	lowVer  uint64
+	lowOK   bool
 	// arrCache: per stamp position, the own entry Arrive found last.
 	arrCache [4]ownRef
 	// slab is where new entries are carved from (alloc).
@@ -105,6 +116,14 @@ func (s *Store) touch(st *stored) {
 		s.aboutVer++
 	}
 	st.version = s.version
+	if st.own {
+		// LowerDiscarded looks at this entry again (its arrived
+		// watermark may have grown). A stale index (own's set changed
+		// since the sort) is harmless: LowerDiscarded then looks at all.
+		if i := int(st.ownIdx); i < len(s.lowArr) {
+			s.lowArr[i] = true
+		}
+	}
 	if s.newest == st {
 		return
 	}
@@ -151,10 +170,11 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		}
 		st := s.alloc()
 		st.e = e
+		st.own = e.Reporter == s.self
 		if k := len(s.free); k > 0 {
 			st.slot, s.free = s.free[k-1], s.free[:k-1]
 		} else {
-			st.slot = s.slots
+			st.slot = int32(s.slots)
 			s.slots++
 		}
 		s.m[k] = st
@@ -284,6 +304,9 @@ func (s *Store) sortOwn() {
 			s.ownKeys = append(s.ownKeys, st)
 		}
 		slices.SortFunc(s.ownKeys, func(a, b *stored) int { return cmp.Compare(a.e.About, b.e.About) })
+		for i, st := range s.ownKeys {
+			st.ownIdx = int32(i)
+		}
 		s.ownDirty = false
 	}
 }
