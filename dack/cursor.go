@@ -24,18 +24,10 @@ func (c Cursor) Version() uint64 { return c.st.version }
 // Entry is the entry itself: read only.
 func (c Cursor) Entry() *message.DAckEntry { return &c.st.e }
 
-// Slot is a small number naming the entry for its life in the store
-// (< Slots): a caller may index what it derives from the entry's
-// (reporter, about) by it while SlotVersion is unchanged (a slot of an
-// entry Forget dropped is given to the next new entry).
-func (c Cursor) Slot() int { return int(c.st.slot) }
-
-// Slots bounds the slot numbers given so far.
-func (s *Store) Slots() int { return s.slots }
-
-// SlotVersion increases whenever a slot is freed (Forget): what a caller
-// indexed by slot may then be about another entry.
-func (s *Store) SlotVersion() uint64 { return s.slotVer }
+// Aux is two words the caller may keep with the entry (what it derived
+// from the entry's reporter and about, which never change for an entry):
+// zero when the entry is created, never written by the store.
+func (c Cursor) Aux() *[2]uint64 { return &c.st.aux }
 
 // PathRef is a path of brokers resolved to the store's entries about this
 // broker (one per broker of the path, or none), so that its Threshold

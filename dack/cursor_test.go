@@ -10,8 +10,8 @@ import (
 
 // TestCacheAccessors checks the cached accessors against the plain ones
 // under random puts, arrivals, discards and forgets: the cursor walks
-// exactly AppendChanged's entries in its order, slots name one live entry
-// each (a freed one only after SlotVersion changed), a PathRef's
+// exactly AppendChanged's entries in its order, an entry keeps what the
+// caller wrote in its Aux (zero when new, also after Forget), a PathRef's
 // threshold equals Threshold over About whatever changed since it was
 // resolved (a reporter's first report, a restart, Forget), and
 // LowerDiscarded does what SetDiscarded per OwnKeys entry does, and
@@ -25,9 +25,8 @@ func TestCacheAccessors(t *testing.T) {
 	for i := range refs {
 		refs[i].SetPath(paths[i])
 	}
-	slotOf := map[pairKey]int{} // slot of each live entry, as last seen
-	slotVer := s.SlotVersion()
 	var versions []uint64
+	auxOf := map[pairKey][2]uint64{}
 	ownVer, ownPairs := s.OwnVersion(), pairs(s)
 	for step := 0; step < 5000; step++ {
 		switch r.IntN(5) {
@@ -94,25 +93,19 @@ func TestCacheAccessors(t *testing.T) {
 		versions = append(versions, s.Version())
 		since := versions[r.IntN(len(versions))]
 		var walked []Changed
-		live := map[int]bool{}
-		if sv := s.SlotVersion(); sv != slotVer {
-			clear(slotOf) // slots may have been given to other entries
-			slotVer = sv
-		}
+		aux := map[pairKey][2]uint64{} // what the walk wrote last time, per entry
 		for c := s.Newest(); c.Valid(); c = c.Prev() {
 			if c.Version() > since {
 				walked = append(walked, Changed{Entry: *c.Entry(), Version: c.Version()})
 			}
 			k := pairKey{c.Entry().Reporter, c.Entry().About}
-			if c.Slot() >= s.Slots() || live[c.Slot()] {
-				t.Fatalf("step %d: slot %d of %v out of range or shared", step, c.Slot(), k)
+			if a := *c.Aux(); a != auxOf[k] {
+				t.Fatalf("step %d: %v has aux %v, the caller wrote %v", step, k, a, auxOf[k])
 			}
-			live[c.Slot()] = true
-			if old, ok := slotOf[k]; ok && old != c.Slot() {
-				t.Fatalf("step %d: %v moved from slot %d to %d without a SlotVersion change", step, k, old, c.Slot())
-			}
-			slotOf[k] = c.Slot()
+			c.Aux()[0], c.Aux()[1] = uint64(step), uint64(len(k.reporter))
+			aux[k] = *c.Aux()
 		}
+		auxOf = aux // entries gone (Forget) are new, zero, if they come back
 		if want := s.AppendChanged(nil, since); !reflect.DeepEqual(walked, want) {
 			t.Fatalf("step %d: cursor walked %v, AppendChanged %v", step, walked, want)
 		}

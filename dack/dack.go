@@ -35,8 +35,8 @@ type stored struct {
 	// what was already sent, so a DACK costs what changed, not the
 	// store's size.
 	prev, next *stored
-	// slot numbers the entry densely (Cursor.Slot): fixed for its life.
-	slot int32
+	// aux is the caller's (Cursor.Aux): zero for a new entry.
+	aux [2]uint64
 	// own: Reporter is this broker; ownIdx: its place in ownKeys as of
 	// the last sort (LowerDiscarded's marks).
 	own    bool
@@ -68,11 +68,6 @@ type Store struct {
 	ownVer   uint64 // increases when own gains or loses an entry or one changes incarnation (OwnVersion)
 	aboutVer uint64 // increases whenever an entry about this broker changes (AboutVersion)
 	aboutSet uint64 // increases whenever aboutMe gains or loses an entry (PathRef)
-	// Slots (Cursor.Slot): slots is the next new one, free those of
-	// entries Forget dropped, slotVer increases when one is freed.
-	slots   int
-	free    []int32
-	slotVer uint64
 	// LowerDiscarded's state: the caps it applied last (by ownKeys
 	// index) and which own entries changed since (lowArr), valid while
 	// OwnVersion is lowVer.
@@ -171,12 +166,6 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		st := s.alloc()
 		st.e = e
 		st.own = e.Reporter == s.self
-		if k := len(s.free); k > 0 {
-			st.slot, s.free = s.free[k-1], s.free[:k-1]
-		} else {
-			st.slot = int32(s.slots)
-			s.slots++
-		}
 		s.m[k] = st
 		if e.Reporter == s.self {
 			s.own[e.About] = st
@@ -319,8 +308,6 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
 			delete(s.m, k)
 			s.unlink(st)
-			s.free = append(s.free, st.slot)
-			s.slotVer++
 			if k.reporter == s.self {
 				delete(s.own, k.about)
 				s.ownDirty = true

@@ -129,13 +129,12 @@ type Node struct {
 	peerPsOf []message.BrokerID
 
 	// DACK pass and purge caches (dack_cache.go; owners dackLinks and
-	// purge). relCache: relayOf's verdict per store slot (for the store's
-	// SlotVersion relSlotVer). dackSlab, dackMsgs: where DACKs are carved
-	// from. rth: purge's per-recipient thresholds, their paths valid for
-	// the map version rthTopo (rthOK: set); qcache: purge's dense copy
-	// of the queue.
-	relCache   []relayCached
-	relSlotVer uint64
+	// purge). sideIdx: relayOf's interned side names. dackSlab,
+	// dackMsgs: where DACKs are carved from. rth: purge's per-recipient
+	// thresholds, their paths valid for the map version rthTopo (rthOK:
+	// set); qcache: purge's dense copy of the queue.
+	sideIdx    map[message.BrokerID]uint32 // sideIndex's table, for the map version sideIdxGeo
+	sideIdxGeo uint64
 	dackSlab   []message.DAckEntry
 	dackMsgs   []message.DAck
 	rth        map[message.BrokerID]*recipTh

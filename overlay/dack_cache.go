@@ -9,51 +9,66 @@ import (
 // they derive from the map and the store is kept while the versions it
 // depends on are unchanged, so that a period costs what changed.
 
-// relayCached is relayInfo of one store entry (by its slot), valid for the
-// geometry of map version geo.
-type relayCached struct {
-	info relayInfo
-	geo  uint64
-	ok   bool
-}
-
-// relayOf returns dackRelays' verdict on the entry at c for any link: the
-// sides of its reporter and of the broker it is about. An entry's
-// (reporter, about) is fixed for its slot's life, so the verdict is kept
-// per slot while the geometry (n.geoVer) and the store's slots
-// (SlotVersion) are unchanged. The geometry must be current.
-func (n *Node) relayOf(c dack.Cursor) *relayInfo {
-	if sv := n.store.SlotVersion(); sv != n.relSlotVer {
-		clear(n.relCache)
-		n.relSlotVer = sv
-	}
-	s := c.Slot()
-	if s >= len(n.relCache) {
-		n.relCache = append(n.relCache, make([]relayCached, n.store.Slots()-len(n.relCache))...)
-	}
-	rc := &n.relCache[s]
-	if rc.ok && rc.geo == n.geoVer {
-		return &rc.info
+// relayOf returns dackRelays' verdict on the entry at c for any link,
+// packed (relayOK, relayRelayed, and the interned sides of the broker it
+// is about and of its reporter: carries tests it against a link's side).
+// An entry's (reporter, about) never changes, so the verdict is kept in
+// the entry (Cursor.Aux: the map version + 1 it holds for, and the
+// verdict) while the geometry is unchanged. The geometry must be current.
+func (n *Node) relayOf(c dack.Cursor) uint64 {
+	aux := c.Aux()
+	if aux[0] == n.geoVer+1 {
+		return aux[1]
 	}
 	e := c.Entry()
-	r := relayInfo{}
+	var v uint64
 	if e.About != n.cfg.ID {
-		r.as = n.side[e.About]
-		if r.as == "" {
-			r.as = e.About
+		as := n.side[e.About]
+		if as == "" {
+			as = e.About
 		}
-		r.ok = true
+		v = relayOK | uint64(n.sideIndex(as))<<2
 		if e.Reporter != n.cfg.ID {
-			var known bool
-			r.rs, known = n.side[e.Reporter]
-			r.relayed = true
+			rs, known := n.side[e.Reporter]
+			v |= relayRelayed | uint64(n.sideIndex(rs))<<33
 			if !known || n.dist[e.Reporter]+n.dist[e.About] > n.cfg.Delta+1 {
-				r.ok = false
+				v &^= relayOK
 			}
 		}
 	}
-	rc.info, rc.geo, rc.ok = r, n.geoVer, true
-	return &rc.info
+	aux[0], aux[1] = n.geoVer+1, v
+	return v
+}
+
+// The bits of relayOf's verdict: bit 0 relayOK (about another broker
+// and, if relayed, within δ+1 hops), bit 1 relayRelayed (reported by
+// another broker), bits 2-32 the side of the broker it is about, bits
+// 33-63 its reporter's (sideIndex).
+const (
+	relayOK      = 1 << 0
+	relayRelayed = 1 << 1
+)
+
+// carries is dackRelays(reporter, about, pside) from a verdict of
+// relayOf, for the link toward the side of index pside.
+func carries(v uint64, pside uint32) bool {
+	as, rs := uint32(v>>2)&(1<<31-1), uint32(v>>33)&(1<<31-1)
+	return v&relayOK != 0 && as == pside && (v&relayRelayed == 0 || rs != pside)
+}
+
+// sideIndex interns a side's name for the current geometry: equal names,
+// equal indices (< 2³¹; the table starts over with the map version).
+func (n *Node) sideIndex(b message.BrokerID) uint32 {
+	if n.sideIdxGeo != n.geoVer || n.sideIdx == nil {
+		n.sideIdx = map[message.BrokerID]uint32{}
+		n.sideIdxGeo = n.geoVer
+	}
+	i, ok := n.sideIdx[b]
+	if !ok {
+		i = uint32(len(n.sideIdx))
+		n.sideIdx[b] = i
+	}
+	return i
 }
 
 // dackSlabN is how many DACK entries (and DAck messages) dackLinks

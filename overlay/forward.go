@@ -516,7 +516,7 @@ func (n *Node) dackLinks() {
 		if pside == "" {
 			pside = id
 		}
-		links = append(links, dueLink{id: id, p: p, side: pside})
+		links = append(links, dueLink{id: id, p: p, side: n.sideIndex(pside)})
 	}
 	n.dueBuf = links[:0]
 	ver = n.store.Version()
@@ -524,7 +524,7 @@ func (n *Node) dackLinks() {
 		d := &links[j]
 		entries := n.dackBuf()
 		for c := n.store.Newest(); c.Valid() && c.Version() > d.p.dackSent; c = c.Prev() {
-			if n.relayOf(c).carries(d.side) {
+			if carries(n.relayOf(c), d.side) {
 				entries = append(entries, *c.Entry())
 			}
 		}
@@ -537,23 +537,11 @@ func (n *Node) dackLinks() {
 	}
 }
 
-// relayInfo is dackRelays' verdict on one store entry, for any link.
-type relayInfo struct {
-	as, rs  message.BrokerID // the sides of the broker it is about and of its reporter
-	relayed bool             // reported by another broker
-	ok      bool             // about another broker and, if relayed, within δ+1 hops
-}
-
-// carries is dackRelays(reporter, about, pside) from the looked-up sides.
-func (r *relayInfo) carries(pside message.BrokerID) bool {
-	return r.ok && r.as == pside && (!r.relayed || r.rs != pside)
-}
-
 // dueLink is a link whose DACK goes out in this dackLinks pass.
 type dueLink struct {
 	id   message.BrokerID
 	p    *peer
-	side message.BrokerID // the tree side it leads to
+	side uint32 // the tree side it leads to (sideIndex)
 }
 
 // dackRelays reports whether the DACK on the link toward side pside
