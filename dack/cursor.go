@@ -35,9 +35,9 @@ func (c Cursor) Aux() *[2]uint64 { return &c.st.aux }
 // set of such entries changed (a reporter's first entry, Forget).
 type PathRef struct {
 	path []BrokerID
-	refs []*stored
-	set  uint64 // the store's aboutSet refs hold for
-	ok   bool   // refs resolved once
+	idx  []int32 // per broker: 1 + its index in the store's aboutDense, 0: no entry
+	set  uint64  // the store's aboutSet idx holds for
+	ok   bool    // idx resolved once
 }
 
 // SetPath makes p the path (copied; empty: never safe).
@@ -47,30 +47,39 @@ func (p *PathRef) SetPath(path []BrokerID) {
 }
 
 // PathThreshold is Threshold(p's path, s.About): the reports are read
-// through p's resolved entries.
+// from the store's dense copies of its entries about this broker.
 func (s *Store) PathThreshold(p *PathRef) uint64 {
 	if len(p.path) == 0 {
 		return 0
 	}
 	if !p.ok || p.set != s.aboutSet {
-		p.refs = p.refs[:0]
+		p.idx = p.idx[:0]
 		for _, b := range p.path {
-			p.refs = append(p.refs, s.aboutMe[b]) // nil: no entry
+			var i int32
+			if st := s.aboutMe[b]; st != nil {
+				i = st.aboutIdx
+			}
+			p.idx = append(p.idx, i)
 		}
 		p.set, p.ok = s.aboutSet, true
 	}
 	minArrived := ^uint64(0)
 	maxDiscarded := uint64(0)
-	for _, st := range p.refs {
-		if st == nil || st.e.AE != s.epoch {
+	for _, i := range p.idx {
+		if i == 0 {
 			minArrived = 0
 			continue
 		}
-		if st.e.Arrived < minArrived {
-			minArrived = st.e.Arrived
+		r := &s.aboutDense[i-1]
+		if r.ae != s.epoch {
+			minArrived = 0
+			continue
 		}
-		if st.e.Discarded > maxDiscarded {
-			maxDiscarded = st.e.Discarded
+		if r.arrived < minArrived {
+			minArrived = r.arrived
+		}
+		if r.discarded > maxDiscarded {
+			maxDiscarded = r.discarded
 		}
 	}
 	if maxDiscarded > minArrived {

@@ -41,7 +41,16 @@ type stored struct {
 	// the last sort (LowerDiscarded's marks).
 	own    bool
 	ownIdx int32
-	e      message.DAckEntry
+	// aboutIdx: 1 + its place in Store.aboutDense for an entry about this
+	// broker, 0 for the others.
+	aboutIdx int32
+	e        message.DAckEntry
+}
+
+// aboutRep is the dense copy of an entry about this broker (PathThreshold
+// reads these instead of the entries).
+type aboutRep struct {
+	ae, arrived, discarded uint64
 }
 
 // ownRef is an own entry found by the name of the broker it is about.
@@ -68,6 +77,8 @@ type Store struct {
 	ownVer   uint64 // increases when own gains or loses an entry or one changes incarnation (OwnVersion)
 	aboutVer uint64 // increases whenever an entry about this broker changes (AboutVersion)
 	aboutSet uint64 // increases whenever aboutMe gains or loses an entry (PathRef)
+	// aboutDense copies aboutMe's entries (stored.aboutIdx), kept by touch.
+	aboutDense []aboutRep
 	// LowerDiscarded's state: the caps it applied last (by ownKeys
 	// index) and which own entries changed since (lowArr), valid while
 	// OwnVersion is lowVer.
@@ -107,8 +118,9 @@ func (s *Store) alloc() *stored {
 // touch gives st the next version: it moves to the list's tail.
 func (s *Store) touch(st *stored) {
 	s.version++
-	if st.e.About == s.self {
+	if st.aboutIdx > 0 { // About == self
 		s.aboutVer++
+		s.aboutDense[st.aboutIdx-1] = aboutRep{st.e.AE, st.e.Arrived, st.e.Discarded}
 	}
 	st.version = s.version
 	if st.own {
@@ -175,6 +187,8 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		if e.About == s.self {
 			s.aboutMe[e.Reporter] = st
 			s.aboutSet++
+			s.aboutDense = append(s.aboutDense, aboutRep{})
+			st.aboutIdx = int32(len(s.aboutDense))
 		}
 		s.touch(st)
 		return true
@@ -304,6 +318,7 @@ func (s *Store) sortOwn() {
 // (a restarted broker's old reports and the reports about its old stamps).
 func (s *Store) Forget(id BrokerID, epoch uint64) {
 	s.arrCache = [4]ownRef{}
+	dropped := false
 	for k, st := range s.m {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
 			delete(s.m, k)
@@ -317,8 +332,17 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 				delete(s.aboutMe, k.reporter)
 				s.aboutVer++
 				s.aboutSet++
+				dropped = true
 			}
 			s.version++
+		}
+	}
+	if dropped {
+		// Renumbered (the order is the map's: only the values are read).
+		s.aboutDense = s.aboutDense[:0]
+		for _, st := range s.aboutMe {
+			s.aboutDense = append(s.aboutDense, aboutRep{st.e.AE, st.e.Arrived, st.e.Discarded})
+			st.aboutIdx = int32(len(s.aboutDense))
 		}
 	}
 }

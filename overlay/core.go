@@ -31,6 +31,11 @@ type peer struct {
 	dackSent  uint64 // store version covered by the last DACK on this link
 	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
 	dackIn    int64  // tick of the last DACK received from it (0: none)
+
+	// dackLinks (owner): the link's side (sideIndex) for the map version
+	// dackSideGeo-1 (0: not known).
+	dackSide    uint32
+	dackSideGeo uint64
 }
 
 // clientState is one local client session.

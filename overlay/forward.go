@@ -511,12 +511,14 @@ func (n *Node) dackLinks() {
 		if !p.up || !n.dackDue(p) {
 			continue
 		}
-		id := p.id
-		pside := n.side[id]
-		if pside == "" {
-			pside = id
+		if p.dackSideGeo != n.geoVer+1 {
+			pside := n.side[p.id]
+			if pside == "" {
+				pside = p.id
+			}
+			p.dackSide, p.dackSideGeo = n.sideIndex(pside), n.geoVer+1
 		}
-		links = append(links, dueLink{id: id, p: p, side: n.sideIndex(pside)})
+		links = append(links, dueLink{id: p.id, p: p, side: p.dackSide})
 	}
 	n.dueBuf = links[:0]
 	ver = n.store.Version()
