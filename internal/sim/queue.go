@@ -42,27 +42,27 @@ type delivery struct {
 	name  string
 	msg   message.Message
 	frame []byte
-	// While it waits behind earlier messages of its direction (fifo):
-	// its event's time, sequence number and receiver incarnation, and the
-	// next message of the direction.
-	at   time.Duration
-	seq  uint64
-	inc  int
-	next *delivery
+	// next is the message sent after this one in the same direction
+	// while this one was in flight (fifo), with its event's time,
+	// sequence number and receiver incarnation: the event that replaces
+	// this one in the heap is built without touching next's record.
+	next    *delivery
+	nextAt  time.Duration
+	nextSeq uint64
+	nextInc int
 }
 
-// fifo holds the messages in flight in one direction of a link after the
-// first one, as a list through delivery.next. A link is FIFO per
-// direction and its arrival times never decrease (Sim.send), so the
-// messages of one direction arrive in the order they were sent, in (at,
-// seq) order: only the first of them needs to be in the event heap; the
-// others wait here, and the next one replaces it in the heap when it is
-// popped. The heap then holds one event per busy link direction instead of
-// every message in flight (up to 34,000 in the setup's subscription
-// floods), and the total order of events, (at, seq), is the same.
+// fifo is the messages in flight in one direction of a link, as a list
+// through delivery.next from the one in the event heap to tail. A link is
+// FIFO per direction and its arrival times never decrease (Sim.send), so
+// the messages of one direction arrive in the order they were sent, in
+// (at, seq) order: only the first of them needs to be in the event heap;
+// the next one replaces it there when it is popped. The heap then holds
+// one event per busy link direction instead of every message in flight
+// (up to 34,000 in the setup's subscription floods), and the total order
+// of events, (at, seq), is the same.
 type fifo struct {
-	head, tail *delivery
-	inHeap     bool // the direction's first message is in the event heap
+	tail *delivery // nil: nothing in flight in this direction
 }
 
 // eventHeap is a 4-ary min-heap of events held by value: no allocation per
@@ -136,15 +136,10 @@ func (q eventHeap) down(e event) {
 // by the next message of its link direction when it is a message.
 func (s *Sim) next() event {
 	if d := s.q[0].d; d != nil {
-		f := &d.l.q[d.dir]
-		if n := f.head; n != nil {
-			f.head, n.next = n.next, nil
-			if f.head == nil {
-				f.tail = nil
-			}
-			return s.q.replaceTop(event{at: n.at, seq: n.seq, target: n.to, inc: n.inc, d: n})
+		if n := d.next; n != nil {
+			return s.q.replaceTop(event{at: d.nextAt, seq: d.nextSeq, target: d.to, inc: d.nextInc, d: n})
 		}
-		f.inHeap = false
+		d.l.q[d.dir].tail = nil
 	}
 	return s.q.pop()
 }
@@ -172,17 +167,12 @@ func (s *Sim) enqueue(at time.Duration, b *broker, fn func(), d *delivery) {
 		// A message waits behind the earlier ones of its link direction
 		// (fifo): it is never before them.
 		f := &d.l.q[d.dir]
-		if f.inHeap {
-			d.at, d.seq, d.inc = e.at, e.seq, e.inc
-			if f.tail == nil {
-				f.head = d
-			} else {
-				f.tail.next = d
-			}
+		if p := f.tail; p != nil {
+			p.next, p.nextAt, p.nextSeq, p.nextInc = d, e.at, e.seq, e.inc
 			f.tail = d
 			return
 		}
-		f.inHeap = true
+		f.tail = d
 	}
 	s.q.push(e)
 }
