@@ -52,6 +52,7 @@ func (s *Sim) newClient(name string, edge message.BrokerID) (*client, error) {
 	s.nextCID++
 	c := &client{id: s.nextCID, name: name, edge: b, edgeInc: b.inc, sub: -1}
 	s.clients = append(s.clients, c) // at index c.id
+	s.routes = append(s.routes, clientRoute{edge: b, edgeInc: b.inc, sub: -1})
 	b.clients = append(b.clients, c)
 	s.tracef("client %s (#%d) opens at %s", name, c.id, edge)
 	s.input(b, s.cfg.ClientDelay, func() { b.node.ClientOpen(c.id) })
@@ -72,17 +73,17 @@ func (s *Sim) clientSend(c *client, m message.Message) {
 
 // toClient carries a message from broker b to one of its clients.
 func (s *Sim) toClient(b *broker, env ClientEnvelope) {
-	var c *client
-	if env.To > 0 && uint64(env.To) < uint64(len(s.clients)) {
-		c = s.clients[env.To]
+	var r clientRoute // zero (edge nil) for an unknown client
+	if env.To > 0 && uint64(env.To) < uint64(len(s.routes)) {
+		r = s.routes[env.To]
 	}
-	if c == nil || c.edge != b || c.edgeInc != b.inc {
+	if r.edge != b || r.edgeInc != b.inc {
 		s.stats.ClientMisses++
 		s.tracef("%s -> client #%d MISSED (unknown or foreign client) %s", b.id, env.To, env.Msg.Type())
 		return
 	}
 	m := env.Msg
-	if d, ok := m.(*message.Deliver); ok && c.sub >= 0 {
+	if d, ok := m.(*message.Deliver); ok && r.sub >= 0 {
 		// A subscriber only records deliveries; recording it now with its
 		// arrival time saves an event per delivery (the bulk of all events
 		// in large runs). Order per client is unchanged: every message to a
@@ -90,12 +91,13 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 		// ClientDelay would have lost it: negligible, and the subscriber is
 		// excluded from the guarantees then anyway.
 		if s.cfg.Trace != nil {
-			s.tracef("client %s <- %s Deliver %+v", c.name, b.id, d)
+			s.tracef("client %s <- %s Deliver %+v", s.clients[env.To].name, b.id, d)
 		}
-		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: c.sub, SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: s.now + s.cfg.ClientDelay, PubTime: d.Time})
-		s.checkOnline(c, d)
+		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: r.sub, SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: s.now + s.cfg.ClientDelay, PubTime: d.Time})
+		s.checkOnline(env.To, r.sub, d)
 		return
 	}
+	c := s.clients[env.To]
 	inc := b.inc
 	s.schedule(s.now+s.cfg.ClientDelay, func() {
 		if c.dead || b.inc != inc {
@@ -209,6 +211,7 @@ func (s *Sim) AddSubscriber(name string, edge message.BrokerID, f matching.Filte
 		return err
 	}
 	c.sub = s.log.AddSub(SubRecord{Name: name, Edge: edge, Filter: f, SubscribedAt: s.now, ConfirmedAt: -1, UnsubAt: -1})
+	s.routes[c.id].sub = c.sub
 	s.clientSend(c, &message.Subscribe{Req: uint64(c.id), Filter: f})
 	return nil
 }
@@ -355,7 +358,15 @@ func (x *seen) add(seq uint64) {
 	x.far[seq] = true
 }
 
-func (s *Sim) checkOnline(c *client, d *message.Deliver) {
+// clientRoute is what toClient needs of a client, in a dense array by
+// ClientID (Sim.routes): its edge's incarnation and its subscription.
+type clientRoute struct {
+	edge    *broker
+	edgeInc int
+	sub     int // index in the log's subscriptions, or -1
+}
+
+func (s *Sim) checkOnline(id message.ClientID, sub int, d *message.Deliver) {
 	// One small map shared by all subscribers (hot in the cache) numbers
 	// the sources, instead of a map per subscriber; bounded by the
 	// publishers (and their epochs) of the run. The deliveries of one
@@ -376,11 +387,11 @@ func (s *Sim) checkOnline(c *client, d *message.Deliver) {
 		s.lastSrc, s.lastSrcIdx = src, i
 	}
 	o := s.online[i]
-	if len(o) <= c.sub {
-		o = append(o, make(online, max(c.sub+1, len(s.log.Subs))-len(o))...)
+	if len(o) <= sub {
+		o = append(o, make(online, max(sub+1, len(s.log.Subs))-len(o))...)
 		s.online[i] = o
 	}
-	x := &o[c.sub]
+	x := &o[sub]
 	violation := ""
 	if x.has(d.Pub.Seq) {
 		violation = "duplicate"
@@ -395,6 +406,7 @@ func (s *Sim) checkOnline(c *client, d *message.Deliver) {
 		if s.firstViolation < 0 {
 			s.firstViolation = s.now
 		}
+		c := s.clients[id]
 		s.tracef("CHECK %s: %s delivered to %s at %s", violation, d.Pub, c.name, c.edge.id)
 	}
 }

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"math/rand/v2"
+	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -113,6 +115,27 @@ func TestSeenSet(t *testing.T) {
 		in[q] = true
 		if !x.has(q) {
 			t.Fatalf("has(%d) false after add", q)
+		}
+	}
+}
+
+// Delays' counting sort gives the stable sort by publication time.
+func TestDelaysStableOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for run := 0; run < 50; run++ {
+		l := NewLog()
+		n := r.IntN(500)
+		for i := 0; i < n; i++ {
+			pt := int64(r.IntN(1 + run))
+			l.Deliveries = append(l.Deliveries, Delivery{PubTime: pt, At: time.Duration(pt) + time.Duration(r.IntN(1000))})
+		}
+		want := make([]DelaySample, 0, n)
+		for _, d := range l.Deliveries {
+			want = append(want, DelaySample{Published: time.Duration(d.PubTime), Delay: d.At - time.Duration(d.PubTime)})
+		}
+		sort.SliceStable(want, func(i, j int) bool { return want[i].Published < want[j].Published })
+		if got := l.Delays(); !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("run %d: Delays differs from the stable sort", run)
 		}
 	}
 }

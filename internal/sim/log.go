@@ -250,6 +250,10 @@ func (l *Log) Check() Report {
 	for i, sr := range l.Subs {
 		r.PerSub[i] = SubReport{Name: sr.Name, Edge: sr.Edge, Filter: fmtFilter(sr.Filter), Excluded: sr.Excluded, Confirmed: sr.ConfirmedAt >= 0}
 	}
+	var lastPub message.PubID
+	var lastPi int
+	var haveLast, lastKnown bool
+	pure := isSimpleMatch(Match)
 	for _, d := range l.Deliveries {
 		if d.Sub < 0 || d.Sub >= len(l.Subs) {
 			r.Spurious++
@@ -259,7 +263,13 @@ func (l *Log) Check() Report {
 		sr := l.Subs[d.Sub]
 		ps := &per[d.Sub]
 		r.PerSub[d.Sub].Delivered++
-		pi, known := l.pubIdx[d.Pub]
+		// The deliveries of one publication come in a row: its index is
+		// looked up once for them.
+		if !haveLast || d.Pub != lastPub {
+			lastPub, haveLast = d.Pub, true
+			lastPi, lastKnown = l.pubIdx[d.Pub]
+		}
+		pi, known := lastPi, lastKnown
 		if ps.got(pi, known, d.Pub) {
 			r.Duplicates++
 			detail("duplicate: %s delivered again to %s (%s) at %s", d.Pub, sr.Name, d.SubID, fmtTime(d.At))
@@ -295,7 +305,7 @@ func (l *Log) Check() Report {
 		case p == nil:
 			r.Spurious++
 			detail("unknown publication %s delivered to %s", d.Pub, sr.Name)
-		case !Match(sr.Filter, p.Attrs):
+		case !ps.match(sr.Filter, p, pi, pure, np):
 			r.Spurious++
 			detail("non-matching: %s %s delivered to %s %s", d.Pub, fmtAttrs(p.Attrs), sr.Name, fmtFilter(sr.Filter))
 		case d.Attrs != nil && !sameAttrs(d.Attrs, p.Attrs):
@@ -334,7 +344,7 @@ func (l *Log) Check() Report {
 			if sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
 				continue
 			}
-			if !Match(sr.Filter, p.Attrs) {
+			if !(pure && per[si].matched(pi)) && !Match(sr.Filter, p.Attrs) {
 				continue
 			}
 			r.Guaranteed++
@@ -362,6 +372,35 @@ type subSeen struct {
 	bits    []uint64 // by index in Log.Pubs
 	unknown map[message.PubID]bool
 	last    []lastSeq // by source number
+	// ok: the publications (by index in Log.Pubs) a delivery found
+	// matching, with a pure matcher: the oracle need not match them again.
+	ok []uint64
+}
+
+// match is Match(f, p.Attrs) for the publication at index pi, remembered
+// when true and the matcher is pure (simpleMatch).
+func (x *subSeen) match(f matching.Filter, p *PubRecord, pi int, pure bool, np int) bool {
+	if !Match(f, p.Attrs) {
+		return false
+	}
+	if pure {
+		if x.ok == nil {
+			x.ok = make([]uint64, (np+63)/64)
+		}
+		x.ok[pi/64] |= 1 << (pi % 64)
+	}
+	return true
+}
+
+func (x *subSeen) matched(pi int) bool {
+	w := pi / 64
+	return w < len(x.ok) && x.ok[w]&(1<<(pi%64)) != 0
+}
+
+// isSimpleMatch reports whether match is simpleMatch (a pure function
+// whose index Check may use).
+func isSimpleMatch(match func(matching.Filter, []matching.Attr) bool) bool {
+	return reflect.ValueOf(match).Pointer() == reflect.ValueOf(simpleMatch).Pointer()
 }
 
 type lastSeq struct {
@@ -417,7 +456,7 @@ func (l *Log) oracleCandidates(match func(matching.Filter, []matching.Attr) bool
 			}
 		}
 	}
-	if reflect.ValueOf(match).Pointer() != reflect.ValueOf(simpleMatch).Pointer() {
+	if !isSimpleMatch(match) {
 		return c
 	}
 	c.byEq = map[eqKey][]int{}
@@ -484,13 +523,54 @@ func sameAttrs(a, b []matching.Attr) bool {
 }
 
 // Delays returns every delivery's delay (receipt minus publication time),
-// by the publication time, sorted by publication time.
+// by the publication time, sorted by publication time (stable: deliveries
+// of the same time in log order).
+//
+// The deliveries share a few publication times (one per publication, and
+// those of one publication come in a row): a counting sort over the
+// distinct times sorted, instead of a comparison sort of every delivery.
 func (l *Log) Delays() []DelaySample {
-	out := make([]DelaySample, 0, len(l.Deliveries))
-	for _, d := range l.Deliveries {
-		out = append(out, DelaySample{Published: time.Duration(d.PubTime), Delay: d.At - time.Duration(d.PubTime)})
+	n := len(l.Deliveries)
+	group := make([]int32, n) // index in times of each delivery's time
+	idx := map[time.Duration]int32{}
+	var times []time.Duration
+	var count []int
+	last, lastG := time.Duration(0), int32(-1)
+	for i := range l.Deliveries {
+		t := time.Duration(l.Deliveries[i].PubTime)
+		g := lastG
+		if g < 0 || t != last {
+			var ok bool
+			if g, ok = idx[t]; !ok {
+				g = int32(len(times))
+				idx[t] = g
+				times = append(times, t)
+				count = append(count, 0)
+			}
+			last, lastG = t, g
+		}
+		group[i] = g
+		count[g]++
 	}
-	slices.SortStableFunc(out, func(a, b DelaySample) int { return cmp.Compare(a.Published, b.Published) })
+	// The groups in time order; start[g] is where group g's samples go.
+	order := make([]int32, len(times))
+	for g := range order {
+		order[g] = int32(g)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(times[a], times[b]) })
+	start := make([]int, len(times))
+	pos := 0
+	for _, g := range order {
+		start[g] = pos
+		pos += count[g]
+	}
+	out := make([]DelaySample, n)
+	for i := range l.Deliveries {
+		d := &l.Deliveries[i]
+		g := group[i]
+		out[start[g]] = DelaySample{Published: time.Duration(d.PubTime), Delay: d.At - time.Duration(d.PubTime)}
+		start[g]++
+	}
 	return out
 }
 

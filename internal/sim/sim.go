@@ -211,7 +211,8 @@ type Sim struct {
 	links    map[linkKey]*link
 	cuts     map[linkKey]bool
 	nextLink uint64
-	clients  []*client // by ClientID (IDs are 1, 2, ...; [0] is nil)
+	clients  []*client     // by ClientID (IDs are 1, 2, ...; [0] is nil)
+	routes   []clientRoute // by ClientID, as clients
 	nextCID  message.ClientID
 	log      *Log
 	stats    Stats
@@ -249,6 +250,7 @@ func New(cfg Config) (*Sim, error) {
 		links:   map[linkKey]*link{},
 		cuts:    map[linkKey]bool{},
 		clients: []*client{nil},
+		routes:  []clientRoute{{sub: -1}},
 		log:     newLog(),
 
 		firstViolation: -1,
