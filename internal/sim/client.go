@@ -94,7 +94,12 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 			s.tracef("client %s <- %s Deliver %+v", s.clients[env.To].name, b.id, d)
 		}
 		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: r.sub, SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: s.now + s.cfg.ClientDelay, PubTime: d.Time})
-		s.checkOnline(env.To, r.sub, d)
+		if s.cfg.Trace != nil {
+			// The trace shows a violation at the instant it happens;
+			// without a trace the online check waits for FirstViolation.
+			s.checkOnline(env.To, r.sub, d.Pub)
+			s.onlineDone = len(s.log.Deliveries)
+		}
 		return
 	}
 	c := s.clients[env.To]
@@ -122,7 +127,10 @@ func (s *Sim) clientRecv(c *client, m message.Message) {
 			s.stats.ClientMisses++
 			return
 		}
+		// Not seen by the online check (only toClient's are).
+		s.catchUpOnline()
 		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: c.sub, SubID: m.Sub, Pub: m.Pub, Attrs: m.Attrs, At: s.now, PubTime: m.Time})
+		s.onlineDone++
 	case *message.Gap:
 		if c.sub < 0 {
 			s.stats.ClientMisses++
@@ -302,9 +310,10 @@ func (s *Sim) CheckLiveness() {
 }
 
 // online is the continuous part of the checkers: exactly once and
-// per-source FIFO, checked as each delivery is recorded, so that the
-// trace shows a violation at the instant it happens (the full verdict is
-// still Log.Check after the run). Sim.online holds, by source index
+// per-source FIFO, checked as each delivery is recorded when there is a
+// trace, so that the trace shows a violation at the instant it happens
+// (without a trace, FirstViolation catches up when called; the full
+// verdict is still Log.Check after the run). Sim.online holds, by source index
 // (Sim.srcIdx), what each subscriber (by index in Log.Subs) got from that
 // source: the deliveries of one publication, which come in a row, touch
 // one array.
@@ -366,12 +375,14 @@ type clientRoute struct {
 	sub     int // index in the log's subscriptions, or -1
 }
 
-func (s *Sim) checkOnline(id message.ClientID, sub int, d *message.Deliver) {
+// checkOnline checks the delivery of pub to subscription sub (by client
+// id, named in the trace), now.
+func (s *Sim) checkOnline(id message.ClientID, sub int, pub message.PubID) {
 	// One small map shared by all subscribers (hot in the cache) numbers
 	// the sources, instead of a map per subscriber; bounded by the
 	// publishers (and their epochs) of the run. The deliveries of one
 	// publication come in a row: the last source is remembered.
-	src := d.Pub.Source()
+	src := pub.Source()
 	i := s.lastSrcIdx
 	if src != s.lastSrc || s.srcIdx == nil {
 		var ok bool
@@ -393,24 +404,43 @@ func (s *Sim) checkOnline(id message.ClientID, sub int, d *message.Deliver) {
 	}
 	x := &o[sub]
 	violation := ""
-	if x.has(d.Pub.Seq) {
+	if x.has(pub.Seq) {
 		violation = "duplicate"
-	} else if x.hasLast && d.Pub.Seq <= x.last {
+	} else if x.hasLast && pub.Seq <= x.last {
 		violation = fmt.Sprintf("reorder (after seq %d)", x.last)
 	}
-	x.add(d.Pub.Seq)
-	if d.Pub.Seq > x.last {
-		x.last, x.hasLast = d.Pub.Seq, true
+	x.add(pub.Seq)
+	if pub.Seq > x.last {
+		x.last, x.hasLast = pub.Seq, true
 	}
 	if violation != "" {
 		if s.firstViolation < 0 {
 			s.firstViolation = s.now
 		}
-		c := s.clients[id]
-		s.tracef("CHECK %s: %s delivered to %s at %s", violation, d.Pub, c.name, c.edge.id)
+		if s.cfg.Trace != nil {
+			c := s.clients[id]
+			s.tracef("CHECK %s: %s delivered to %s at %s", violation, pub, c.name, c.edge.id)
+		}
 	}
+}
+
+// catchUpOnline runs the online check over the deliveries recorded since
+// the last time, each at the instant it was recorded (its arrival time
+// minus the client delay, see toClient): the same verdicts, computed only
+// when asked for (runs without a trace).
+func (s *Sim) catchUpOnline() {
+	now := s.now
+	for ; s.onlineDone < len(s.log.Deliveries); s.onlineDone++ {
+		d := &s.log.Deliveries[s.onlineDone]
+		s.now = d.At - s.cfg.ClientDelay
+		s.checkOnline(0, d.Sub, d.Pub)
+	}
+	s.now = now
 }
 
 // FirstViolation is when the first duplicate or reordered delivery
 // happened, or -1.
-func (s *Sim) FirstViolation() time.Duration { return s.firstViolation }
+func (s *Sim) FirstViolation() time.Duration {
+	s.catchUpOnline()
+	return s.firstViolation
+}

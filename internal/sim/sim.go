@@ -232,6 +232,9 @@ type Sim struct {
 	lastSrcIdx int
 	// settled counts the subscriptions known to be settled (AllConfirmed).
 	settled int
+	// onlineDone counts the deliveries of the log the online check has
+	// seen (all of them with a trace; otherwise caught up on demand).
+	onlineDone int
 	// firstViolation is the first duplicate or reorder seen online, or -1.
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).

@@ -164,6 +164,45 @@ func TestCheckerCatchesManglingNode(t *testing.T) {
 	if s.FirstViolation() < 0 || !bytes.Contains(trace.Bytes(), []byte("CHECK duplicate")) || !bytes.Contains(trace.Bytes(), []byte("CHECK reorder")) {
 		t.Fatalf("online check silent (first violation %v)", s.FirstViolation())
 	}
+	// Without a trace the online check runs when FirstViolation is asked
+	// for: the same instant.
+	first := firstViolationOf(t, cfg, nil)
+	if v := firstViolationOf(t, cfg, &bytes.Buffer{}); first != s.FirstViolation() || v != first {
+		t.Fatalf("first violation %v without a trace, %v and %v with one", first, v, s.FirstViolation())
+	}
+}
+
+// firstViolationOf runs the mangling setup of TestCheckerCatchesManglingNode
+// with trace (nil: none), asking for the first violation mid-run and at
+// the end.
+func firstViolationOf(t *testing.T, cfg Config, trace *bytes.Buffer) time.Duration {
+	t.Helper()
+	cfg.Trace = nil
+	if trace != nil {
+		cfg.Trace = trace
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := NewTree("B1")
+	_ = tree.Add("B1", "B2")
+	if err := s.BuildTree(tree, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := parseFilter([]string{"class=a"})
+	_ = s.AddSubscriber("S1", "B2", f)
+	_ = s.RunFor(100 * time.Millisecond)
+	_ = s.AddPublisher("P1", "B1", 10*time.Millisecond, s.Now()+time.Second, func() []matching.Attr {
+		return []matching.Attr{{Name: "class", Value: str("a")}}
+	})
+	_ = s.RunFor(300 * time.Millisecond)
+	mid := s.FirstViolation()
+	_ = s.RunFor(2 * time.Second)
+	if end := s.FirstViolation(); mid >= 0 && end != mid || end < 0 {
+		t.Fatalf("first violation %v mid-run, %v at the end", mid, end)
+	}
+	return s.FirstViolation()
 }
 
 func TestEventHeapOrder(t *testing.T) {
