@@ -66,6 +66,8 @@ type flood struct {
 	// complete (floodCheck). Nothing keeps a completed flood.
 	pooled bool
 	gen    uint32 // pooled: bumped when complete (ackQueue entries go stale)
+	// win is the window of floodMap it was put in (nil: its map).
+	win *edgeFloods
 }
 
 // Bounds of the flood bookkeeping; at the bound the oldest remembered key
@@ -216,7 +218,7 @@ func (n *Node) floodCheck(f *flood) {
 		// is not confirmed until the hole heals and the flood goes on.
 		return
 	}
-	n.floods.del(f.key)
+	n.floods.done(f)
 	for _, w := range f.waiters {
 		if w == "" {
 			continue
@@ -350,7 +352,7 @@ func (n *Node) floodGaveUp(f *flood, id message.BrokerID) bool {
 
 func (n *Node) floodKeys() []floodKey {
 	ks := make([]floodKey, 0, n.floods.len())
-	for _, f := range n.floods.m {
+	for f := range n.floods.all {
 		ks = append(ks, f.key)
 	}
 	sort.Slice(ks, func(i, j int) bool { return floodLess(ks[i], ks[j]) })
@@ -358,7 +360,7 @@ func (n *Node) floodKeys() []floodKey {
 }
 
 func (n *Node) localFloodsPending() bool {
-	for _, f := range n.floods.m {
+	for f := range n.floods.all {
 		if f.done != nil {
 			return true
 		}

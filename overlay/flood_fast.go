@@ -248,72 +248,245 @@ func (n *Node) floodTargetsUsable(except message.BrokerID) ([]target, bool) {
 	return out, true
 }
 
-// floodMap holds the pending floods by key. Its map is keyed by a compact
-// copy of the key without strings (the broker name interned to a number):
-// cheaper to hash and compare, and half the size, than floodKey.
+// floodMap holds the pending floods by key.
+//
+// (Un)subscription floods are kept by edge broker, in a window indexed by
+// subscription number: an edge numbers its subscriptions 1, 2, 3, ... and
+// their floods reach any broker in that order (they all come the same
+// way, on FIFO links), so the floods of one edge pending here have close
+// numbers, and consecutive ones share cache lines. A lookup is the edge's
+// name (a small map, or the last edge seen) and an index: no hashing of
+// the key, no probing. Keys that do not fit (another epoch of the edge
+// while floods of the current one are pending, a number below the window
+// or too far above it) and topology floods go to the map m (which thus
+// holds every topology flood).
 type floodMap struct {
-	m   map[ckey]*flood
-	ids map[message.BrokerID]uint32 // interned edge and origin names
+	m     map[floodKey]*flood
+	edges map[message.BrokerID]*edgeFloods
+	last  *edgeFloods // the edge of the last lookup
+	n     int         // floods in the windows
 }
 
-// ckey is a floodKey with its broker name interned: (kind, edge, epoch,
-// n) for an (un)subscription, (kind, origin, 0, seq) for a topology
-// change (a floodKey sets only one of the two halves).
-type ckey struct {
-	b, kind uint32
-	x, y    uint64
+// edgeFloods is the window of one edge broker's pending (un)subscription
+// floods: logical slot i holds the floods of subscription base+i of epoch
+// epoch, one per kind (fkSub, fkUnsub, fkMark). The slots are a ring
+// (a power of two long) starting at head; size slots are in use.
+type edgeFloods struct {
+	edge  message.BrokerID
+	epoch uint64
+	base  uint64
+	ring  [][3]*flood
+	head  int
+	size  int
+	n     int  // floods in the window
+	dead  bool // dropped from floodMap.edges (flood.win may still point here)
 }
 
-// maxFloodIDs bounds the interned names: past it they are forgotten once
-// no flood is pending.
-const maxFloodIDs = 1 << 12
+const (
+	// maxFloodWindow bounds a window's span (a flood pending long, e.g.
+	// behind a hole, must not make it grow without end: numbers past
+	// the span go to the map).
+	maxFloodWindow = 1 << 12
+	// maxFloodEdges bounds the edges kept with an empty window.
+	maxFloodEdges = 1 << 10
+)
 
-func (fm *floodMap) ckey(k floodKey, add bool) (ckey, bool) {
-	name, x, y := k.sub.Edge, k.sub.Epoch, k.sub.N
-	if k.kind == fkTopo {
-		name, x, y = k.origin, 0, k.seq
+func kindSlot(k floodKind) int {
+	switch k {
+	case fkSub:
+		return 0
+	case fkUnsub:
+		return 1
+	case fkMark:
+		return 2
 	}
-	b, ok := fm.ids[name]
-	if !ok {
-		if !add {
-			return ckey{}, false
-		}
-		if fm.ids == nil {
-			fm.ids = map[message.BrokerID]uint32{}
-		}
-		b = uint32(len(fm.ids))
-		fm.ids[name] = b
+	return -1
+}
+
+// at is logical slot i (< size) of e's window.
+func (e *edgeFloods) at(i uint64) *[3]*flood {
+	return &e.ring[(e.head+int(i))&(len(e.ring)-1)]
+}
+
+// place returns k's place in e's window, or nil when k is not in it now.
+func (e *edgeFloods) place(k floodKey, ks int) **flood {
+	if e.dead || e.epoch != k.sub.Epoch || k.sub.N < e.base || k.sub.N-e.base >= uint64(e.size) {
+		return nil
 	}
-	return ckey{b: b, kind: uint32(k.kind), x: x, y: y}, true
+	return &e.at(k.sub.N - e.base)[ks]
+}
+
+func (fm *floodMap) edge(id message.BrokerID) *edgeFloods {
+	if e := fm.last; e != nil && e.edge == id {
+		return e
+	}
+	e := fm.edges[id]
+	if e != nil {
+		fm.last = e
+	}
+	return e
+}
+
+// slot returns k's place in its edge's window (and the edge), or nil
+// when k is not kept in a window now.
+func (fm *floodMap) slot(k floodKey) (**flood, *edgeFloods) {
+	ks := kindSlot(k.kind)
+	if ks < 0 {
+		return nil, nil
+	}
+	e := fm.edge(k.sub.Edge)
+	if e == nil {
+		return nil, nil
+	}
+	return e.place(k, ks), e
 }
 
 func (fm *floodMap) get(k floodKey) (*flood, bool) {
-	c, ok := fm.ckey(k, false)
-	if !ok {
+	if p, _ := fm.slot(k); p != nil && *p != nil {
+		return *p, true
+	}
+	if len(fm.m) == 0 {
 		return nil, false
 	}
-	f, ok := fm.m[c]
+	f, ok := fm.m[k]
 	return f, ok
 }
 
+// put registers f under k, replacing the flood registered there (which
+// then is no longer found, nor by ackHint).
 func (fm *floodMap) put(k floodKey, f *flood) {
+	displace := func(old *flood) {
+		if old != f && old.pooled {
+			old.gen++
+		}
+	}
+	if p, e := fm.window(k); p != nil {
+		if *p != nil {
+			displace(*p)
+		} else {
+			fm.n++
+			e.n++
+		}
+		*p, f.win = f, e
+		if old, ok := fm.m[k]; ok { // not found any more: under k is f
+			displace(old)
+			delete(fm.m, k)
+		}
+		return
+	}
+	if p, e := fm.slot(k); p != nil && *p != nil {
+		displace(*p)
+		fm.clear(e, p)
+	}
 	if fm.m == nil {
-		fm.m = map[ckey]*flood{}
+		fm.m = map[floodKey]*flood{}
 	}
-	c, _ := fm.ckey(k, true)
-	if old, ok := fm.m[c]; ok && old != f && old.pooled {
-		old.gen++ // no longer the pending flood of k (ackHint)
+	if old, ok := fm.m[k]; ok {
+		displace(old)
 	}
-	fm.m[c] = f
+	fm.m[k], f.win = f, nil
+}
+
+// window returns k's place in its edge's window, making room for it, or
+// nil when k does not fit there.
+func (fm *floodMap) window(k floodKey) (**flood, *edgeFloods) {
+	ks := kindSlot(k.kind)
+	if ks < 0 {
+		return nil, nil
+	}
+	e := fm.edge(k.sub.Edge)
+	if e == nil {
+		if fm.edges == nil {
+			fm.edges = map[message.BrokerID]*edgeFloods{}
+		}
+		e = &edgeFloods{edge: k.sub.Edge}
+		fm.edges[k.sub.Edge] = e
+		fm.last = e
+	}
+	if e.n == 0 {
+		e.epoch, e.base, e.head, e.size = k.sub.Epoch, k.sub.N, 0, 0
+	}
+	if e.epoch != k.sub.Epoch || k.sub.N < e.base || k.sub.N-e.base >= maxFloodWindow {
+		return nil, nil
+	}
+	i := int(k.sub.N - e.base)
+	if i >= len(e.ring) {
+		c := max(len(e.ring), 8)
+		for c <= i {
+			c *= 2
+		}
+		ring := make([][3]*flood, c)
+		for j := 0; j < e.size; j++ {
+			ring[j] = *e.at(uint64(j))
+		}
+		e.ring, e.head = ring, 0
+	}
+	e.size = max(e.size, i+1)
+	return &e.at(uint64(i))[ks], e
+}
+
+// clear empties place p of e's window, trimming the window's empty front.
+func (fm *floodMap) clear(e *edgeFloods, p **flood) {
+	*p = nil
+	fm.n--
+	e.n--
+	if e.n == 0 {
+		for j := 0; j < e.size; j++ {
+			*e.at(uint64(j)) = [3]*flood{}
+		}
+		e.head, e.size = 0, 0
+		if len(fm.edges) > maxFloodEdges {
+			delete(fm.edges, e.edge)
+			e.dead = true
+			fm.last = nil
+		}
+		return
+	}
+	for e.size > 0 && *e.at(0) == [3]*flood{} {
+		e.head = (e.head + 1) & (len(e.ring) - 1)
+		e.base++
+		e.size--
+	}
 }
 
 func (fm *floodMap) del(k floodKey) {
-	if c, ok := fm.ckey(k, false); ok {
-		delete(fm.m, c)
+	if p, e := fm.slot(k); p != nil && *p != nil {
+		fm.clear(e, p)
+		return
 	}
-	if len(fm.m) == 0 && len(fm.ids) > maxFloodIDs {
-		fm.ids = nil
+	if len(fm.m) > 0 {
+		delete(fm.m, k)
 	}
 }
 
-func (fm *floodMap) len() int { return len(fm.m) }
+// done is del(f.key) for a flood that completed, found through the
+// window it was put in (no lookup of its edge) when still there.
+func (fm *floodMap) done(f *flood) {
+	if e := f.win; e != nil {
+		if p := e.place(f.key, kindSlot(f.key.kind)); p != nil && *p == f {
+			fm.clear(e, p)
+			return
+		}
+	}
+	fm.del(f.key)
+}
+
+func (fm *floodMap) len() int { return len(fm.m) + fm.n }
+
+// all yields every pending flood (in no particular order).
+func (fm *floodMap) all(yield func(*flood) bool) {
+	for _, f := range fm.m {
+		if !yield(f) {
+			return
+		}
+	}
+	for _, e := range fm.edges {
+		for i := 0; i < e.size; i++ {
+			for _, f := range e.at(uint64(i)) {
+				if f != nil && !yield(f) {
+					return
+				}
+			}
+		}
+	}
+}

@@ -190,45 +190,101 @@ func TestFloodAckQueueBounded(t *testing.T) {
 	}
 }
 
-// floodMap: lookups by key of every kind; a displaced flood's completion
-// deletes what is registered under its key (the plain map's behaviour);
-// the interned names are forgotten once past the bound with nothing
-// pending.
+// floodMap against a plain map of the same puts and deletes: keys in
+// and out of the edges' windows (other epochs, numbers below the window
+// or past its span, topology floods), every kind; a flood replaced under
+// its key is no longer found by ackHint (its generation changes).
 func TestFloodMap(t *testing.T) {
 	var fm floodMap
-	sk := floodKey{kind: fkSub, sub: message.SubID{Edge: "E", Epoch: 2, N: 7}}
-	uk := floodKey{kind: fkUnsub, sub: sk.sub}
-	tk := floodKey{kind: fkTopo, origin: "E", seq: 7}
-	fs, fu, ft := &flood{key: sk}, &flood{key: uk}, &flood{key: tk}
-	fm.put(sk, fs)
-	fm.put(uk, fu)
-	fm.put(tk, ft)
-	for _, c := range []struct {
-		k floodKey
-		f *flood
-	}{{sk, fs}, {uk, fu}, {tk, ft}} {
-		if g, ok := fm.get(c.k); !ok || g != c.f {
-			t.Fatalf("get(%+v) = %p, %v; want %p", c.k, g, ok, c.f)
+	ref := map[floodKey]*flood{}
+	check := func(step string) {
+		t.Helper()
+		if fm.len() != len(ref) {
+			t.Fatalf("%s: len %d, want %d", step, fm.len(), len(ref))
+		}
+		seen := 0
+		for f := range fm.all {
+			if ref[f.key] != f {
+				t.Fatalf("%s: all yields %+v, not pending", step, f.key)
+			}
+			seen++
+		}
+		if seen != len(ref) {
+			t.Fatalf("%s: all yields %d floods, want %d", step, seen, len(ref))
+		}
+		for k, f := range ref {
+			if g, ok := fm.get(k); !ok || g != f {
+				t.Fatalf("%s: get(%+v) = %p, %v; want %p", step, k, g, ok, f)
+			}
 		}
 	}
-	if _, ok := fm.get(floodKey{kind: fkSub, sub: message.SubID{Edge: "E", Epoch: 7, N: 2}}); ok {
+	sub := func(kind floodKind, edge message.BrokerID, epoch, n uint64) floodKey {
+		return floodKey{kind: kind, sub: message.SubID{Edge: edge, Epoch: epoch, N: n}}
+	}
+	put := func(k floodKey) *flood {
+		f := &flood{key: k, pooled: true}
+		fm.put(k, f)
+		ref[k] = f
+		return f
+	}
+	del := func(k floodKey) {
+		fm.del(k)
+		delete(ref, k)
+	}
+	var keys []floodKey
+	for n := uint64(10); n < 20; n++ {
+		keys = append(keys, sub(fkSub, "E", 1, n), sub(fkUnsub, "E", 1, n), sub(fkMark, "E", 1, n))
+	}
+	keys = append(keys,
+		sub(fkSub, "E", 1, 5),                 // below the window
+		sub(fkSub, "E", 1, 10+maxFloodWindow), // past its span
+		sub(fkSub, "E", 2, 11),                // another epoch
+		sub(fkSub, "F", 2, 11),                // another edge
+		floodKey{kind: fkTopo, origin: "E", seq: 11},
+		floodKey{kind: fkTopo, origin: "F", seq: 11})
+	for _, k := range keys {
+		put(k)
+	}
+	check("all put")
+	if _, ok := fm.get(sub(fkSub, "E", 11, 1)); ok {
 		t.Fatal("epoch and number swapped: found")
 	}
-	if _, ok := fm.get(floodKey{kind: fkSub, sub: message.SubID{Edge: "Z", Epoch: 2, N: 7}}); ok {
+	if _, ok := fm.get(sub(fkSub, "G", 1, 10)); ok {
 		t.Fatal("unknown edge: found")
 	}
-	fm.del(uk)
-	if _, ok := fm.get(uk); ok || fm.len() != 2 {
-		t.Fatalf("after del: found %v, len %d", ok, fm.len())
+	old := ref[keys[0]]
+	gen := old.gen
+	put(keys[0])
+	if old.gen == gen {
+		t.Fatal("replaced flood: generation unchanged")
 	}
-	fm.del(sk)
-	fm.del(tk)
-	for i := 0; i <= maxFloodIDs; i++ {
-		k := floodKey{kind: fkTopo, origin: message.BrokerID(fmt.Sprint("b", i)), seq: 1}
-		fm.put(k, &flood{key: k})
-		fm.del(k)
+	check("replaced")
+	// Delete from the window's front, middle and back, then the rest.
+	for _, i := range []int{0, 1, 2, 15, 29, 28, 27} {
+		del(keys[i])
+		check(fmt.Sprintf("deleted %+v", keys[i]))
 	}
-	if fm.len() != 0 || len(fm.ids) > maxFloodIDs {
-		t.Fatalf("len %d, %d names interned; want none pending, at most %d names", fm.len(), len(fm.ids), maxFloodIDs)
+	// Epoch 2 of E fits the window once epoch 1's floods are gone.
+	for _, k := range keys {
+		del(k)
+	}
+	check("all deleted")
+	put(sub(fkSub, "E", 2, 3))
+	put(sub(fkSub, "E", 2, 4))
+	if e := fm.edges["E"]; e == nil || e.epoch != 2 || e.n != 2 {
+		t.Fatalf("E's window after its epoch-1 floods completed: %+v", e)
+	}
+	check("epoch 2")
+	// A key kept in the map, then in the window (the window moved).
+	del(sub(fkSub, "E", 2, 3))
+	del(sub(fkSub, "E", 2, 4))
+	put(sub(fkSub, "E", 2, 100))
+	put(sub(fkSub, "E", 2, 99)) // below: map
+	del(sub(fkSub, "E", 2, 100))
+	put(sub(fkSub, "E", 2, 98)) // window restarts at 98
+	put(sub(fkSub, "E", 2, 99)) // now in the window; the map's copy goes
+	check("moved window")
+	if len(fm.m) != 0 {
+		t.Fatalf("map keeps %d floods, want 0", len(fm.m))
 	}
 }
