@@ -13,7 +13,8 @@ import (
 // floodState holds the pools, scratch and caches of the flood hot paths
 // (newFlood, freeFlood, floodMsg, floodTargetsUsable, subConfirm).
 type floodState struct {
-	pool []*flood
+	pool  []*flood
+	chunk []flood // new records are allocated in chunks
 	// tgt: floodTargets' result (scratch, valid until the next call).
 	tgt []target
 	// Tree neighbours with their peers and distances, for the map version
@@ -61,7 +62,10 @@ type nbInfo struct {
 	dist int
 }
 
-const msgChunk = 128
+const (
+	msgChunk   = 128
+	floodChunk = 32
+)
 
 // maxFloodPool bounds the flood records kept for reuse.
 const maxFloodPool = 1 << 12
@@ -76,7 +80,12 @@ func (n *Node) newFlood() *flood {
 		fs.pool = fs.pool[:k-1]
 		return f
 	}
-	f := &flood{pooled: true}
+	if len(fs.chunk) == 0 {
+		fs.chunk = make([]flood, floodChunk)
+	}
+	f := &fs.chunk[0]
+	fs.chunk = fs.chunk[1:]
+	f.pooled = true
 	f.targets, f.waiters = f.inl[:0], f.inw[:0]
 	return f
 }
