@@ -425,8 +425,9 @@ func (fm *floodMap) window(k floodKey) (**flood, *edgeFloods) {
 			c *= 2
 		}
 		ring := make([][3]*flood, c)
-		for j := 0; j < e.size; j++ {
-			ring[j] = *e.at(uint64(j))
+		if e.size > 0 {
+			k := copy(ring[:e.size], e.ring[e.head:])
+			copy(ring[k:e.size], e.ring)
 		}
 		e.ring, e.head = ring, 0
 	}

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -286,5 +287,113 @@ func TestFloodMap(t *testing.T) {
 	check("moved window")
 	if len(fm.m) != 0 {
 		t.Fatalf("map keeps %d floods, want 0", len(fm.m))
+	}
+}
+
+// floodMap against a plain map over random puts and deletes: numbers
+// mostly increasing per edge with completions out of order (the windows
+// move, wrap around their rings and grow), some epochs and kinds mixed.
+func TestFloodMapRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var fm floodMap
+	ref := map[floodKey]*flood{}
+	next := map[message.BrokerID]uint64{}
+	var live []floodKey
+	for step := 0; step < 20000; step++ {
+		if len(live) > 0 && rng.IntN(100) < 48 {
+			i := rng.IntN(len(live))
+			if rng.IntN(4) > 0 {
+				i = rng.IntN(min(len(live), 4)) // mostly the oldest
+			}
+			k := live[i]
+			live = append(live[:i], live[i+1:]...)
+			if f := ref[k]; f != nil && rng.IntN(2) == 0 {
+				fm.done(f)
+			} else {
+				fm.del(k)
+			}
+			delete(ref, k)
+		} else {
+			edge := message.BrokerID(fmt.Sprint("e", rng.IntN(3)))
+			next[edge]++
+			n := next[edge]
+			if rng.IntN(20) == 0 {
+				n = uint64(rng.IntN(int(n))) + 1 // an older number
+			}
+			epoch := uint64(1)
+			if rng.IntN(50) == 0 {
+				epoch = 2
+			}
+			kind := []floodKind{fkSub, fkSub, fkSub, fkUnsub, fkMark, fkTopo}[rng.IntN(6)]
+			k := floodKey{kind: kind, sub: message.SubID{Edge: edge, Epoch: epoch, N: n}}
+			if kind == fkTopo {
+				k = floodKey{kind: kind, origin: edge, seq: n}
+			}
+			f := &flood{key: k, pooled: true}
+			if _, ok := ref[k]; !ok {
+				live = append(live, k)
+			}
+			fm.put(k, f)
+			ref[k] = f
+		}
+		if fm.len() != len(ref) {
+			t.Fatalf("step %d: len %d, want %d", step, fm.len(), len(ref))
+		}
+		if step%97 == 0 {
+			for k, f := range ref {
+				if g, ok := fm.get(k); !ok || g != f {
+					t.Fatalf("step %d: get(%+v) = %p, %v; want %p", step, k, g, ok, f)
+				}
+			}
+			seen := 0
+			for f := range fm.all {
+				if ref[f.key] != f {
+					t.Fatalf("step %d: all yields %+v, not pending", step, f.key)
+				}
+				seen++
+			}
+			if seen != len(ref) {
+				t.Fatalf("step %d: all yields %d floods, want %d", step, seen, len(ref))
+			}
+		}
+	}
+}
+
+// The edges kept with an empty window are bounded; a flood whose window
+// was dropped meanwhile is still found and removed by key.
+func TestFloodMapEdgesBounded(t *testing.T) {
+	var fm floodMap
+	key := func(i int) floodKey {
+		return floodKey{kind: fkSub, sub: message.SubID{Edge: message.BrokerID(fmt.Sprint("e", i)), Epoch: 1, N: 1}}
+	}
+	kept := &flood{key: key(0), pooled: true}
+	fm.put(kept.key, kept)
+	for i := 1; i <= maxFloodEdges+10; i++ {
+		f := &flood{key: key(i), pooled: true}
+		fm.put(f.key, f)
+		fm.done(f)
+	}
+	if len(fm.edges) > maxFloodEdges+1 {
+		t.Fatalf("%d edges kept, bound %d", len(fm.edges), maxFloodEdges)
+	}
+	if g, ok := fm.get(kept.key); !ok || g != kept {
+		t.Fatalf("pending flood of e0 lost: %p, %v", g, ok)
+	}
+	fm.done(kept)
+	if fm.len() != 0 {
+		t.Fatalf("len %d after every flood completed", fm.len())
+	}
+	// A window dropped while a (displaced) flood still points to it.
+	a := &flood{key: key(5000), pooled: true}
+	fm.put(a.key, a)
+	b := &flood{key: a.key, pooled: true}
+	fm.put(b.key, b) // a displaced
+	fm.done(b)
+	if len(fm.edges) > maxFloodEdges+1 || fm.len() != 0 {
+		t.Fatalf("edges %d, len %d", len(fm.edges), fm.len())
+	}
+	fm.done(a) // its key: nothing registered
+	if fm.len() != 0 {
+		t.Fatalf("len %d", fm.len())
 	}
 }
