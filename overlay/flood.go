@@ -193,8 +193,10 @@ func (n *Node) startFlood(f *flood) {
 
 func (n *Node) sendFlood(f *flood, t target) {
 	p := n.peer(t.id)
-	if ft := f.find(t.id); ft == nil {
+	ft := f.find(t.id)
+	if ft == nil {
 		f.targets = append(f.targets, ftarget{id: t.id, epoch: p.epoch, out: true})
+		ft = &f.targets[len(f.targets)-1]
 		f.nOut++
 	} else if !ft.out {
 		ft.out = true
@@ -204,9 +206,7 @@ func (n *Node) sendFlood(f *flood, t target) {
 		n.dial(Peer{ID: t.id}, false)
 		return // sent on LinkUp (floodsResend)
 	}
-	if ft := f.find(t.id); ft != nil {
-		ft.sentUsable = n.knownJoined(t.id)
-	}
+	ft.sentUsable = p.heardHB && p.joined && !p.suspected // knownJoined (p is up)
 	n.send(t.id, n.floodMsg(f, t.id, t.dist))
 	n.ackSent(f, t.id)
 }
