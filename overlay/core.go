@@ -167,6 +167,11 @@ type Node struct {
 	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
 	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
 	fl floodState
+
+	// ctrlSent counts the control messages sent, by type (countControl,
+	// controlCounts: send counts into it, Status reads
+	// counters.Control through it).
+	ctrlSent []uint64
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -743,7 +748,7 @@ func (n *Node) send(to message.BrokerID, m message.Message) {
 	if _, isPub := m.(*message.Pub); isPub {
 		n.counters.PubsOut++
 	} else {
-		n.counters.Control[typeName(m.Type())]++
+		n.countControl(m.Type())
 	}
 	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
 }
@@ -802,10 +807,7 @@ func (n *Node) Status() Status {
 		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
 		Counters: n.counters,
 	}
-	st.Counters.Control = make(map[string]uint64, len(n.counters.Control))
-	for k, v := range n.counters.Control {
-		st.Counters.Control[k] = v
-	}
+	st.Counters.Control = n.controlCounts()
 	nb := map[message.BrokerID]bool{}
 	for _, id := range n.topo.Neighbours(n.cfg.ID) {
 		nb[id] = true
@@ -846,3 +848,34 @@ func (n *Node) QueueLen() int { return n.queueLen }
 
 // Joined reports whether the node is a full member (cheap).
 func (n *Node) Joined() bool { return n.joined }
+
+// countControl counts a control message of type t sent: by type in
+// ctrlSent (an index, not a map update by name per message), in
+// counters.Control for a type beyond it.
+func (n *Node) countControl(t message.Type) {
+	if int(t) < maxCountedType {
+		if int(t) >= len(n.ctrlSent) {
+			n.ctrlSent = append(n.ctrlSent, make([]uint64, int(t)+1-len(n.ctrlSent))...)
+		}
+		n.ctrlSent[t]++
+		return
+	}
+	n.counters.Control[typeName(t)]++
+}
+
+// maxCountedType bounds the types counted in ctrlSent.
+const maxCountedType = 256
+
+// controlCounts is the control messages sent by type name (a new map).
+func (n *Node) controlCounts() map[string]uint64 {
+	m := make(map[string]uint64, len(n.counters.Control)+len(n.ctrlSent))
+	for k, v := range n.counters.Control {
+		m[k] += v
+	}
+	for t, v := range n.ctrlSent {
+		if v > 0 {
+			m[typeName(message.Type(t))] += v
+		}
+	}
+	return m
+}

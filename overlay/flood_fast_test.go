@@ -397,3 +397,27 @@ func TestFloodMapEdgesBounded(t *testing.T) {
 		t.Fatalf("len %d", fm.len())
 	}
 }
+
+// Status reports the control messages sent by type name, counted by type
+// index in send.
+func TestControlCounts(t *testing.T) {
+	n := starNode(t)
+	before := n.Status().Counters.Control
+	for i := 0; i < 3; i++ {
+		n.send("B", &message.SubConfirm{Sub: message.SubID{Edge: "E", Epoch: 1, N: uint64(i)}})
+	}
+	n.send("C", &message.TopoAck{Origin: "E", Seq: 1})
+	n.send("X", &message.TopoAck{Origin: "E", Seq: 2}) // no link: not sent
+	after := n.Status().Counters.Control
+	want := map[string]uint64{message.TypeSubConfirm.String(): 3, message.TypeTopoAck.String(): 1}
+	for k, v := range after {
+		if v-before[k] != want[k] {
+			t.Errorf("%s: %d sent, want %d", k, v-before[k], want[k])
+		}
+	}
+	for k := range want {
+		if _, ok := after[k]; !ok {
+			t.Errorf("%s missing", k)
+		}
+	}
+}
