@@ -371,7 +371,7 @@ func (n *Node) localFloodsPending() bool {
 // subFloodMsg builds the per-target SubFlood of entry e (From recomputed
 // for the target's distance).
 func (n *Node) subFloodMsg(sub message.SubID) func(message.BrokerID, int) message.Message {
-	return func(to message.BrokerID, dist int) message.Message { return n.subFloodTo(sub, dist) }
+	return func(to message.BrokerID, dist int) message.Message { return n.subFloodTo(sub, dist, nil) }
 }
 
 func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {

@@ -165,7 +165,7 @@ func (n *Node) floodMsg(f *flood, to message.BrokerID, dist int) message.Message
 	}
 	switch f.key.kind {
 	case fkSub:
-		return n.subFloodTo(f.key.sub, dist)
+		return n.subFloodTo(f.key.sub, dist, f.win)
 	case fkUnsub:
 		m := n.newSubFlood()
 		m.Sub, m.Unsub = f.key.sub, true
@@ -180,10 +180,12 @@ func (n *Node) floodMsg(f *flood, to message.BrokerID, dist int) message.Message
 
 // subFloodTo builds the SubFlood of sub's entry for a target at distance
 // dist (From recomputed for it); the withdrawal when the entry is gone.
-func (n *Node) subFloodTo(sub message.SubID, dist int) *message.SubFlood {
+// (win, if not nil: the window of sub's edge, which caches the last
+// from-pointer computed for its floods.)
+func (n *Node) subFloodTo(sub message.SubID, dist int, win *edgeFloods) *message.SubFlood {
 	m := n.newSubFlood()
 	if h := n.fl.hint; h != nil && h.Sub == sub {
-		m.Sub, m.Filter, m.From = sub, h.Filter, n.topo.FromFor(n.fl.hintFrom, dist)
+		m.Sub, m.Filter, m.From = sub, h.Filter, n.fromFor(n.fl.hintFrom, dist, win)
 		return m
 	}
 	e, ok := n.table.Get(sub)
@@ -197,6 +199,27 @@ func (n *Node) subFloodTo(sub message.SubID, dist int) *message.SubFlood {
 	}
 	m.Sub, m.Filter, m.From = sub, e.Filter, from
 	return m
+}
+
+// fromFor is topo.FromFor(from, dist), remembered in win (if not nil)
+// for the map version: the floods of one edge mostly carry the same
+// from-pointer.
+func (n *Node) fromFor(from message.BrokerID, dist int, win *edgeFloods) message.BrokerID {
+	if win == nil {
+		return n.topo.FromFor(from, dist)
+	}
+	ff := &win.from
+	if v := n.topo.Version(); !ff.ok || ff.ver != v || ff.dist != dist || ff.from != from {
+		*ff = fromCache{ok: true, ver: v, dist: dist, from: from, res: n.topo.FromFor(from, dist)}
+	}
+	return ff.res
+}
+
+type fromCache struct {
+	ok        bool
+	ver       uint64
+	dist      int
+	from, res message.BrokerID
 }
 
 func (n *Node) newSubFlood() *message.SubFlood {
@@ -289,6 +312,7 @@ type edgeFloods struct {
 	size  int
 	n     int  // floods in the window
 	dead  bool // dropped from floodMap.edges (flood.win may still point here)
+	from  fromCache
 }
 
 const (

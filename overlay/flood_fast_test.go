@@ -421,3 +421,26 @@ func TestControlCounts(t *testing.T) {
 		}
 	}
 }
+
+// fromFor's per-edge cache gives topo.FromFor's answer across changes of
+// the from-pointer, the distance and the map.
+func TestFromForCache(t *testing.T) {
+	n := chainNode(t, 2) // A-B-C-D-E-F, δ = 2
+	win := &edgeFloods{}
+	check := func(step string, from message.BrokerID, dist int) {
+		t.Helper()
+		if got, want := n.fromFor(from, dist, win), n.topo.FromFor(from, dist); got != want {
+			t.Fatalf("%s: fromFor(%s, %d) = %s, want %s", step, from, dist, got, want)
+		}
+	}
+	check("first", "E", 1)
+	check("same", "E", 1)
+	check("other distance", "E", 2)
+	check("other from", "D", 2)
+	check("back", "E", 1)
+	// D re-attached under A: E is now 3 hops away, not 4.
+	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "A"})
+	check("map changed", "E", 1)
+	n.topo.Remove("E")
+	check("E removed", "E", 1)
+}
