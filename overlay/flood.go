@@ -437,15 +437,23 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.withdrawFlood(m.Sub, dir, from, nil)
 		return
 	}
-	e, known := n.table.Get(m.Sub)
-	if known && n.viaState[m.Sub] && e.Dir == dir {
-		// Learned through a state transfer (recovery, resync), so the
-		// brokers behind us may not have it: flood it on this once.
-		delete(n.viaState, m.Sub)
-		f := n.newFlood()
-		f.key, f.except, f.budget, f.waiters = k, e.Dir, -1, append(f.waiters, from)
-		n.startFlood(f)
-		return
+	// Whether the entry is known matters first only for an entry learned
+	// through a state transfer; otherwise a known entry is answered at
+	// once like a tombstoned one, and Insert (which leaves a known entry
+	// unchanged and reports it) tells, without a lookup of its own.
+	known := false
+	if len(n.viaState) > 0 {
+		var e *routing.Entry
+		e, known = n.table.Get(m.Sub)
+		if known && n.viaState[m.Sub] && e.Dir == dir {
+			// Learned through a state transfer (recovery, resync), so the
+			// brokers behind us may not have it: flood it on this once.
+			delete(n.viaState, m.Sub)
+			f := n.newFlood()
+			f.key, f.except, f.budget, f.waiters = k, e.Dir, -1, append(f.waiters, from)
+			n.startFlood(f)
+			return
+		}
 	}
 	if known || n.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
 		n.sendFloodAck(k, from)
@@ -462,8 +470,15 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			fp = dir
 		}
 	}
-	if _, err := n.table.Insert(routing.Entry{Sub: m.Sub, Filter: m.Filter, From: fp, Dir: dir}); err != nil {
-		n.notice(NoticeGap, from, err.Error())
+	inserted, err := n.table.Insert(routing.Entry{Sub: m.Sub, Filter: m.Filter, From: fp, Dir: dir})
+	if err != nil {
+		if _, known := n.table.Get(m.Sub); !known {
+			n.notice(NoticeGap, from, err.Error())
+		}
+		n.sendFloodAck(k, from)
+		return
+	}
+	if !inserted { // known
 		n.sendFloodAck(k, from)
 		return
 	}

@@ -444,3 +444,34 @@ func TestFromForCache(t *testing.T) {
 	n.topo.Remove("E")
 	check("E removed", "E", 1)
 }
+
+// A SubFlood of a known subscription is answered at once, without a
+// flood or a notice, also when the table is full; a new one with the
+// table full is answered with a notice.
+func TestSubFloodKnownAnsweredAtOnce(t *testing.T) {
+	n := starNode(t)
+	s := message.SubID{Edge: "E", Epoch: 1, N: 1}
+	n.Step("B", &message.SubFlood{Sub: s, Filter: classFilter("x"), From: "E"})
+	n.Step("C", &message.SubConfirm{Sub: s})
+	n.Step("D", &message.SubConfirm{Sub: s})
+	n.Ready()
+	for _, full := range []bool{false, true} {
+		if full {
+			n.table.Max = n.table.Len()
+		}
+		n.Step("D", &message.SubFlood{Sub: s, Filter: classFilter("x"), From: "E"})
+		r := n.Ready()
+		if len(r.Messages) != 1 || r.Messages[0].To != "D" || len(r.Notices) != 0 {
+			t.Fatalf("full %v: known subscription flooded again: %+v", full, r)
+		}
+		if sc, ok := r.Messages[0].Msg.(*message.SubConfirm); !ok || sc.Sub != s {
+			t.Fatalf("full %v: answer %+v, want SubConfirm of %v", full, r.Messages[0].Msg, s)
+		}
+	}
+	s2 := message.SubID{Edge: "E", Epoch: 1, N: 2}
+	n.Step("B", &message.SubFlood{Sub: s2, Filter: classFilter("y"), From: "E"})
+	r := n.Ready()
+	if len(r.Messages) != 1 || r.Messages[0].To != "B" || len(r.Notices) != 1 || r.Notices[0].Kind != NoticeGap {
+		t.Fatalf("new subscription, table full: %+v", r)
+	}
+}
