@@ -101,9 +101,11 @@ func (n *Node) freeFlood(f *flood) {
 	if len(fs.pool) >= maxFloodPool {
 		return
 	}
+	// Cleared as newFlood's callers expect (they set key and budget).
 	clear(f.targets)
 	clear(f.waiters)
-	*f = flood{targets: f.targets[:0], waiters: f.waiters[:0], pooled: true, gen: f.gen}
+	f.targets, f.waiters = f.targets[:0], f.waiters[:0]
+	f.nOut, f.hole, f.except, f.msg, f.done, f.win = 0, false, "", nil, nil, nil
 	fs.pool = append(fs.pool, f)
 }
 
