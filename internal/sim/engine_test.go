@@ -6,6 +6,7 @@ import (
 	"sort"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/deltapub/deltapub/message"
 )
@@ -137,5 +138,17 @@ func TestDelaysStableOrder(t *testing.T) {
 		if got := l.Delays(); !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
 			t.Fatalf("run %d: Delays differs from the stable sort", run)
 		}
+	}
+}
+
+// A delivery record is 128 bytes (a size class aligned to cache lines)
+// with what next() and deliver() read in its first 64.
+func TestDeliveryLayout(t *testing.T) {
+	var d delivery
+	if s := unsafe.Sizeof(d); s != 128 {
+		t.Fatalf("delivery is %d bytes, want 128", s)
+	}
+	if o := unsafe.Offsetof(d.dir) + unsafe.Sizeof(d.dir); o > 64 {
+		t.Fatalf("the hot fields end at byte %d, past the first cache line", o)
 	}
 }

@@ -32,16 +32,14 @@ func (e *event) before(o *event) bool {
 }
 
 // delivery is a broker message in flight on link l, in direction dir
-// (0: from l.k.a to l.k.b), to broker to. Deliveries are recycled
-// (Sim.freeDeliv) once processed or dropped.
+// (0: from l.k.a to l.k.b, the sender), to broker to. Deliveries are
+// recycled (Sim.freeDeliv) once processed or dropped.
+//
+// The record is read when its message is popped and delivered, long after
+// it was written: the fields next() and deliver() read come first, in one
+// 64-byte cache line (the record is 128 bytes, a size class aligned to
+// 128); the second line is read only by the trace and the wire codec.
 type delivery struct {
-	from  message.BrokerID
-	l     *link
-	dir   int
-	to    *broker
-	name  string
-	msg   message.Message
-	frame []byte
 	// next is the message sent after this one in the same direction
 	// while this one was in flight (fifo), with its event's time,
 	// sequence number and receiver incarnation: the event that replaces
@@ -49,7 +47,14 @@ type delivery struct {
 	next    *delivery
 	nextAt  time.Duration
 	nextSeq uint64
-	nextInc int
+	to      *broker
+	l       *link
+	msg     message.Message
+	nextInc int32
+	dir     int32
+
+	frame []byte   // the encoded message (Config.Wire only)
+	_     [40]byte // to 128 bytes (TestDeliveryLayout)
 }
 
 // fifo is the messages in flight in one direction of a link, as a list
@@ -137,7 +142,7 @@ func (q eventHeap) down(e event) {
 func (s *Sim) next() event {
 	if d := s.q[0].d; d != nil {
 		if n := d.next; n != nil {
-			return s.q.replaceTop(event{at: d.nextAt, seq: d.nextSeq, target: d.to, inc: d.nextInc, d: n})
+			return s.q.replaceTop(event{at: d.nextAt, seq: d.nextSeq, target: d.to, inc: int(d.nextInc), d: n})
 		}
 		d.l.q[d.dir].tail = nil
 	}
@@ -168,7 +173,7 @@ func (s *Sim) enqueue(at time.Duration, b *broker, fn func(), d *delivery) {
 		// (fifo): it is never before them.
 		f := &d.l.q[d.dir]
 		if p := f.tail; p != nil {
-			p.next, p.nextAt, p.nextSeq, p.nextInc = d, e.at, e.seq, e.inc
+			p.next, p.nextAt, p.nextSeq, p.nextInc = d, e.at, e.seq, int32(e.inc)
 			f.tail = d
 			return
 		}
@@ -189,7 +194,12 @@ func (s *Sim) newDelivery() *delivery {
 }
 
 func (s *Sim) releaseDelivery(d *delivery) {
-	// The frame is not reused: a decoded message may share its bytes.
-	*d = delivery{}
+	// Only the first cache line is cleared (the fifo needs next nil; msg
+	// is dropped for the collector); send sets the rest. The frame is not
+	// reused: a decoded message may share its bytes.
+	d.next, d.msg = nil, nil
+	if d.frame != nil {
+		d.frame = nil
+	}
 	s.freeDeliv = append(s.freeDeliv, d)
 }

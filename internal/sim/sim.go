@@ -897,28 +897,35 @@ func (s *Sim) send(b *broker, env Envelope) {
 		}
 	}
 	d := s.newDelivery()
-	d.from, d.l, d.dir, d.to, d.name, d.msg, d.frame = b.id, l, dir, t, name, msg, frame
+	d.l, d.dir, d.to, d.msg = l, int32(dir), t, msg
+	if frame != nil {
+		d.frame = frame
+	}
 	s.enqueue(at, t, nil, d)
 }
 
 // deliver hands a message in flight to its receiver t (an up broker of
 // the incarnation it was sent to), unless its link broke meanwhile.
 func (s *Sim) deliver(t *broker, d *delivery) {
-	from, msg := d.from, d.msg
+	msg := d.msg
+	from := d.l.k.a // the sender (see send)
+	if d.dir == 1 {
+		from = d.l.k.b
+	}
 	if d.l.replaced || !s.alive(d.l) { // d.l was s.links[keyOf(from, t.id)] when sent
 		s.stats.InFlightLost++
-		s.tracef("%s -> %s LOST in flight %s", from, t.id, d.name)
+		s.tracef("%s -> %s LOST in flight %s", from, t.id, s.countType(msg.Type()))
 		s.releaseDelivery(d)
 		return
 	}
-	if d.frame != nil {
+	if s.cfg.Wire { // (then send set d.frame; not read otherwise: its cache line stays cold)
 		limit := len(d.frame) + 16
 		if s.cfg.MaxFrame > 0 {
 			limit = s.cfg.MaxFrame // a real reader refuses a larger frame
 		}
 		m, _, err := wire.Decode(d.frame, limit)
 		if err != nil {
-			s.log.problem(&s.log.Errors, "%s -> %s %s: cannot decode: %v", from, t.id, d.name, err)
+			s.log.problem(&s.log.Errors, "%s -> %s %s: cannot decode: %v", from, t.id, s.countType(msg.Type()), err)
 			s.releaseDelivery(d)
 			return
 		}
