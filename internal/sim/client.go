@@ -313,10 +313,10 @@ func (s *Sim) CheckLiveness() {
 // per-source FIFO, checked as each delivery is recorded when there is a
 // trace, so that the trace shows a violation at the instant it happens
 // (without a trace, FirstViolation catches up when called; the full
-// verdict is still Log.Check after the run). Sim.online holds, by source index
-// (Sim.srcIdx), what each subscriber (by index in Log.Subs) got from that
-// source: the deliveries of one publication, which come in a row, touch
-// one array.
+// verdict is still Log.Check after the run). Sim.online holds, by source
+// index (Sim.srcIdx), what each subscriber (by index in Log.Subs) got from
+// that source: the deliveries of one publication, which come in a row,
+// touch one array.
 type online []seen
 
 // seen is what one subscriber got from one source: the highest sequence

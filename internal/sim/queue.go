@@ -38,7 +38,7 @@ func (e *event) before(o *event) bool {
 // The record is read when its message is popped and delivered, long after
 // it was written: the fields next() and deliver() read come first, in one
 // 64-byte cache line (the record is 128 bytes, a size class aligned to
-// 128); the second line is read only by the trace and the wire codec.
+// 128); the second line (the frame) is used only with Config.Wire.
 type delivery struct {
 	// next is the message sent after this one in the same direction
 	// while this one was in flight (fifo), with its event's time,
