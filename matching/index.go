@@ -42,9 +42,13 @@ type Index struct {
 	nAccess int // access lists in access
 }
 
+// accessSlot is a cached access list with its key (so that a hit does
+// not read the list's key): 32 bytes.
 type accessSlot struct {
-	h  uint64
-	al *accessList
+	str  string
+	al   *accessList
+	h    uint32 // accessHash, low bits
+	attr uint32
 }
 
 // acacheMax bounds the slots of Index.acache (256 KB).
@@ -70,12 +74,12 @@ func (ix *Index) accessOfCached(attr uint32, str string) *accessList {
 	}
 	h := accessHash(attr, str)
 	sl := &ix.acache[h&uint64(len(ix.acache)-1)]
-	if al := sl.al; sl.h == h && al != nil && al.key.attr == attr && al.key.str == str {
-		return al
+	if sl.h == uint32(h) && sl.al != nil && sl.attr == attr && sl.str == str {
+		return sl.al
 	}
 	al := ix.accessOf(bucketKey{attr: attr, str: str})
 	if al != nil {
-		sl.h, sl.al = h, al
+		*sl = accessSlot{str: al.key.str, al: al, h: uint32(h), attr: attr}
 	}
 	return al
 }
@@ -132,16 +136,18 @@ type bucketKey struct {
 // filters having it (the choice of access key prefers rare ones); groups
 // are those filed under it.
 type accessList struct {
-	key    bucketKey
-	freq   int32
-	groups []*group
 	// prog is the groups laid out flat for Match (valid if compiled):
 	// walking the groups, their lists and blocks costs a cache miss per
 	// pointer when many indexes share the caches (the simulator's 83
 	// routing tables); the flat copy is a few sequential arrays. Any change
 	// to the groups clears compiled; Match compiles again on demand.
-	prog     prog
+	// compiled, prog.hdrs and prog.ents lie in the first 64 bytes (the
+	// struct is 128 bytes, a size class aligned to 64): one cache line.
 	compiled bool
+	freq     int32
+	prog     prog
+	key      bucketKey
+	groups   []*group
 }
 
 // prog is an access list's groups for Match: for each group a header
@@ -151,8 +157,8 @@ type accessList struct {
 // attribute with bounds (the four sorted lists, consecutive in ents).
 type prog struct {
 	hdrs []phdr
-	eqs  []cpred
 	ents []entry
+	eqs  []cpred
 }
 
 // phdr is a group header (n: the range headers that follow; b[0:2]: its
