@@ -141,34 +141,59 @@ type accessList struct {
 	// pointer when many indexes share the caches (the simulator's 83
 	// routing tables); the flat copy is a few sequential arrays. Any change
 	// to the groups clears compiled; Match compiles again on demand.
-	// compiled, prog.hdrs and prog.ents lie in the first 64 bytes (the
-	// struct is 128 bytes, a size class aligned to 64): one cache line.
+	// compiled and prog.ents lie in the first 64 bytes (the struct is
+	// 128 bytes, a size class aligned to 64): one cache line.
 	compiled bool
 	freq     int32
 	prog     prog
 	key      bucketKey
 	groups   []*group
+	_        [3]uint64 // to 128 bytes
 }
 
-// prog is an access list's groups for Match: for each group a header
-// (its equalities but the list's own key in eqs, its rest list in ents;
-// every group of the list has the key's equality, which Match checks once
-// for the list), then one header per
-// attribute with bounds (the four sorted lists, consecutive in ents).
+// prog is an access list's groups for Match, in one array of 32-byte
+// entries: for each group a header, its rest list, then per attribute
+// with bounds a header and the four sorted lists (lower, upper, <>, =).
+// A group header holds its range headers' count and its rest list's
+// length (bits, low and high half), its equalities other than the list's
+// own key (eqs[id low:id high]; every group of the list has the key's
+// equality, which Match checks once for the list) and its length after
+// the header (rbits). A range header holds the attribute (slot) and the
+// four lists' lengths (bits and id, low and high halves).
 type prog struct {
-	hdrs []phdr
-	ents []entry
+	ents []pent
 	eqs  []cpred
 }
 
-// phdr is a group header (n: the range headers that follow; b[0:2]: its
-// equalities in eqs; b[2:4]: its rest entries in ents) or a range header
-// (attr; lower in ents[b[0]:b[1]], upper in [b[1]:b[2]], <> in
-// [b[2]:b[3]], = in [b[3]:b[4]]).
-type phdr struct {
-	attr uint32
-	n    int32
-	b    [5]int32
+// pent is an entry of a compiled list: entry in 32 bytes (the attribute
+// of the inline residual in 16 bits, operators and kinds packed).
+type pent struct {
+	bits  uint64
+	id    uint64
+	rbits uint64
+	slot  uint32
+	rattr uint16
+	a     uint8 // op | kind<<5 | more<<7 (more: residMore)
+	b     uint8 // rop | rkind<<5
+}
+
+func (e *pent) op() Op     { return Op(e.a & 31) }
+func (e *pent) kind() Kind { return Kind(e.a >> 5 & 3) }
+
+func (e *pent) value() Value {
+	if e.kind() == KindInt {
+		return Int(int64(e.bits))
+	}
+	return Float(math.Float64frombits(e.bits))
+}
+
+func packEntry(e *entry) pent {
+	p := pent{bits: e.bits, id: e.id, rbits: e.rbits, slot: e.slot, rattr: uint16(e.rattr),
+		a: uint8(e.op) | uint8(e.kind)<<5, b: uint8(e.rop) | uint8(e.rkind)<<5}
+	if e.resid == residMore {
+		p.a |= 128
+	}
+	return p
 }
 
 // progMax bounds the entries of an access list that Match compiles: a
@@ -587,7 +612,7 @@ func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 }
 
 // compile lays out al's groups flat (prog), if they hold at most progMax
-// entries.
+// entries and name attribute ids that fit 16 bits.
 func (al *accessList) compile() {
 	n := 0
 	for _, g := range al.groups {
@@ -598,38 +623,48 @@ func (al *accessList) compile() {
 		return
 	}
 	pr := &al.prog
-	pr.hdrs, pr.eqs, pr.ents = pr.hdrs[:0], pr.eqs[:0], pr.ents[:0]
+	pr.eqs, pr.ents = pr.eqs[:0], pr.ents[:0]
 	for _, g := range al.groups {
-		h := phdr{n: int32(len(g.ranges))}
-		h.b[0] = int32(len(pr.eqs))
+		gi := len(pr.ents)
+		pr.ents = append(pr.ents, pent{})
+		eq0 := len(pr.eqs)
 		for j := range g.eqs {
 			if c := &g.eqs[j]; c.attr != al.key.attr || c.str != al.key.str {
 				pr.eqs = append(pr.eqs, *c)
 			}
 		}
-		h.b[1] = int32(len(pr.eqs))
-		h.b[2] = int32(len(pr.ents))
 		for _, r := range g.rest {
-			e := entry{id: r.id, slot: r.slot}
+			e := pent{id: r.id, slot: r.slot}
 			if r.resid {
-				e.resid = residMore
+				e.a = 128
 			}
 			pr.ents = append(pr.ents, e)
 		}
-		h.b[3] = int32(len(pr.ents))
-		pr.hdrs = append(pr.hdrs, h)
+		pr.ents[gi].bits = uint64(len(g.ranges)) | uint64(len(g.rest))<<32
+		pr.ents[gi].id = uint64(eq0) | uint64(len(pr.eqs))<<32
 		for j := range g.ranges {
 			ar := &g.ranges[j]
-			rh := phdr{attr: ar.attr}
+			var ln [4]int
 			for k, l := range [4]*sortedList{&ar.lower, &ar.upper, &ar.ne, &ar.eq} {
-				rh.b[k] = int32(len(pr.ents))
 				for _, b := range l.blocks {
-					pr.ents = append(pr.ents, b...)
+					ln[k] += len(b)
 				}
 			}
-			rh.b[4] = int32(len(pr.ents))
-			pr.hdrs = append(pr.hdrs, rh)
+			pr.ents = append(pr.ents, pent{slot: ar.attr,
+				bits: uint64(ln[0]) | uint64(ln[1])<<32, id: uint64(ln[2]) | uint64(ln[3])<<32})
+			for _, l := range [4]*sortedList{&ar.lower, &ar.upper, &ar.ne, &ar.eq} {
+				for _, b := range l.blocks {
+					for k := range b {
+						if b[k].rattr > math.MaxUint16 {
+							al.prog = prog{}
+							return
+						}
+						pr.ents = append(pr.ents, packEntry(&b[k]))
+					}
+				}
+			}
 		}
+		pr.ents[gi].rbits = uint64(len(pr.ents) - gi - 1)
 	}
 	al.compiled = true
 }
@@ -637,42 +672,54 @@ func (al *accessList) compile() {
 // matchProg is matchGroups over a compiled access list: the same visits
 // in the same order.
 func (ix *Index) matchProg(pr *prog, pa []pubAttr, dst []uint64) []uint64 {
-	hdrs := pr.hdrs
+	ents := pr.ents
 groups:
-	for h := 0; h < len(hdrs); {
-		gh := &hdrs[h]
-		h += 1 + int(gh.n)
-		for j := gh.b[0]; j < gh.b[1]; j++ {
+	for i := 0; i < len(ents); {
+		g := &ents[i]
+		end := i + 1 + int(g.rbits)
+		nr, nrest := int(uint32(g.bits)), int(g.bits>>32)
+		for j := int(uint32(g.id)); j < int(g.id>>32); j++ {
 			c := &pr.eqs[j]
 			v, ok := lookup(pa, c.attr)
 			if !ok || !holdsC(c, v) {
+				i = end
 				continue groups
 			}
 		}
-		for j := gh.b[2]; j < gh.b[3]; j++ {
-			e := &pr.ents[j]
-			if e.resid == residNone || ix.check(e.slot, pa) {
+		k := i + 1
+		for _, e := range ents[k : k+nrest] {
+			if e.a&128 == 0 || ix.check(e.slot, pa) {
 				dst = append(dst, e.id)
 			}
 		}
-		for _, rh := range hdrs[h-int(gh.n) : h] {
-			v, ok := lookup(pa, rh.attr)
+		k += nrest
+		for range nr {
+			h := &ents[k]
+			nl, nu, nn, ne := int(uint32(h.bits)), int(h.bits>>32), int(uint32(h.id)), int(h.id>>32)
+			k++
+			lo := k
+			k += nl + nu + nn + ne
+			v, ok := lookup(pa, h.slot)
 			if !ok || !v.IsNumber() {
 				continue
 			}
-			if rh.b[0] < rh.b[1] {
-				dst, _ = scanBelow(pr.ents[rh.b[0]:rh.b[1]], v, ix, pa, dst)
+			if nl > 0 {
+				dst = scanBelowP(ents[lo:lo+nl], v, ix, pa, dst)
 			}
-			if rh.b[1] < rh.b[2] {
-				dst, _ = scanAbove(pr.ents[rh.b[1]:rh.b[2]], v, ix, pa, dst)
+			lo += nl
+			if nu > 0 {
+				dst = scanAboveP(ents[lo:lo+nu], v, ix, pa, dst)
 			}
-			if rh.b[2] < rh.b[3] {
-				dst = scanNe(pr.ents[rh.b[2]:rh.b[3]], v, ix, pa, dst)
+			lo += nu
+			if nn > 0 {
+				dst = scanNeP(ents[lo:lo+nn], v, ix, pa, dst)
 			}
-			if rh.b[3] < rh.b[4] {
-				dst = scanEqFlat(pr.ents[rh.b[3]:rh.b[4]], v, ix, pa, dst)
+			lo += nn
+			if ne > 0 {
+				dst = scanEqP(ents[lo:lo+ne], v, ix, pa, dst)
 			}
 		}
+		i = end
 	}
 	return dst
 }
@@ -1085,30 +1132,134 @@ func (l *sortedList) scanEq(v Value, ix *Index, pa []pubAttr, dst []uint64) []ui
 	return dst
 }
 
-// scanEqFlat is sortedList.scanEq over one sorted run of entries.
-func scanEqFlat(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
-	probe := eqProbe(v)
-	for k := posIn(b, &probe); k < len(b); k++ {
-		e := &b[k]
-		if cmpNum(e.value(), v) != 0 {
-			return dst
+// acceptP is accept for a compiled entry.
+func (ix *Index) acceptP(e *pent, pa []pubAttr) bool {
+	rop := Op(e.b & 31)
+	more := e.a&128 != 0
+	if rop == OpInvalid {
+		return !more || ix.check(e.slot, pa)
+	}
+	v, ok := lookup(pa, uint32(e.rattr))
+	if !ok {
+		return false
+	}
+	rkind := Kind(e.b >> 5 & 3)
+	if rkind == KindInt && v.Kind == KindInt {
+		c := cmp64(v.Int, int64(e.rbits))
+		var ok bool
+		switch rop {
+		case OpLt:
+			ok = c < 0
+		case OpLe:
+			ok = c <= 0
+		case OpGt:
+			ok = c > 0
+		case OpGe:
+			ok = c >= 0
+		case OpNumEq:
+			ok = c == 0
+		default:
+			ok = c != 0
 		}
-		if ix.accept(e, pa) {
+		if !ok {
+			return false
+		}
+	} else {
+		var c Value
+		if rkind == KindInt {
+			c = Int(int64(e.rbits))
+		} else {
+			c = Float(math.Float64frombits(e.rbits))
+		}
+		if !holds(rop, c, v) {
+			return false
+		}
+	}
+	return !more || ix.check(e.slot, pa)
+}
+
+// scanBelowP is scanBelow over compiled entries.
+func scanBelowP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	intFast := v.Kind == KindInt
+	for k := range b {
+		e := &b[k]
+		var c int
+		if intFast && e.kind() == KindInt {
+			c = cmp64(int64(e.bits), v.Int)
+		} else {
+			c = cmpNum(e.value(), v)
+		}
+		if c > 0 || c == 0 && e.op() == OpGt {
+			if c > 0 {
+				return dst
+			}
+			continue
+		}
+		if ix.acceptP(e, pa) {
 			dst = append(dst, e.id)
 		}
 	}
 	return dst
 }
 
-// eqProbe is the entry that sorts before every bound equal to v (slot 0
-// is the smallest; see scanEq).
-func eqProbe(v Value) entry {
-	probe := entry{slot: 0}
-	switch v.Kind {
-	case KindInt:
-		probe.kind, probe.bits = KindInt, uint64(v.Int)
-	default:
-		probe.kind, probe.bits = KindFloat, math.Float64bits(v.Float)
+// scanAboveP is scanAbove over compiled entries.
+func scanAboveP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	intFast := v.Kind == KindInt
+	for k := len(b) - 1; k >= 0; k-- {
+		e := &b[k]
+		var c int
+		if intFast && e.kind() == KindInt {
+			c = cmp64(int64(e.bits), v.Int)
+		} else {
+			c = cmpNum(e.value(), v)
+		}
+		if c < 0 || c == 0 && e.op() == OpLt {
+			if c < 0 {
+				return dst
+			}
+			continue
+		}
+		if ix.acceptP(e, pa) {
+			dst = append(dst, e.id)
+		}
 	}
-	return probe
+	return dst
+}
+
+// scanNeP is scanNe over compiled entries.
+func scanNeP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	for k := range b {
+		e := &b[k]
+		if cmpNum(e.value(), v) == 0 {
+			continue
+		}
+		if ix.acceptP(e, pa) {
+			dst = append(dst, e.id)
+		}
+	}
+	return dst
+}
+
+// scanEqP is scanEq over compiled entries: from the first bound not below
+// v (where scanEq's probe lands), the bounds equal to v.
+func scanEqP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	lo, hi := 0, len(b)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if cmpNum(b[m].value(), v) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	for k := lo; k < len(b); k++ {
+		e := &b[k]
+		if cmpNum(e.value(), v) != 0 {
+			return dst
+		}
+		if ix.acceptP(e, pa) {
+			dst = append(dst, e.id)
+		}
+	}
+	return dst
 }
