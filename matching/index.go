@@ -293,9 +293,10 @@ func boundRank(op Op) int {
 	return 1
 }
 
-// groupKey encodes the equality predicates of preds (Validate ensures one
-// predicate per attribute, so sorting by attribute makes it canonical).
-func (ix *Index) groupKey(preds []cpred) string {
+// groupKey encodes the equality predicates of preds in ix.keybuf
+// (Validate ensures one predicate per attribute, so sorting by attribute
+// makes it canonical).
+func (ix *Index) groupKey(preds []cpred) {
 	b := ix.keybuf[:0]
 	var idx [8]int
 	eqs := idx[:0]
@@ -315,7 +316,6 @@ func (ix *Index) groupKey(preds []cpred) string {
 		}
 	}
 	ix.keybuf = b
-	return string(b)
 }
 
 // Insert adds filter f under id. It fails if f is not valid (see
@@ -376,9 +376,10 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 			best, bestKey = al, k
 		}
 	}
-	gk := ix.groupKey(preds)
-	g := ix.groups[gk]
+	ix.groupKey(preds)
+	g := ix.groups[string(ix.keybuf)] // no allocation for the lookup
 	if g == nil {
+		gk := string(ix.keybuf)
 		// Validate guarantees the class predicate, so best != nil.
 		g = &group{key: gk, access: bestKey, al: best}
 		for i := range preds {
