@@ -14,7 +14,7 @@ func SetProgMax(ix *Index, n int) int {
 	progMax = n
 	for _, m := range ix.access {
 		for _, al := range m {
-			al.compiled = false
+			ix.dirty(al)
 		}
 	}
 	return old

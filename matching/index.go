@@ -43,16 +43,31 @@ type Index struct {
 }
 
 // accessSlot is a cached access list with its key (so that a hit does
-// not read the list's key): 32 bytes.
+// not read the list's key) and, once ready, its compiled entries (so that
+// a hit does not read the list at all; only lists without equalities
+// besides their key): 64 bytes, a cache line.
 type accessSlot struct {
-	str  string
-	al   *accessList
-	h    uint32 // accessHash, low bits
-	attr uint32
+	str   string
+	al    *accessList
+	ents  []pent
+	h     uint32 // accessHash, low bits
+	attr  uint32
+	ready bool
+	_     [7]byte
 }
 
-// acacheMax bounds the slots of Index.acache (256 KB).
-const acacheMax = 1 << 14
+// acacheMax bounds the slots of Index.acache (512 KB).
+const acacheMax = 1 << 13
+
+// dirty marks al changed: its compiled copy (and the cache's) is stale.
+func (ix *Index) dirty(al *accessList) {
+	al.compiled = false
+	if n := len(ix.acache); n > 0 {
+		if sl := &ix.acache[accessHash(al.key.attr, al.key.str)&uint64(n-1)]; sl.al == al {
+			sl.ents, sl.ready = nil, false
+		}
+	}
+}
 
 // accessHash is FNV-1a of the operand mixed with the attribute id. Fixed
 // (no seed): a collision costs only the map lookup it stands for.
@@ -67,21 +82,23 @@ func accessHash(attr uint32, s string) uint64 {
 	return h
 }
 
-// accessOfCached is accessOf through acache.
-func (ix *Index) accessOfCached(attr uint32, str string) *accessList {
+// accessOfCached is accessOf through acache; sl is the list's slot (nil:
+// none).
+func (ix *Index) accessOfCached(attr uint32, str string) (al *accessList, sl *accessSlot) {
 	if len(ix.acache) == 0 {
-		return ix.accessOf(bucketKey{attr: attr, str: str})
+		return ix.accessOf(bucketKey{attr: attr, str: str}), nil
 	}
 	h := accessHash(attr, str)
-	sl := &ix.acache[h&uint64(len(ix.acache)-1)]
+	sl = &ix.acache[h&uint64(len(ix.acache)-1)]
 	if sl.h == uint32(h) && sl.al != nil && sl.attr == attr && sl.str == str {
-		return sl.al
+		return sl.al, sl
 	}
-	al := ix.accessOf(bucketKey{attr: attr, str: str})
-	if al != nil {
-		*sl = accessSlot{str: al.key.str, al: al, h: uint32(h), attr: attr}
+	al = ix.accessOf(bucketKey{attr: attr, str: str})
+	if al == nil {
+		return nil, nil
 	}
-	return al
+	*sl = accessSlot{str: al.key.str, al: al, h: uint32(h), attr: attr}
+	return al, sl
 }
 
 // MaxIndexAttrs bounds the distinct attribute names an Index interns (names
@@ -391,7 +408,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 		best.groups = append(best.groups, g)
 	}
 	g.n++
-	g.al.compiled = false
+	ix.dirty(g.al)
 	rec := subRec{preds: preds, grp: g, rngIdx: -1, in: inRest}
 	// The access bound: the first =, else the first <, <=, >, >=, else
 	// the first <>.
@@ -481,7 +498,7 @@ func (ix *Index) Delete(id uint64) bool {
 	}
 	rec := &ix.subs[slot]
 	g := rec.grp
-	g.al.compiled = false
+	ix.dirty(g.al)
 	if rec.in != inRest {
 		c := &rec.preds[rec.rngIdx]
 		ar := g.rangesFor(c.attr)
@@ -591,20 +608,29 @@ func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 			}
 			continue
 		}
-		al := ix.accessOfCached(pa[i].attr, pa[i].v.Str)
+		al, sl := ix.accessOfCached(pa[i].attr, pa[i].v.Str)
 		if al == nil {
 			continue
 		}
-		if !al.compiled {
-			al.compile()
+		if sl == nil || !sl.ready {
+			if !al.compiled {
+				al.compile()
+			}
+			if al.compiled && sl != nil && len(al.prog.eqs) == 0 {
+				sl.ents, sl.ready = al.prog.ents, true
+			}
 		}
-		if al.compiled {
+		if sl != nil && sl.ready || al.compiled {
 			// Every group of al has its key's equality: it holds if pa[i]
 			// is the first value of its attribute (the one lookup finds).
 			if v, _ := lookup(pa, pa[i].attr); v.Str != pa[i].v.Str || v.Kind != KindString {
 				continue
 			}
-			dst = ix.matchProg(&al.prog, pa, dst)
+			if sl != nil && sl.ready {
+				dst = ix.matchProg(sl.ents, nil, pa, dst)
+			} else {
+				dst = ix.matchProg(al.prog.ents, al.prog.eqs, pa, dst)
+			}
 			continue
 		}
 		dst = ix.matchGroups(al, pa, dst)
@@ -672,15 +698,14 @@ func (al *accessList) compile() {
 
 // matchProg is matchGroups over a compiled access list: the same visits
 // in the same order.
-func (ix *Index) matchProg(pr *prog, pa []pubAttr, dst []uint64) []uint64 {
-	ents := pr.ents
+func (ix *Index) matchProg(ents []pent, eqs []cpred, pa []pubAttr, dst []uint64) []uint64 {
 groups:
 	for i := 0; i < len(ents); {
 		g := &ents[i]
 		end := i + 1 + int(g.rbits)
 		nr, nrest := int(uint32(g.bits)), int(g.bits>>32)
 		for j := int(uint32(g.id)); j < int(g.id>>32); j++ {
-			c := &pr.eqs[j]
+			c := &eqs[j]
 			v, ok := lookup(pa, c.attr)
 			if !ok || !holdsC(c, v) {
 				i = end
