@@ -146,6 +146,9 @@ type Node struct {
 	rthTopo    uint64
 	rthOK      bool
 	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
+	// heartbeat (owner): the last heartbeat built, and a scratch list.
+	hbLast     *message.Heartbeat
+	hbSuspects []message.BrokerID
 	// Tick (owner): the peers of the sortedPeers slice tickPsOf.
 	tickPs   []*peer
 	tickPsOf []message.BrokerID
@@ -153,17 +156,17 @@ type Node struct {
 	// has a queued stamp; minqLay increases when minqBuf's pairs move;
 	// join maps the store's own pairs to minqBuf (for OwnVersion joinOwn
 	// and minqLay joinLay); capBuf is the caps handed to the store.
-	minqIn     []bool
-	minqHint   [4]int // per upstream stamp position: where its pair was found last
-	minqLay    uint64
-	join       []int
-	joinOwn    uint64
-	joinLay    uint64
-	joinOK     bool
-	capBuf     []uint64
-	rtSlab     []*recipTh         // where purgeCache carves its entries' thresholds from
-	lastRecips []message.BrokerID // cacheTail: the last entry's recipients and their thresholds
-	lastRt     []*recipTh
+	minqIn   []bool
+	minqHint [4]int // per upstream stamp position: where its pair was found last
+	minqLay  uint64
+	join     []int
+	joinOwn  uint64
+	joinLay  uint64
+	joinOK   bool
+	capBuf   []uint64
+	rtSlab   []*recipTh // where purgeCache carves its entries' thresholds from
+	rtTab    [64]rtSlot // recipThCached's table
+	rthSlab  []recipTh  // where recipTh carves thresholds from
 	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
 	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
 	fl floodState
@@ -513,13 +516,26 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 
 // heartbeat builds this broker's heartbeat: epoch, joined, and the tree
 // neighbours it suspects.
+//
+// The message is shared by the heartbeats that say the same (it is never
+// modified once sent): a new one only when what it says changed.
 func (n *Node) heartbeat() *message.Heartbeat {
-	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined && !n.leaving} // a leaver is not routed through
+	joined := n.joined && !n.leaving // a leaver is not routed through
+	sus := n.hbSuspects[:0]
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if p := n.peers[nb]; p != nil && p.suspected {
-			hb.Suspects = append(hb.Suspects, nb)
+			sus = append(sus, nb)
 		}
 	}
+	n.hbSuspects = sus
+	if hb := n.hbLast; hb != nil && hb.Epoch == n.cfg.Epoch && hb.Joined == joined && slices.Equal(hb.Suspects, sus) {
+		return hb
+	}
+	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: joined}
+	if len(sus) > 0 {
+		hb.Suspects = slices.Clone(sus)
+	}
+	n.hbLast = hb
 	return hb
 }
 

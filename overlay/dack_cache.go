@@ -118,12 +118,42 @@ type recipTh struct {
 func (n *Node) recipTh(r message.BrokerID) *recipTh {
 	rt := n.rth[r]
 	if rt == nil {
-		rt = &recipTh{}
+		// Carved from a slab: the thresholds purge reads lie together.
+		if len(n.rthSlab) == 0 {
+			n.rthSlab = make([]recipTh, 32)
+		}
+		rt = &n.rthSlab[0]
+		n.rthSlab = n.rthSlab[1:]
 		if path := n.pathTo(r); len(path) > 1 {
 			rt.path.SetPath(path[1:])
 		}
 		n.rth[r] = rt
 	}
+	return rt
+}
+
+// rtSlot is an entry of recipThCached's table.
+type rtSlot struct {
+	name message.BrokerID
+	rt   *recipTh
+}
+
+// recipThCached is recipTh through a small table indexed by a cheap hash
+// of the name (its length and last bytes), checked by comparing the
+// name: the recipients of a broker's queued publications are a few dozen
+// names, found there without the map's hashing and probing. Cleared
+// with the map (purge).
+func (n *Node) recipThCached(r message.BrokerID) *recipTh {
+	h := uint32(len(r)) * 16777619
+	for i := max(0, len(r)-8); i < len(r); i++ {
+		h = (h ^ uint32(r[i])) * 16777619
+	}
+	sl := &n.rtTab[h%uint32(len(n.rtTab))]
+	if sl.rt != nil && sl.name == r {
+		return sl.rt
+	}
+	rt := n.recipTh(r)
+	sl.name, sl.rt = r, rt
 	return rt
 }
 
@@ -199,30 +229,13 @@ func (n *Node) cacheTail() {
 			}
 			l := len(n.rtSlab)
 			c.rt, n.rtSlab = n.rtSlab[l:l+k:l+k], n.rtSlab[:l+k]
-			// Consecutive entries mostly have the same recipients (the
-			// same names, from the routing table): the previous entry's
-			// thresholds are taken without a lookup.
-			// (In srds09 about half the lookups are saved: a few
-			// recipients per entry.)
-			last, lastRt := n.lastRecips, n.lastRt
 			for i, r := range e.recips {
 				if e.safe[i] {
 					continue
 				}
 				c.unsafe |= 1 << i
-				var rt *recipTh
-				for q := range last {
-					if last[q] == r && lastRt[q] != nil {
-						rt = lastRt[q]
-						break
-					}
-				}
-				if rt == nil {
-					rt = n.recipTh(r)
-				}
-				c.rt[i] = rt
+				c.rt[i] = n.recipThCached(r)
 			}
-			n.lastRecips, n.lastRt = e.recips, c.rt
 		}
 		if up := e.pub.Stamps[1:]; len(up) <= len(c.upJ) {
 			c.nup = len(up)

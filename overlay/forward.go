@@ -639,7 +639,7 @@ func (n *Node) purge() {
 	if tv := n.topo.Version(); !n.rthOK || tv != n.rthTopo {
 		n.rth = map[message.BrokerID]*recipTh{}
 		n.rthOK, n.rthTopo = true, tv
-		n.lastRecips, n.lastRt = nil, nil
+		n.rtTab = [64]rtSlot{}
 		dirty = true
 	}
 	av := n.store.AboutVersion()
