@@ -184,3 +184,25 @@ func pairs(s *Store) []message.Stamp {
 	}
 	return p
 }
+
+// TestPutTableForget checks Put's pair table against Forget: a pair
+// forgotten and put again is a new entry (the table must not hand back
+// the dropped one), and entries of other pairs are still found.
+func TestPutTableForget(t *testing.T) {
+	s := NewStore("R", 1)
+	s.Put(message.DAckEntry{Reporter: "D", RE: 1, About: "R", AE: 1, Arrived: 9, Discarded: 9})
+	s.Put(message.DAckEntry{Reporter: "E", RE: 1, About: "R", AE: 1, Arrived: 4})
+	s.Forget("D", 2)
+	if !s.Put(message.DAckEntry{Reporter: "D", RE: 2, About: "R", AE: 1, Arrived: 1}) {
+		t.Fatal("D's new incarnation after Forget was not stored")
+	}
+	if r, ok := s.About("D"); !ok || r.Arrived != 1 || r.Discarded != 0 || s.Len() != 2 {
+		t.Fatalf("after Forget and Put: %+v %v, %d entries", r, ok, s.Len())
+	}
+	if s.Put(message.DAckEntry{Reporter: "E", RE: 1, About: "R", AE: 1, Arrived: 3}) {
+		t.Error("a lower report of E changed the store")
+	}
+	if !s.Put(message.DAckEntry{Reporter: "E", RE: 1, About: "R", AE: 1, Arrived: 5}) || s.Len() != 2 {
+		t.Error("E's entry was not found and raised")
+	}
+}

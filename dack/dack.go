@@ -90,6 +90,9 @@ type Store struct {
 	arrCache [4]ownRef
 	// slab is where new entries are carved from (alloc).
 	slab []stored
+	// tab caches m by a cheap hash of the pair (Put; checked by comparing
+	// the pair; cleared by Forget, which drops entries).
+	tab [256]*stored
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
 	// upstream brokers then purge later, through discarded reports, never
@@ -100,6 +103,19 @@ type Store struct {
 // NewStore returns an empty store for broker self in incarnation epoch.
 func NewStore(self BrokerID, epoch uint64) *Store {
 	return &Store{self: self, epoch: epoch, m: map[pairKey]*stored{}, own: map[BrokerID]*stored{}, aboutMe: map[BrokerID]*stored{}, Max: 1 << 16}
+}
+
+// pairHash is a cheap hash of a pair of names (their lengths and last
+// bytes) for Store.tab.
+func pairHash(a, b BrokerID) uint32 {
+	h := uint32(len(a))*16777619 ^ uint32(len(b))
+	for i := max(0, len(a)-4); i < len(a); i++ {
+		h = (h ^ uint32(a[i])) * 16777619
+	}
+	for i := max(0, len(b)-4); i < len(b); i++ {
+		h = (h ^ uint32(b[i])) * 16777619
+	}
+	return h ^ h>>16
 }
 
 // alloc returns a new zero entry, carved from a slab: the entries
@@ -170,7 +186,15 @@ func (s *Store) Version() uint64 { return s.version }
 // incarnations the watermarks only grow.
 func (s *Store) Put(e message.DAckEntry) bool {
 	k := pairKey{e.Reporter, e.About}
-	old, ok := s.m[k]
+	// The pair's entry through the table first (a DACK's pairs are
+	// mostly those of the previous DACKs), then the map.
+	sl := &s.tab[pairHash(e.Reporter, e.About)%uint32(len(s.tab))]
+	old, ok := *sl, false
+	if old != nil && old.e.Reporter == e.Reporter && old.e.About == e.About {
+		ok = true
+	} else if old, ok = s.m[k]; ok {
+		*sl = old
+	}
 	if !ok {
 		if len(s.m) >= s.Max && e.About != s.self && e.Reporter != s.self {
 			return false
@@ -179,6 +203,7 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		st.e = e
 		st.own = e.Reporter == s.self
 		s.m[k] = st
+		*sl = st
 		if e.Reporter == s.self {
 			s.own[e.About] = st
 			s.ownDirty = true
@@ -318,6 +343,7 @@ func (s *Store) sortOwn() {
 // (a restarted broker's old reports and the reports about its old stamps).
 func (s *Store) Forget(id BrokerID, epoch uint64) {
 	s.arrCache = [4]ownRef{}
+	s.tab = [256]*stored{}
 	dropped := false
 	for k, st := range s.m {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
