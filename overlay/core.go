@@ -146,6 +146,11 @@ type Node struct {
 	rthTopo    uint64
 	rthOK      bool
 	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
+	// purge (owner): the last pass left purgedLen entries for the
+	// store's AboutVersion purgedAbout (purgedOK: there was one).
+	purgedOK    bool
+	purgedAbout uint64
+	purgedLen   int
 	// heartbeat (owner): the last heartbeat built, and a scratch list.
 	hbLast     *message.Heartbeat
 	hbSuspects []message.BrokerID

@@ -643,6 +643,11 @@ func (n *Node) purge() {
 		dirty = true
 	}
 	av := n.store.AboutVersion()
+	if !dirty && n.purgedOK && av == n.purgedAbout && len(n.queue) == n.purgedLen {
+		// Nothing changed since the last pass (the same thresholds, no
+		// entry queued: only purge removes one): it would mark nothing.
+		return
+	}
 	// The pass runs over purgeCache's dense copy of the queue (each
 	// entry's stamp, unsafe recipients and their thresholds), not over
 	// the entries themselves; an entry is written only when a recipient
@@ -701,6 +706,7 @@ func (n *Node) purge() {
 	}
 	n.queue = kept
 	n.qcache = qc[:k]
+	n.purgedOK, n.purgedAbout, n.purgedLen = true, av, len(kept)
 	if removed {
 		// A removal may raise the lowest queued stamps: recomputed from
 		// the copy (updateDiscarded reads them).
