@@ -116,6 +116,10 @@ func (f *flood) answered(id message.BrokerID) {
 type target struct {
 	id   message.BrokerID
 	dist int
+	// Known to floodTargets' fast path (else nil): id's peer and the
+	// queue of the floods sent to it (ackQueue).
+	p *peer
+	q *ackQueue
 }
 
 // floodTargets returns, for every tree direction other than except, the
@@ -142,7 +146,7 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 				return
 			}
 		}
-		out = append(out, target{id, n.dist[id]})
+		out = append(out, target{id: id, dist: n.dist[id]})
 	}
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if nb == except {
@@ -192,7 +196,10 @@ func (n *Node) startFlood(f *flood) {
 }
 
 func (n *Node) sendFlood(f *flood, t target) {
-	p := n.peer(t.id)
+	p := t.p
+	if p == nil {
+		p = n.peer(t.id)
+	}
 	ft := f.find(t.id)
 	if ft == nil {
 		f.targets = append(f.targets, ftarget{id: t.id, epoch: p.epoch, out: true})
@@ -208,7 +215,7 @@ func (n *Node) sendFlood(f *flood, t target) {
 	}
 	ft.sentUsable = p.heardHB && p.joined && !p.suspected // knownJoined (p is up)
 	n.send(t.id, n.floodMsg(f, t.id, t.dist))
-	n.ackSent(f, t.id)
+	n.ackSent(f, t.id, t.q)
 }
 
 func (n *Node) floodCheck(f *flood) {

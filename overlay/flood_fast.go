@@ -60,6 +60,7 @@ type nbInfo struct {
 	id   message.BrokerID
 	p    *peer // nil: no peer yet (usable)
 	dist int
+	q    *ackQueue
 }
 
 const (
@@ -110,18 +111,13 @@ func (n *Node) freeFlood(f *flood) {
 }
 
 // ackSent records that pooled flood f was sent to id (ackHint).
-func (n *Node) ackSent(f *flood, id message.BrokerID) {
+// (q: id's queue when known, else nil.)
+func (n *Node) ackSent(f *flood, id message.BrokerID, q *ackQueue) {
 	if !f.pooled {
 		return
 	}
-	fs := &n.fl
-	q := fs.acks[id]
 	if q == nil {
-		if fs.acks == nil {
-			fs.acks = map[message.BrokerID]*ackQueue{}
-		}
-		q = &ackQueue{}
-		fs.acks[id] = q
+		q = n.ackQueueOf(id)
 	}
 	if len(q.ents)-q.head >= maxAckQueue {
 		q.ents[q.head] = ackEnt{}
@@ -133,6 +129,20 @@ func (n *Node) ackSent(f *flood, id message.BrokerID) {
 		q.ents, q.head = q.ents[:k], 0
 	}
 	q.ents = append(q.ents, ackEnt{f, f.gen})
+}
+
+// ackQueueOf returns id's queue, made if needed.
+func (n *Node) ackQueueOf(id message.BrokerID) *ackQueue {
+	fs := &n.fl
+	q := fs.acks[id]
+	if q == nil {
+		if fs.acks == nil {
+			fs.acks = map[message.BrokerID]*ackQueue{}
+		}
+		q = &ackQueue{}
+		fs.acks[id] = q
+	}
+	return q
 }
 
 // ackHint returns the pending flood k if it is the first one sent to
@@ -256,7 +266,7 @@ func (n *Node) neighbours() []nbInfo {
 	}
 	fs.nb = fs.nb[:0]
 	for _, id := range n.topo.Neighbours(n.cfg.ID) {
-		fs.nb = append(fs.nb, nbInfo{id: id, p: n.peers[id], dist: n.dist[id]})
+		fs.nb = append(fs.nb, nbInfo{id: id, p: n.peers[id], dist: n.dist[id], q: n.ackQueueOf(id)})
 	}
 	fs.nbOK, fs.nbVer, fs.nbPeers = true, n.topo.Version(), ids
 	return fs.nb
@@ -275,7 +285,7 @@ func (n *Node) floodTargetsUsable(except message.BrokerID) ([]target, bool) {
 	out := n.fl.tgt[:0]
 	for i := range nbs {
 		if nbs[i].id != except {
-			out = append(out, target{nbs[i].id, nbs[i].dist})
+			out = append(out, target{id: nbs[i].id, dist: nbs[i].dist, p: nbs[i].p, q: nbs[i].q})
 		}
 	}
 	n.fl.tgt = out

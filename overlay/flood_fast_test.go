@@ -21,7 +21,7 @@ func refFloodTargets(n *Node, except message.BrokerID, all bool) ([]target, bool
 				return
 			}
 		}
-		out = append(out, target{id, n.dist[id]})
+		out = append(out, target{id: id, dist: n.dist[id]})
 	}
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if nb == except {
@@ -82,7 +82,16 @@ func TestFloodTargetsCacheFollowsChanges(t *testing.T) {
 		for _, except := range []message.BrokerID{"", "B", "C", "D", "E", "X"} {
 			for _, all := range []bool{false, true} {
 				want, wantHole := refFloodTargets(n, except, all)
-				got := slices.Clone(n.floodTargets(except, all))
+				var got []target
+				for _, tg := range n.floodTargets(except, all) {
+					if tg.p != nil && n.peers[tg.id] != tg.p {
+						t.Fatalf("%s: target %s with a stale peer", step, tg.id)
+					}
+					if tg.q != nil && n.fl.acks[tg.id] != tg.q {
+						t.Fatalf("%s: target %s with another's queue", step, tg.id)
+					}
+					got = append(got, target{id: tg.id, dist: tg.dist})
+				}
 				if !slices.Equal(got, want) || n.floodHole != wantHole {
 					t.Fatalf("%s: floodTargets(%q, %v) = %v hole %v, want %v hole %v", step, except, all, got, n.floodHole, want, wantHole)
 				}
@@ -184,7 +193,7 @@ func TestFloodAckQueueBounded(t *testing.T) {
 	f := n.newFlood()
 	f.key, f.budget = floodKey{kind: fkSub, sub: message.SubID{Edge: "A", Epoch: 1, N: 1}}, -1
 	for i := 0; i < maxAckQueue+10; i++ {
-		n.ackSent(f, "C")
+		n.ackSent(f, "C", nil)
 	}
 	if q := n.fl.acks["C"]; len(q.ents)-q.head > maxAckQueue {
 		t.Fatalf("queue holds %d entries, bound %d", len(q.ents)-q.head, maxAckQueue)
