@@ -294,7 +294,7 @@ func (n *Node) floodTargetsUsable(except message.BrokerID) ([]target, bool) {
 
 // floodMap holds the pending floods by key.
 //
-// (Un)subscription floods are kept by edge broker, in a window indexed by
+// Subscription floods are kept by edge broker, in a window indexed by
 // subscription number: an edge numbers its subscriptions 1, 2, 3, ... and
 // their floods reach any broker in that order (they all come the same
 // way, on FIFO links), so the floods of one edge pending here have close
@@ -302,8 +302,8 @@ func (n *Node) floodTargetsUsable(except message.BrokerID) ([]target, bool) {
 // name (a small map, or the last edge seen) and an index: no hashing of
 // the key, no probing. Keys that do not fit (another epoch of the edge
 // while floods of the current one are pending, a number below the window
-// or too far above it) and topology floods go to the map m (which thus
-// holds every topology flood).
+// or too far above it), the (rarer) unsubscription floods and topology
+// floods go to the map m (which thus holds every topology flood).
 type floodMap struct {
 	m     map[floodKey]*flood
 	edges map[message.BrokerID]*edgeFloods
@@ -311,15 +311,15 @@ type floodMap struct {
 	n     int         // floods in the windows
 }
 
-// edgeFloods is the window of one edge broker's pending (un)subscription
-// floods: logical slot i holds the floods of subscription base+i of epoch
-// epoch, one per kind (fkSub, fkUnsub, fkMark). The slots are a ring
-// (a power of two long) starting at head; size slots are in use.
+// edgeFloods is the window of one edge broker's pending subscription
+// floods: logical slot i holds the flood of subscription base+i of epoch
+// epoch. The slots are a ring (a power of two long) starting at head;
+// size slots are in use.
 type edgeFloods struct {
 	edge  message.BrokerID
 	epoch uint64
 	base  uint64
-	ring  [][3]*flood
+	ring  []*flood
 	head  int
 	size  int
 	n     int  // floods in the window
@@ -336,29 +336,17 @@ const (
 	maxFloodEdges = 1 << 10
 )
 
-func kindSlot(k floodKind) int {
-	switch k {
-	case fkSub:
-		return 0
-	case fkUnsub:
-		return 1
-	case fkMark:
-		return 2
-	}
-	return -1
-}
-
 // at is logical slot i (< size) of e's window.
-func (e *edgeFloods) at(i uint64) *[3]*flood {
+func (e *edgeFloods) at(i uint64) **flood {
 	return &e.ring[(e.head+int(i))&(len(e.ring)-1)]
 }
 
 // place returns k's place in e's window, or nil when k is not in it now.
-func (e *edgeFloods) place(k floodKey, ks int) **flood {
+func (e *edgeFloods) place(k floodKey) **flood {
 	if e.dead || e.epoch != k.sub.Epoch || k.sub.N < e.base || k.sub.N-e.base >= uint64(e.size) {
 		return nil
 	}
-	return &e.at(k.sub.N - e.base)[ks]
+	return e.at(k.sub.N - e.base)
 }
 
 func (fm *floodMap) edge(id message.BrokerID) *edgeFloods {
@@ -375,15 +363,14 @@ func (fm *floodMap) edge(id message.BrokerID) *edgeFloods {
 // slot returns k's place in its edge's window (and the edge), or nil
 // when k is not kept in a window now.
 func (fm *floodMap) slot(k floodKey) (**flood, *edgeFloods) {
-	ks := kindSlot(k.kind)
-	if ks < 0 {
+	if k.kind != fkSub {
 		return nil, nil
 	}
 	e := fm.edge(k.sub.Edge)
 	if e == nil {
 		return nil, nil
 	}
-	return e.place(k, ks), e
+	return e.place(k), e
 }
 
 func (fm *floodMap) get(k floodKey) (*flood, bool) {
@@ -435,8 +422,7 @@ func (fm *floodMap) put(k floodKey, f *flood) {
 // window returns k's place in its edge's window, making room for it, or
 // nil when k does not fit there.
 func (fm *floodMap) window(k floodKey) (**flood, *edgeFloods) {
-	ks := kindSlot(k.kind)
-	if ks < 0 {
+	if k.kind != fkSub {
 		return nil, nil
 	}
 	e := fm.edge(k.sub.Edge)
@@ -456,11 +442,11 @@ func (fm *floodMap) window(k floodKey) (**flood, *edgeFloods) {
 	}
 	i := int(k.sub.N - e.base)
 	if i >= len(e.ring) {
-		c := max(len(e.ring), 8)
+		c := max(len(e.ring), 32)
 		for c <= i {
 			c *= 2
 		}
-		ring := make([][3]*flood, c)
+		ring := make([]*flood, c)
 		if e.size > 0 {
 			k := copy(ring[:e.size], e.ring[e.head:])
 			copy(ring[k:e.size], e.ring)
@@ -468,7 +454,7 @@ func (fm *floodMap) window(k floodKey) (**flood, *edgeFloods) {
 		e.ring, e.head = ring, 0
 	}
 	e.size = max(e.size, i+1)
-	return &e.at(uint64(i))[ks], e
+	return e.at(uint64(i)), e
 }
 
 // clear empties place p of e's window, trimming the window's empty front.
@@ -478,7 +464,7 @@ func (fm *floodMap) clear(e *edgeFloods, p **flood) {
 	e.n--
 	if e.n == 0 {
 		for j := 0; j < e.size; j++ {
-			*e.at(uint64(j)) = [3]*flood{}
+			*e.at(uint64(j)) = nil
 		}
 		e.head, e.size = 0, 0
 		if len(fm.edges) > maxFloodEdges {
@@ -488,7 +474,7 @@ func (fm *floodMap) clear(e *edgeFloods, p **flood) {
 		}
 		return
 	}
-	for e.size > 0 && *e.at(0) == [3]*flood{} {
+	for e.size > 0 && *e.at(0) == nil {
 		e.head = (e.head + 1) & (len(e.ring) - 1)
 		e.base++
 		e.size--
@@ -509,7 +495,7 @@ func (fm *floodMap) del(k floodKey) {
 // window it was put in (no lookup of its edge) when still there.
 func (fm *floodMap) done(f *flood) {
 	if e := f.win; e != nil {
-		if p := e.place(f.key, kindSlot(f.key.kind)); p != nil && *p == f {
+		if p := e.place(f.key); f.key.kind == fkSub && p != nil && *p == f {
 			fm.clear(e, p)
 			return
 		}
@@ -528,10 +514,8 @@ func (fm *floodMap) all(yield func(*flood) bool) {
 	}
 	for _, e := range fm.edges {
 		for i := 0; i < e.size; i++ {
-			for _, f := range e.at(uint64(i)) {
-				if f != nil && !yield(f) {
-					return
-				}
+			if f := *e.at(uint64(i)); f != nil && !yield(f) {
+				return
 			}
 		}
 	}
