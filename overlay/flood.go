@@ -184,7 +184,17 @@ func (n *Node) startFlood(f *flood) {
 	if f.key.kind == fkTopo {
 		n.recordTopo(f)
 	}
-	ts := n.floodTargets(f.except, f.key.kind != fkTopo)
+	n.sendFloodTo(f, n.floodTargets(f.except, f.key.kind != fkTopo))
+}
+
+// startFloodTargets is startFlood for an (un)subscription flood whose
+// targets ts floodTargets just returned (nothing in between changed).
+func (n *Node) startFloodTargets(f *flood, ts []target) {
+	n.floods.put(f.key, f)
+	n.sendFloodTo(f, ts)
+}
+
+func (n *Node) sendFloodTo(f *flood, ts []target) {
 	f.hole = n.floodHole
 	for _, t := range ts {
 		if f.budget >= 0 && t.dist > f.budget {
@@ -490,11 +500,20 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		return
 	}
 	n.hop(fp)
+	ts := n.floodTargets(dir, true)
+	if len(ts) == 0 && !n.floodHole {
+		// Nowhere to go on (a leaf of the flood): it would complete at
+		// once in startFlood; only its answer remains.
+		if from != "" {
+			n.sendFloodAck(k, from)
+		}
+		return
+	}
 	f := n.newFlood()
 	f.key, f.except, f.budget, f.waiters = k, dir, -1, append(f.waiters, from)
 	// The entry is the one just inserted: its messages need no lookup.
 	n.fl.hint, n.fl.hintFrom = m, fp
-	n.startFlood(f)
+	n.startFloodTargets(f, ts)
 	n.fl.hint = nil
 }
 

@@ -484,3 +484,26 @@ func TestSubFloodKnownAnsweredAtOnce(t *testing.T) {
 		t.Fatalf("new subscription, table full: %+v", r)
 	}
 }
+
+// At a leaf of the flood (no target past the sender), a new subscription
+// is installed and answered at once, with nothing left pending.
+func TestSubFloodLeafAnsweredAtOnce(t *testing.T) {
+	n := chainNode(t, 3) // A's only neighbour is B
+	linked(n, "B")
+	n.Ready()
+	s := message.SubID{Edge: "F", Epoch: 1, N: 1}
+	n.Step("B", &message.SubFlood{Sub: s, Filter: classFilter("x"), From: "D"})
+	r := n.Ready()
+	if len(r.Messages) != 1 || r.Messages[0].To != "B" {
+		t.Fatalf("leaf: %+v, want one SubConfirm to B", r.Messages)
+	}
+	if sc, ok := r.Messages[0].Msg.(*message.SubConfirm); !ok || sc.Sub != s {
+		t.Fatalf("leaf answered %+v", r.Messages[0].Msg)
+	}
+	if e, ok := n.table.Get(s); !ok || e.From != "D" || e.Dir != "B" {
+		t.Fatalf("entry %+v, %v; want From D, Dir B", e, ok)
+	}
+	if n.floods.len() != 0 {
+		t.Fatalf("%d floods pending at a leaf", n.floods.len())
+	}
+}
