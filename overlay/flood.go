@@ -431,7 +431,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		f.waiters = append(f.waiters, from)
 		return
 	}
-	dir := n.direction(from)
+	dir := n.floodDirection(from)
 	if dir == "" {
 		dir = n.placeUnknown(from)
 	}

@@ -272,6 +272,19 @@ func (n *Node) neighbours() []nbInfo {
 	return fs.nb
 }
 
+// floodDirection is direction(from) for the sender of a flood: usually
+// a tree neighbour, which is its own direction (found in the neighbour
+// cache instead of the map of directions).
+func (n *Node) floodDirection(from message.BrokerID) message.BrokerID {
+	n.geometry()
+	for _, nb := range n.neighbours() {
+		if nb.id == from {
+			return from
+		}
+	}
+	return n.side[from]
+}
+
 // floodTargetsUsable is floodTargets when every tree neighbour is usable
 // (the usual case): the neighbours other than except. ok is false
 // otherwise (floodTargets then walks the frontiers).

@@ -507,3 +507,24 @@ func TestSubFloodLeafAnsweredAtOnce(t *testing.T) {
 		t.Fatalf("%d floods pending at a leaf", n.floods.len())
 	}
 }
+
+// floodDirection is direction, for neighbours, brokers behind them,
+// unknown brokers and after a change of the map.
+func TestFloodDirection(t *testing.T) {
+	n := starNode(t)
+	check := func(step string) {
+		t.Helper()
+		for _, id := range []message.BrokerID{"A", "B", "C", "D", "E", "F", "G", "H", "X"} {
+			if got, want := n.floodDirection(id), n.direction(id); got != want {
+				t.Fatalf("%s: floodDirection(%s) = %q, want %q", step, id, got, want)
+			}
+		}
+	}
+	check("initial")
+	n.topo.Put(message.MapNode{ID: "H", Addr: "addr-H", Epoch: 1, Parent: "A"})
+	check("H added")
+	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "A"})
+	check("E re-attached to A")
+	n.removeMember("B")
+	check("B removed")
+}
