@@ -90,9 +90,11 @@ type Store struct {
 	arrCache [4]ownRef
 	// slab is where new entries are carved from (alloc).
 	slab []stored
-	// tab caches m by a cheap hash of the pair (Put; checked by comparing
-	// the pair; cleared by Forget, which drops entries).
-	tab [256]*stored
+	// tab caches m by a cheap hash of the pair (Put; checked by
+	// comparing the pair; cleared by Forget, which drops entries). In
+	// srds09, 94% of the pairs are found there with 1,024 slots (80%
+	// with 256).
+	tab [1024]*stored
 	// Max bounds the number of pairs kept; at the bound entries about
 	// brokers other than this one are no longer stored (they are relays:
 	// upstream brokers then purge later, through discarded reports, never
@@ -343,7 +345,7 @@ func (s *Store) sortOwn() {
 // (a restarted broker's old reports and the reports about its old stamps).
 func (s *Store) Forget(id BrokerID, epoch uint64) {
 	s.arrCache = [4]ownRef{}
-	s.tab = [256]*stored{}
+	s.tab = [1024]*stored{}
 	dropped := false
 	for k, st := range s.m {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
