@@ -674,17 +674,25 @@ func (n *Node) purge() {
 				}
 			}
 		} else {
-			for m := c.unsafe; m != 0; m &= m - 1 {
+			was := c.unsafe
+			for m := was; m != 0; m &= m - 1 {
 				j := bits.TrailingZeros64(m)
 				rt := c.rt[j]
 				if !rt.ok || rt.about != av {
 					rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), av, true
 				}
 				if c.stamp <= rt.th {
-					e.safe[j] = true
 					c.unsafe &^= 1 << j
-				} else {
-					all = false
+				}
+			}
+			if c.unsafe != 0 {
+				// Still queued: the recipients found safe now are written
+				// to the entry (sendEntry skips them). An entry safe for
+				// all is only marked purged: it leaves the queue, and its
+				// flags are read no more.
+				all = false
+				for m := was &^ c.unsafe; m != 0; m &= m - 1 {
+					e.safe[bits.TrailingZeros64(m)] = true
 				}
 			}
 		}
