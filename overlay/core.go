@@ -146,6 +146,9 @@ type Node struct {
 	rthTopo    uint64
 	rthOK      bool
 	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
+	rtSlab     []*recipTh   // where cacheTail carves its entries' thresholds from
+	rtTab      [64]rtSlot   // recipThCached's table
+	rthSlab    []recipTh    // where recipTh carves thresholds from
 	// purge (owner): the last pass left purgedLen entries for the
 	// store's AboutVersion purgedAbout (purgedOK: there was one).
 	purgedOK    bool
@@ -169,9 +172,6 @@ type Node struct {
 	joinLay  uint64
 	joinOK   bool
 	capBuf   []uint64
-	rtSlab   []*recipTh // where purgeCache carves its entries' thresholds from
-	rtTab    [64]rtSlot // recipThCached's table
-	rthSlab  []recipTh  // where recipTh carves thresholds from
 	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
 	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
 	fl floodState
