@@ -44,16 +44,20 @@ func floodLess(a, b floodKey) bool {
 // answered (or was found failed and replaced by the live brokers behind
 // it).
 type flood struct {
-	// (The fields an answer reads come first, with the storage of the
-	// first targets: a pooled flood keeps them on one or two cache lines.)
-	nOut int
-	hole bool // some direction is cut off beyond δ (see floodCheck)
+	// (Laid out for the answers: what ackHint and floodCheck read comes
+	// first, with the storage of the first targets, on the record's first
+	// cache lines.)
+	nOut   int
+	gen    uint32 // pooled: bumped when complete (ackQueue entries go stale)
+	hole   bool   // some direction is cut off beyond δ (see floodCheck)
+	pooled bool   // taken from the node's pool (newFlood), handed back when complete (floodCheck); nothing keeps a completed flood
 	// targets lists every broker the flood was sent to, with its
 	// incarnation when first sent and whether its answer is awaited (a
 	// small slice: a flood has a handful of targets).
 	targets []ftarget
-	inl     [2]ftarget // targets' first storage (newFlood)
 	key     floodKey
+	inl     [2]ftarget  // targets' first storage (newFlood)
+	win     *edgeFloods // the window of floodMap it was put in (nil: its map)
 	waiters []message.BrokerID
 	inw     [1]message.BrokerID // waiters' first storage (newFlood)
 	except  message.BrokerID    // the direction it came from
@@ -62,12 +66,6 @@ type flood struct {
 	// floods, whose message follows from the key (floodMsg).
 	msg  func(to message.BrokerID, dist int) message.Message
 	done func() // called at this broker when complete (local origin)
-	// pooled: taken from the node's pool (newFlood), handed back when
-	// complete (floodCheck). Nothing keeps a completed flood.
-	pooled bool
-	gen    uint32 // pooled: bumped when complete (ackQueue entries go stale)
-	// win is the window of floodMap it was put in (nil: its map).
-	win *edgeFloods
 }
 
 // Bounds of the flood bookkeeping; at the bound the oldest remembered key
