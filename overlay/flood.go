@@ -478,13 +478,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.sendFloodAck(k, from) // a subscription of an old incarnation: dead
 		return
 	}
-	fp := m.From
-	if !n.topo.Has(fp) {
-		fp = from
-		if !n.topo.Has(fp) {
-			fp = dir
-		}
-	}
+	fp := n.floodFromPointer(m.Sub.Edge, m.From, from, dir)
 	inserted, err := n.table.Insert(routing.Entry{Sub: m.Sub, Filter: m.Filter, From: fp, Dir: dir})
 	if err != nil {
 		if _, known := n.table.Get(m.Sub); !known {

@@ -227,6 +227,38 @@ func (n *Node) fromFor(from message.BrokerID, dist int, win *edgeFloods) message
 	return ff.res
 }
 
+// floodFromPointer is the from-pointer of a new entry of edge's learned
+// from a SubFlood sent by from (in direction dir) with From mFrom: mFrom
+// if in our map, else from if in it, else dir. Remembered in the edge's
+// window (when it has one) for the map version: an edge's floods mostly
+// come alike.
+func (n *Node) floodFromPointer(edge, mFrom, from, dir message.BrokerID) message.BrokerID {
+	e := n.floods.edge(edge)
+	v := n.topo.Version()
+	if e != nil {
+		if c := &e.fp; c.ok && c.ver == v && c.mFrom == mFrom && c.from == from && c.dir == dir {
+			return c.res
+		}
+	}
+	fp := mFrom
+	if !n.topo.Has(fp) {
+		fp = from
+		if !n.topo.Has(fp) {
+			fp = dir
+		}
+	}
+	if e != nil {
+		e.fp = fpCache{ok: true, ver: v, mFrom: mFrom, from: from, dir: dir, res: fp}
+	}
+	return fp
+}
+
+type fpCache struct {
+	ok                    bool
+	ver                   uint64
+	mFrom, from, dir, res message.BrokerID
+}
+
 type fromCache struct {
 	ok        bool
 	ver       uint64
@@ -338,6 +370,7 @@ type edgeFloods struct {
 	n     int  // floods in the window
 	dead  bool // dropped from floodMap.edges (flood.win may still point here)
 	from  fromCache
+	fp    fpCache
 }
 
 const (

@@ -528,3 +528,40 @@ func TestFloodDirection(t *testing.T) {
 	n.removeMember("B")
 	check("B removed")
 }
+
+// floodFromPointer's per-edge cache gives the plain choice (the SubFlood's
+// From if in the map, else the sender if in it, else the direction)
+// across changes of its inputs and of the map.
+func TestFloodFromPointerCache(t *testing.T) {
+	n := chainNode(t, 3)
+	k := floodKey{kind: fkSub, sub: message.SubID{Edge: "F", Epoch: 1, N: 1}}
+	n.floods.put(k, &flood{key: k}) // F has a window
+	ref := func(mFrom, from, dir message.BrokerID) message.BrokerID {
+		fp := mFrom
+		if !n.topo.Has(fp) {
+			fp = from
+			if !n.topo.Has(fp) {
+				fp = dir
+			}
+		}
+		return fp
+	}
+	check := func(step string, mFrom, from, dir message.BrokerID) {
+		t.Helper()
+		if got, want := n.floodFromPointer("F", mFrom, from, dir), ref(mFrom, from, dir); got != want {
+			t.Fatalf("%s: floodFromPointer(%s, %s, %s) = %s, want %s", step, mFrom, from, dir, got, want)
+		}
+	}
+	check("in map", "D", "B", "B")
+	check("again", "D", "B", "B")
+	check("From unknown", "Z", "B", "B")
+	check("both unknown", "Z", "Y", "B")
+	check("From known again", "E", "Y", "B")
+	n.topo.Remove("E")
+	check("E removed from the map", "E", "Y", "B")
+	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "D"})
+	check("E back", "E", "Y", "B")
+	if got := n.floodFromPointer("G", "Z", "B", "B"); got != "B" {
+		t.Fatalf("edge without a window: %s, want B", got)
+	}
+}
