@@ -114,10 +114,10 @@ func (f *flood) answered(id message.BrokerID) {
 type target struct {
 	id   message.BrokerID
 	dist int
-	// Known to floodTargets' fast path (else nil): id's peer and the
-	// queue of the floods sent to it (ackQueue).
-	p *peer
-	q *ackQueue
+	// nb: set by floodTargets' fast path, 1 + the index of id in the
+	// neighbour cache (its peer and ackQueue); 0 otherwise. Valid until
+	// the cache is next consulted.
+	nb int
 }
 
 // floodTargets returns, for every tree direction other than except, the
@@ -204,7 +204,12 @@ func (n *Node) sendFloodTo(f *flood, ts []target) {
 }
 
 func (n *Node) sendFlood(f *flood, t target) {
-	p := t.p
+	var p *peer
+	var q *ackQueue
+	if t.nb > 0 {
+		nb := &n.fl.nb[t.nb-1]
+		p, q = nb.p, nb.q
+	}
 	if p == nil {
 		p = n.peer(t.id)
 	}
@@ -223,7 +228,7 @@ func (n *Node) sendFlood(f *flood, t target) {
 	}
 	ft.sentUsable = p.heardHB && p.joined && !p.suspected // knownJoined (p is up)
 	n.send(t.id, n.floodMsg(f, t.id, t.dist))
-	n.ackSent(f, t.id, t.q)
+	n.ackSent(f, t.id, q)
 }
 
 func (n *Node) floodCheck(f *flood) {

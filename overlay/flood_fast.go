@@ -330,7 +330,7 @@ func (n *Node) floodTargetsUsable(except message.BrokerID) ([]target, bool) {
 	out := n.fl.tgt[:0]
 	for i := range nbs {
 		if nbs[i].id != except {
-			out = append(out, target{id: nbs[i].id, dist: nbs[i].dist, p: nbs[i].p, q: nbs[i].q})
+			out = append(out, target{id: nbs[i].id, dist: nbs[i].dist, nb: i + 1})
 		}
 	}
 	n.fl.tgt = out

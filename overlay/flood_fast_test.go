@@ -84,11 +84,11 @@ func TestFloodTargetsCacheFollowsChanges(t *testing.T) {
 				want, wantHole := refFloodTargets(n, except, all)
 				var got []target
 				for _, tg := range n.floodTargets(except, all) {
-					if tg.p != nil && n.peers[tg.id] != tg.p {
-						t.Fatalf("%s: target %s with a stale peer", step, tg.id)
-					}
-					if tg.q != nil && n.fl.acks[tg.id] != tg.q {
-						t.Fatalf("%s: target %s with another's queue", step, tg.id)
+					if tg.nb > 0 {
+						nb := n.fl.nb[tg.nb-1]
+						if nb.id != tg.id || (nb.p != nil && n.peers[tg.id] != nb.p) || n.fl.acks[tg.id] != nb.q {
+							t.Fatalf("%s: target %s with stale neighbour data %+v", step, tg.id, nb)
+						}
 					}
 					got = append(got, target{id: tg.id, dist: tg.dist})
 				}
