@@ -58,12 +58,13 @@ type Table struct {
 	// with a generation mark instead of a scan or a map per publication.
 	froms []fromInfo
 	gen   uint32
-	// exName/exIdx cache Recipients' last except lookup (a broker sees
-	// publications from a few directions; comparing with the same string
-	// is cheaper than hashing it). Only interned names are cached, and
-	// interned indices hold until reset, which clears the cache.
-	exIdx  int32
-	exName message.BrokerID
+	// exCache holds Recipients' last except lookups (a broker sees
+	// publications from its few tree neighbours; comparing with the same
+	// string is cheaper than hashing it), replaced round robin (exNext).
+	// Only interned names are cached, and interned indices hold until
+	// reset, which clears the cache.
+	exCache [4]exEntry
+	exNext  uint8
 
 	byID map[message.SubID]*Entry
 	// slots holds the entries by slot number; slots are reused after a
@@ -206,6 +207,11 @@ func (t *Table) dirOf(e *Entry) *bucketDir {
 		t.dirs = append(t.dirs, bucketDir{})
 	}
 	return &t.dirs[r]
+}
+
+type exEntry struct {
+	name message.BrokerID
+	idx  int32
 }
 
 // fromInfo is an interned from-pointer: its name, its position among the
@@ -597,7 +603,7 @@ func (t *Table) reset() {
 	t.froms = t.froms[:0]
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
-	t.exName, t.exIdx = "", 0
+	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.local = 0
 	clear(t.dirs)
 	t.dirs = t.dirs[:0]
@@ -667,11 +673,19 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 	}
 	ex := int32(-2) // matches no dir
 	if except != "" {
-		if except == t.exName {
-			ex = t.exIdx
-		} else if i, ok := t.fromIdx[except]; ok {
-			ex = i
-			t.exName, t.exIdx = except, i
+		hit := false
+		for k := range t.exCache {
+			if c := &t.exCache[k]; c.name == except {
+				ex, hit = c.idx, true
+				break
+			}
+		}
+		if !hit {
+			if i, ok := t.fromIdx[except]; ok {
+				ex = i
+				t.exCache[t.exNext%4] = exEntry{name: except, idx: i}
+				t.exNext++
+			}
 		}
 	}
 	t.buf = t.m.Match(p, t.buf[:0])
