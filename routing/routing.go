@@ -67,6 +67,10 @@ type Table struct {
 	exNext  uint8
 
 	byID map[message.SubID]*Entry
+	// routeByName finds an entry's route from its names in one lookup
+	// (instead of interning From and Dir, then the route); bounded like
+	// routes.
+	routeByName map[routeName]uint32
 	// slots holds the entries by slot number; slots are reused after a
 	// Delete (free), so the slice is bounded by the largest table size
 	// ever reached. An entry's matcher key is its slot in the low 32 bits
@@ -251,6 +255,11 @@ type route struct {
 	local     bool
 }
 
+type routeName struct {
+	from, dir message.BrokerID
+	local     bool
+}
+
 // maxSlots bounds the slots: a slot must fit the low 32 bits of a key.
 const maxSlots = 1 << 32
 
@@ -322,8 +331,8 @@ func New(m Matcher) *Table {
 		m = newLinear()
 	}
 	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
-
-		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
+		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{},
+		routeByName: map[routeName]uint32{}}
 }
 
 // Len is the number of entries.
@@ -362,14 +371,17 @@ func (t *Table) Insert(e Entry) (bool, error) {
 		slot = uint32(len(t.slots))
 		t.slots = append(t.slots, nil)
 	}
-	fi := t.intern(e.From)
-	e.from = fi
-	r := route{from: fi, dir: -1, local: e.Local}
-	if e.Dir != "" {
-		r.dir = t.intern(e.Dir)
+	ri, ok := t.routeByName[routeName{e.From, e.Dir, e.Local}]
+	if !ok {
+		r := route{from: t.intern(e.From), dir: -1, local: e.Local}
+		if e.Dir != "" {
+			r.dir = t.intern(e.Dir)
+		}
+		ri = t.routeOf(r)
+		t.routeByName[routeName{e.From, e.Dir, e.Local}] = ri
 	}
-	e.dir = r.dir
-	e.key = keyOf(slot, t.routeOf(r))
+	e.from, e.dir = t.routes[ri].from, t.routes[ri].dir
+	e.key = keyOf(slot, ri)
 	p := &e
 	if err := t.place(p); err != nil {
 		t.free = append(t.free, slot)
@@ -602,6 +614,7 @@ func (t *Table) reset() {
 	clear(t.fromIdx)
 	t.froms = t.froms[:0]
 	clear(t.routeIdx)
+	clear(t.routeByName)
 	t.routes = t.routes[:0]
 	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.local = 0
