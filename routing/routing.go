@@ -67,6 +67,11 @@ type Table struct {
 	exNext  uint8
 
 	byID map[message.SubID]*Entry
+	// absent is the last Sub that Get did not find, while absentOK (any
+	// change to byID clears it): a flood looks its subscription up, then
+	// inserts it, and Insert then skips its own lookup.
+	absent   message.SubID
+	absentOK bool
 	// routeByName finds an entry's route from its names in one lookup
 	// (instead of interning From and Dir, then the route); bounded like
 	// routes.
@@ -345,14 +350,19 @@ func (t *Table) LocalLen() int { return t.local }
 // Get returns the entry of sub.
 func (t *Table) Get(sub message.SubID) (*Entry, bool) {
 	e, ok := t.byID[sub]
+	if !ok {
+		t.absent, t.absentOK = sub, true
+	}
 	return e, ok
 }
 
 // Insert adds e (a copy is kept). An existing entry for the same Sub is
 // left unchanged and false is returned.
 func (t *Table) Insert(e Entry) (bool, error) {
-	if _, ok := t.byID[e.Sub]; ok {
-		return false, nil
+	if !t.absentOK || t.absent != e.Sub {
+		if _, ok := t.byID[e.Sub]; ok {
+			return false, nil
+		}
 	}
 	if len(t.byID) >= t.Max {
 		return false, fmt.Errorf("routing: table full (%d entries)", t.Max)
@@ -388,6 +398,7 @@ func (t *Table) Insert(e Entry) (bool, error) {
 		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
 	}
 	t.byID[e.Sub] = p
+	t.absentOK = false
 	t.slots[slot] = p
 	if e.Local {
 		t.local++
@@ -522,6 +533,7 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 		}
 	}
 	delete(t.byID, sub)
+	t.absentOK = false
 	if e.Local {
 		t.local--
 	}
@@ -610,6 +622,7 @@ func (t *Table) reset() {
 		}
 	}
 	clear(t.byID)
+	t.absentOK = false
 	t.slots, t.free = t.slots[:0], t.free[:0]
 	clear(t.fromIdx)
 	t.froms = t.froms[:0]
