@@ -36,9 +36,7 @@ type Entry struct {
 	// Local is set for subscriptions of this broker's own clients.
 	Local  bool
 	Client message.ClientID
-	key    uint64
-	from   int32 // interned From (index into Table.froms)
-	dir    int32 // interned Dir (-1: "")
+	key    uint64 // matcher key: slot, route above (see Table.slots)
 	// seq orders the indexed entries of one (From, Dir) group: the
 	// covering scans visit them in increasing seq (insertion order).
 	seq uint64
@@ -390,7 +388,6 @@ func (t *Table) Insert(e Entry) (bool, error) {
 		ri = t.routeOf(r)
 		t.routeByName[routeName{e.From, e.Dir, e.Local}] = ri
 	}
-	e.from, e.dir = t.routes[ri].from, t.routes[ri].dir
 	e.key = keyOf(slot, ri)
 	p := &e
 	if err := t.place(p); err != nil {
