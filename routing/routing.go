@@ -415,7 +415,7 @@ func (t *Table) place(e *Entry) error {
 	class, other := bucketOf(e.Filter)
 	d := t.dirOf(e)
 	// One candidate list for both scans: the first changes nothing.
-	cands := t.coverCandidates(d, class, other)
+	cands, shared := t.coverCandidates(d, class, other)
 	for _, c := range cands {
 		if matching.Covers(c.Filter, e.Filter) {
 			e.coveredBy = c
@@ -425,6 +425,11 @@ func (t *Table) place(e *Entry) error {
 	}
 	if err := t.m.Insert(e.key, e.Filter); err != nil {
 		return err
+	}
+	if shared && len(cands) > 0 {
+		// The second scan takes entries out of the bucket: scan a copy.
+		cands = append(t.cands[:0], cands...)
+		t.cands = cands[:0]
 	}
 	for _, c := range cands {
 		if matching.Covers(e.Filter, c.Filter) {
@@ -445,9 +450,10 @@ func (t *Table) place(e *Entry) error {
 	return nil
 }
 
-// coverCandidates returns (in a scratch slice, in increasing seq, as the
-// scans of place need) the indexed entries of bk's group that may cover,
-// or be covered by, a filter of bucket bk; the others cannot:
+// coverCandidates returns (in a scratch slice or, shared, the bucket
+// itself; in increasing seq, as the scans of place need) the indexed
+// entries of d's route that may cover, or be covered by, a filter of
+// bucket (class, other); the others cannot:
 //
 //   - e in the bucket of class w (e satisfiable, [class,eq,w]) and c in
 //     the bucket of class v ≠ w (c satisfiable, [class,eq,v]): Covers(c, e)
@@ -455,7 +461,13 @@ func (t *Table) place(e *Entry) error {
 //     needs v eq w, false. So only class w's bucket and the "other" bucket.
 //   - e in the "other" bucket (unsatisfiable, or no [class,eq,...]): the
 //     whole group.
-func (t *Table) coverCandidates(d *bucketDir, class string, other bool) []*Entry {
+//
+// shared reports that the list is the bucket itself (class bucket and no
+// "other" entries: nothing to merge), valid until the buckets change.
+func (t *Table) coverCandidates(d *bucketDir, class string, other bool) (_ []*Entry, shared bool) {
+	if !other && len(d.other) == 0 {
+		return d.bucket(class, false), true
+	}
 	out := t.cands[:0]
 	if other {
 		out = append(out, d.other...)
@@ -479,7 +491,7 @@ func (t *Table) coverCandidates(d *bucketDir, class string, other bool) []*Entry
 		}
 	}
 	t.cands = out[:0]
-	return out
+	return out, false
 }
 
 func cmpSeq(a, b uint64) int {
