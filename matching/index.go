@@ -62,6 +62,10 @@ const acacheMax = 1 << 13
 // dirty marks al changed: its compiled copy (and the cache's) is stale.
 func (ix *Index) dirty(al *accessList) {
 	al.compiled = false
+	if !al.slotted {
+		return // no slot holds its entries: leave the cache untouched (cold)
+	}
+	al.slotted = false
 	if n := len(ix.acache); n > 0 {
 		if sl := &ix.acache[accessHash(al.key.attr, al.key.str)&uint64(n-1)]; sl.al == al {
 			sl.ents, sl.ready = nil, false
@@ -161,6 +165,7 @@ type accessList struct {
 	// compiled and prog.ents lie in the first 64 bytes (the struct is
 	// 128 bytes, a size class aligned to 64): one cache line.
 	compiled bool
+	slotted  bool // a cache slot may hold prog.ents (see dirty)
 	freq     int32
 	prog     prog
 	key      bucketKey
@@ -618,6 +623,7 @@ func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 			}
 			if al.compiled && sl != nil && len(al.prog.eqs) == 0 {
 				sl.ents, sl.ready = al.prog.ents, true
+				al.slotted = true
 			}
 		}
 		if sl != nil && sl.ready || al.compiled {
