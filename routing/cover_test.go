@@ -165,7 +165,7 @@ func TestCoveringSameAsScan(t *testing.T) {
 	for seed := int64(1); seed <= 25; seed++ {
 		r := rand.New(rand.NewSource(seed))
 		classes, froms := 3, 3
-		if seed > 15 { // more classes per route than a scan handles (dirScan)
+		if seed > 15 { // many classes over one from-pointer
 			classes, froms = 40, 1
 		}
 		got := New(&recMatcher{})

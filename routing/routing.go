@@ -93,127 +93,47 @@ type Table struct {
 	// NoCovering disables covering (every entry goes to the matcher); set
 	// it before the first Insert.
 	NoCovering bool
-	// dirs holds the indexed non-local entries by route (a non-local
-	// route is a (From, Dir) pair), then class, each bucket in increasing
-	// seq. Covering only looks at entries with the same From and Dir, and
-	// (docs in coverCandidates) an entry [class,eq,v] can neither cover
-	// nor be covered by a satisfiable [class,eq,w] with w ≠ v, so an
-	// insert scans its class bucket instead of every entry with its From:
-	// with 2,600 subscriptions over 26 classes that is 26× fewer Covers.
-	dirs    []bucketDir
-	nextSeq uint64
-	cands   []*Entry // scratch for coverCandidates
+	// buckets holds the indexed non-local entries by route (a non-local
+	// route is a (From, Dir) pair) and class, each bucket in increasing
+	// seq; routeBuckets lists the buckets of each route. Covering only
+	// looks at entries with the same From and Dir, and (docs in
+	// coverCandidates) an entry [class,eq,v] can neither cover nor be
+	// covered by a satisfiable [class,eq,w] with w ≠ v, so an insert scans
+	// its class bucket instead of every entry with its From: with 2,600
+	// subscriptions over 26 classes that is 26× fewer Covers. One map
+	// (the bucket's slice in its slot): an insert finds its table cold,
+	// and every indirection is a cache miss.
+	buckets      map[bucketKey][]*Entry
+	routeBuckets map[uint32][]bucketKey
+	nOther       int // entries in "other" buckets (none: no lookup of them)
+	nextSeq      uint64
+	cands        []*Entry // scratch for coverCandidates
 }
 
-// bucketDir is the buckets of one route: the "other" bucket (entries
-// without a satisfiable [class,eq,...]) and one per class, found by
-// comparing class names while few, by a map beyond.
-type bucketDir struct {
-	other []*Entry
-	cls   []classBucket
-	idx   map[string]int32 // class -> index in cls (nil while len(cls) <= dirScan)
-}
-
-type classBucket struct {
+// bucketKey is a covering bucket: other is set for entries without a
+// satisfiable [class,eq,...] (one bucket per route, class "").
+type bucketKey struct {
+	route uint32
+	other bool
 	class string
-	ents  []*Entry
 }
 
-const dirScan = 16
-
-// find returns the index in d.cls of class's bucket, or -1.
-func (d *bucketDir) find(class string) int {
-	if d.idx != nil {
-		if i, ok := d.idx[class]; ok {
-			return int(i)
-		}
-		return -1
-	}
-	for i := range d.cls {
-		if d.cls[i].class == class {
-			return i
-		}
-	}
-	return -1
+// bucketKeyOf is the bucket of non-local e.
+func bucketKeyOf(e *Entry) bucketKey {
+	class, other := bucketOf(e.Filter)
+	return bucketKey{route: uint32(e.key >> 32), other: other, class: class}
 }
 
-// bucket returns the bucket of (class, other) (nil: empty).
-func (d *bucketDir) bucket(class string, other bool) []*Entry {
-	if other {
-		return d.other
+// addBucket appends e (the newest seq) to bucket bk.
+func (t *Table) addBucket(e *Entry, bk bucketKey) {
+	b, ok := t.buckets[bk]
+	if !ok {
+		t.routeBuckets[bk.route] = append(t.routeBuckets[bk.route], bk)
 	}
-	if i := d.find(class); i >= 0 {
-		return d.cls[i].ents
+	t.buckets[bk] = append(b, e)
+	if bk.other {
+		t.nOther++
 	}
-	return nil
-}
-
-// add appends e (the newest seq) to the bucket of (class, other).
-func (d *bucketDir) add(e *Entry, class string, other bool) {
-	if other {
-		d.other = append(d.other, e)
-		return
-	}
-	i := d.find(class)
-	if i < 0 {
-		i = len(d.cls)
-		d.cls = append(d.cls, classBucket{class: class})
-		if d.idx != nil {
-			d.idx[class] = int32(i)
-		} else if len(d.cls) > dirScan {
-			d.idx = make(map[string]int32, len(d.cls))
-			for j := range d.cls {
-				d.idx[d.cls[j].class] = int32(j)
-			}
-		}
-	}
-	d.cls[i].ents = append(d.cls[i].ents, e)
-}
-
-// remove takes e out of the bucket of (class, other), keeping seq order;
-// an emptied class bucket is dropped.
-func (d *bucketDir) remove(e *Entry, class string, other bool) {
-	b := d.other
-	ci := -1
-	if !other {
-		if ci = d.find(class); ci < 0 {
-			return
-		}
-		b = d.cls[ci].ents
-	}
-	i, ok := slices.BinarySearchFunc(b, e.seq, func(x *Entry, s uint64) int { return cmpSeq(x.seq, s) })
-	if !ok || b[i] != e {
-		return // not indexed here (cannot happen: callers pass indexed entries)
-	}
-	b = append(b[:i], b[i+1:]...)
-	b[:len(b)+1][len(b)] = nil
-	if other {
-		d.other = b
-		return
-	}
-	if len(b) > 0 {
-		d.cls[ci].ents = b
-		return
-	}
-	last := len(d.cls) - 1
-	d.cls[ci] = d.cls[last]
-	d.cls[last] = classBucket{}
-	d.cls = d.cls[:last]
-	if d.idx != nil {
-		delete(d.idx, class)
-		if ci < last {
-			d.idx[d.cls[ci].class] = int32(ci)
-		}
-	}
-}
-
-// dirOf returns the bucket directory of e's route (e not local).
-func (t *Table) dirOf(e *Entry) *bucketDir {
-	r := int(e.key >> 32)
-	for len(t.dirs) <= r {
-		t.dirs = append(t.dirs, bucketDir{})
-	}
-	return &t.dirs[r]
 }
 
 type exEntry struct {
@@ -334,6 +254,7 @@ func New(m Matcher) *Table {
 		m = newLinear()
 	}
 	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
+		buckets: map[bucketKey][]*Entry{}, routeBuckets: map[uint32][]bucketKey{},
 		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{},
 		routeByName: map[routeName]uint32{}}
 }
@@ -412,10 +333,9 @@ func (t *Table) place(e *Entry) error {
 	if t.NoCovering || e.Local {
 		return t.m.Insert(e.key, e.Filter)
 	}
-	class, other := bucketOf(e.Filter)
-	d := t.dirOf(e)
+	bk := bucketKeyOf(e)
 	// One candidate list for both scans: the first changes nothing.
-	cands, shared := t.coverCandidates(d, class, other)
+	cands, shared := t.coverCandidates(bk)
 	for _, c := range cands {
 		if matching.Covers(c.Filter, e.Filter) {
 			e.coveredBy = c
@@ -446,14 +366,14 @@ func (t *Table) place(e *Entry) error {
 	}
 	t.nextSeq++
 	e.seq = t.nextSeq
-	d.add(e, class, other) // d still valid: the candidates share e's route
+	t.addBucket(e, bk)
 	return nil
 }
 
 // coverCandidates returns (in a scratch slice or, shared, the bucket
 // itself; in increasing seq, as the scans of place need) the indexed
-// entries of d's route that may cover, or be covered by, a filter of
-// bucket (class, other); the others cannot:
+// entries of bk's route that may cover, or be covered by, a filter of
+// bucket bk; the others cannot:
 //
 //   - e in the bucket of class w (e satisfiable, [class,eq,w]) and c in
 //     the bucket of class v ≠ w (c satisfiable, [class,eq,v]): Covers(c, e)
@@ -464,20 +384,19 @@ func (t *Table) place(e *Entry) error {
 //
 // shared reports that the list is the bucket itself (class bucket and no
 // "other" entries: nothing to merge), valid until the buckets change.
-func (t *Table) coverCandidates(d *bucketDir, class string, other bool) (_ []*Entry, shared bool) {
-	if !other && len(d.other) == 0 {
-		return d.bucket(class, false), true
+func (t *Table) coverCandidates(bk bucketKey) (_ []*Entry, shared bool) {
+	if !bk.other && t.nOther == 0 {
+		return t.buckets[bk], true
 	}
 	out := t.cands[:0]
-	if other {
-		out = append(out, d.other...)
-		for i := range d.cls {
-			out = append(out, d.cls[i].ents...)
+	if bk.other {
+		for _, b := range t.routeBuckets[bk.route] {
+			out = append(out, t.buckets[b]...)
 		}
 		slices.SortFunc(out, func(a, b *Entry) int { return cmpSeq(a.seq, b.seq) })
 	} else {
-		mine := d.bucket(class, false)
-		others := d.other
+		mine := t.buckets[bk]
+		others := t.buckets[bucketKey{route: bk.route, other: true}]
 		// Merge the two (each sorted by seq).
 		i, j := 0, 0
 		for i < len(mine) || j < len(others) {
@@ -505,10 +424,36 @@ func cmpSeq(a, b uint64) int {
 }
 
 // unbucket removes an indexed entry from its bucket (keeping seq order);
-// an emptied class bucket is dropped.
+// an emptied bucket is dropped from its route's list.
 func (t *Table) unbucket(e *Entry) {
-	class, other := bucketOf(e.Filter)
-	t.dirOf(e).remove(e, class, other)
+	bk := bucketKeyOf(e)
+	b := t.buckets[bk]
+	i, ok := slices.BinarySearchFunc(b, e.seq, func(x *Entry, s uint64) int { return cmpSeq(x.seq, s) })
+	if !ok || b[i] != e {
+		return // not indexed here (cannot happen: callers pass indexed entries)
+	}
+	b = append(b[:i], b[i+1:]...)
+	b[:len(b)+1][len(b)] = nil
+	if bk.other {
+		t.nOther--
+	}
+	if len(b) > 0 {
+		t.buckets[bk] = b
+		return
+	}
+	delete(t.buckets, bk)
+	rb := t.routeBuckets[bk.route]
+	for j, x := range rb {
+		if x == bk {
+			rb = append(rb[:j], rb[j+1:]...)
+			break
+		}
+	}
+	if len(rb) == 0 {
+		delete(t.routeBuckets, bk.route)
+	} else {
+		t.routeBuckets[bk.route] = rb
+	}
 }
 
 // Delete removes the entry of sub and returns it. The entries it covered
@@ -640,8 +585,9 @@ func (t *Table) reset() {
 	t.routes = t.routes[:0]
 	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.local = 0
-	clear(t.dirs)
-	t.dirs = t.dirs[:0]
+	clear(t.buckets)
+	clear(t.routeBuckets)
+	t.nOther = 0
 }
 
 // Indexed is the number of entries in the matcher (the others are
