@@ -70,10 +70,6 @@ type Table struct {
 	// inserts it, and Insert then skips its own lookup.
 	absent   message.SubID
 	absentOK bool
-	// routeByName finds an entry's route from its names in one lookup
-	// (instead of interning From and Dir, then the route); bounded like
-	// routes.
-	routeByName map[routeName]uint32
 	// slots holds the entries by slot number; slots are reused after a
 	// Delete (free), so the slice is bounded by the largest table size
 	// ever reached. An entry's matcher key is its slot in the low 32 bits
@@ -178,11 +174,6 @@ type route struct {
 	local     bool
 }
 
-type routeName struct {
-	from, dir message.BrokerID
-	local     bool
-}
-
 // maxSlots bounds the slots: a slot must fit the low 32 bits of a key.
 const maxSlots = 1 << 32
 
@@ -255,8 +246,7 @@ func New(m Matcher) *Table {
 	}
 	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
 		buckets: map[bucketKey][]*Entry{}, routeBuckets: map[uint32][]bucketKey{},
-		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{},
-		routeByName: map[routeName]uint32{}}
+		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
 // Len is the number of entries.
@@ -300,15 +290,11 @@ func (t *Table) Insert(e Entry) (bool, error) {
 		slot = uint32(len(t.slots))
 		t.slots = append(t.slots, nil)
 	}
-	ri, ok := t.routeByName[routeName{e.From, e.Dir, e.Local}]
-	if !ok {
-		r := route{from: t.intern(e.From), dir: -1, local: e.Local}
-		if e.Dir != "" {
-			r.dir = t.intern(e.Dir)
-		}
-		ri = t.routeOf(r)
-		t.routeByName[routeName{e.From, e.Dir, e.Local}] = ri
+	r := route{from: t.intern(e.From), dir: -1, local: e.Local}
+	if e.Dir != "" {
+		r.dir = t.intern(e.Dir)
 	}
+	ri := t.routeOf(r)
 	e.key = keyOf(slot, ri)
 	p := &e
 	if err := t.place(p); err != nil {
@@ -581,7 +567,6 @@ func (t *Table) reset() {
 	clear(t.fromIdx)
 	t.froms = t.froms[:0]
 	clear(t.routeIdx)
-	clear(t.routeByName)
 	t.routes = t.routes[:0]
 	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.local = 0
