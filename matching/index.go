@@ -877,36 +877,8 @@ func (ix *Index) accept(e *entry, pa []pubAttr) bool {
 		if !ok {
 			return false
 		}
-		if e.rkind == KindInt && v.Kind == KindInt {
-			c := cmp64(v.Int, int64(e.rbits))
-			var ok bool
-			switch e.rop {
-			case OpLt:
-				ok = c < 0
-			case OpLe:
-				ok = c <= 0
-			case OpGt:
-				ok = c > 0
-			case OpGe:
-				ok = c >= 0
-			case OpNumEq:
-				ok = c == 0
-			default:
-				ok = c != 0
-			}
-			if !ok {
-				return false
-			}
-		} else {
-			var c Value
-			if e.rkind == KindInt {
-				c = Int(int64(e.rbits))
-			} else {
-				c = Float(math.Float64frombits(e.rbits))
-			}
-			if !holds(e.rop, c, v) {
-				return false
-			}
+		if !inlineHolds(e.rop, e.rkind, e.rbits, v) {
+			return false
 		}
 		if e.resid == residInline {
 			return true
@@ -1164,6 +1136,33 @@ func (l *sortedList) scanEq(v Value, ix *Index, pa []pubAttr, dst []uint64) []ui
 	return dst
 }
 
+// inlineHolds reports whether an entry's inline numeric predicate (op,
+// operand kind and bits) holds for v; int against int without building a
+// Value (the common case).
+func inlineHolds(op Op, kind Kind, bits uint64, v Value) bool {
+	if kind == KindInt && v.Kind == KindInt {
+		c := cmp64(v.Int, int64(bits))
+		switch op {
+		case OpLt:
+			return c < 0
+		case OpLe:
+			return c <= 0
+		case OpGt:
+			return c > 0
+		case OpGe:
+			return c >= 0
+		case OpNumEq:
+			return c == 0
+		}
+		return c != 0 // OpNumNe
+	}
+	c := Float(math.Float64frombits(bits))
+	if kind == KindInt {
+		c = Int(int64(bits))
+	}
+	return holds(op, c, v)
+}
+
 // acceptP is accept for a compiled entry.
 func (ix *Index) acceptP(e *pent, pa []pubAttr) bool {
 	rop := Op(e.b & 31)
@@ -1175,37 +1174,8 @@ func (ix *Index) acceptP(e *pent, pa []pubAttr) bool {
 	if !ok {
 		return false
 	}
-	rkind := Kind(e.b >> 5 & 3)
-	if rkind == KindInt && v.Kind == KindInt {
-		c := cmp64(v.Int, int64(e.rbits))
-		var ok bool
-		switch rop {
-		case OpLt:
-			ok = c < 0
-		case OpLe:
-			ok = c <= 0
-		case OpGt:
-			ok = c > 0
-		case OpGe:
-			ok = c >= 0
-		case OpNumEq:
-			ok = c == 0
-		default:
-			ok = c != 0
-		}
-		if !ok {
-			return false
-		}
-	} else {
-		var c Value
-		if rkind == KindInt {
-			c = Int(int64(e.rbits))
-		} else {
-			c = Float(math.Float64frombits(e.rbits))
-		}
-		if !holds(rop, c, v) {
-			return false
-		}
+	if !inlineHolds(rop, Kind(e.b>>5&3), e.rbits, v) {
+		return false
 	}
 	return !more || ix.check(e.slot, pa)
 }
