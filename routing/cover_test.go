@@ -199,7 +199,7 @@ func TestCoveringSameAsScan(t *testing.T) {
 				t.Fatalf("seed %d op %d: matcher calls differ:\n got %v\nwant %v", seed, op, gl, rl)
 			}
 			for s, re := range ref.byID {
-				ge := got.byID[s]
+				ge, _ := got.Get(s)
 				var want, have message.SubID
 				if re.coveredBy != nil {
 					want = re.coveredBy.e.Sub

@@ -64,12 +64,13 @@ type Table struct {
 	exCache [4]exEntry
 	exNext  uint8
 
-	byID map[message.SubID]*Entry
-	// absent is the last Sub that Get did not find, while absentOK (any
-	// change to byID clears it): a flood looks its subscription up, then
-	// inserts it, and Insert then skips its own lookup.
-	absent   message.SubID
-	absentOK bool
+	// ids finds an entry's slot by its Sub (see subIndex).
+	ids subIndex
+	// slab is the chunk new entries are carved from (one allocation per
+	// chunk instead of one per entry). An entry is never reused, so a
+	// pointer handed out stays valid; a chunk is freed by the collector
+	// once none of its entries is referenced.
+	slab []Entry
 	// slots holds the entries by slot number; slots are reused after a
 	// Delete (free), so the slice is bounded by the largest table size
 	// ever reached. An entry's matcher key is its slot in the low 32 bits
@@ -244,13 +245,13 @@ func New(m Matcher) *Table {
 	if m == nil {
 		m = newLinear()
 	}
-	return &Table{byID: map[message.SubID]*Entry{}, m: m, Max: 1 << 22,
+	return &Table{m: m, Max: 1 << 22,
 		buckets: map[bucketKey][]*Entry{}, routeBuckets: map[uint32][]bucketKey{},
 		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
 // Len is the number of entries.
-func (t *Table) Len() int { return len(t.byID) }
+func (t *Table) Len() int { return t.ids.n }
 
 // LocalLen is the number of entries of this broker's own clients (O(1):
 // status snapshots poll it; Local never changes after Insert).
@@ -258,22 +259,36 @@ func (t *Table) LocalLen() int { return t.local }
 
 // Get returns the entry of sub.
 func (t *Table) Get(sub message.SubID) (*Entry, bool) {
-	e, ok := t.byID[sub]
+	s, _, ok := t.ids.find(sub, subHash(sub), t.slots)
 	if !ok {
-		t.absent, t.absentOK = sub, true
+		return nil, false
 	}
-	return e, ok
+	return t.slots[s], true
 }
+
+// newEntry returns a copy of e carved from the slab.
+func (t *Table) newEntry(e *Entry) *Entry {
+	if len(t.slab) == cap(t.slab) {
+		t.slab = make([]Entry, 0, min(max(t.ids.n/8, 8), slabMax))
+	}
+	t.slab = append(t.slab, *e)
+	return &t.slab[len(t.slab)-1]
+}
+
+// slabMax bounds a slab chunk: a chunk stays allocated while any of its
+// entries is referenced, so after heavy churn a live entry may hold up to
+// slabMax entries' worth of memory.
+const slabMax = 32
 
 // Insert adds e (a copy is kept). An existing entry for the same Sub is
 // left unchanged and false is returned.
 func (t *Table) Insert(e Entry) (bool, error) {
-	if !t.absentOK || t.absent != e.Sub {
-		if _, ok := t.byID[e.Sub]; ok {
-			return false, nil
-		}
+	h := subHash(e.Sub)
+	_, pos, found := t.ids.find(e.Sub, h, t.slots)
+	if found {
+		return false, nil
 	}
-	if len(t.byID) >= t.Max {
+	if t.ids.n >= t.Max {
 		return false, fmt.Errorf("routing: table full (%d entries)", t.Max)
 	}
 	if err := e.Filter.Validate(); err != nil {
@@ -284,7 +299,7 @@ func (t *Table) Insert(e Entry) (bool, error) {
 		slot = t.free[n-1]
 		t.free = t.free[:n-1]
 	} else {
-		if len(t.slots) >= maxSlots {
+		if len(t.slots) >= maxSlots-1 { // slot+1 must fit 32 bits (subIndex)
 			return false, fmt.Errorf("routing: table full (%d slots)", len(t.slots))
 		}
 		slot = uint32(len(t.slots))
@@ -296,13 +311,12 @@ func (t *Table) Insert(e Entry) (bool, error) {
 	}
 	ri := t.routeOf(r)
 	e.key = keyOf(slot, ri)
-	p := &e
+	p := t.newEntry(&e)
 	if err := t.place(p); err != nil {
 		t.free = append(t.free, slot)
 		return false, fmt.Errorf("routing: subscription %v: %w", e.Sub, err)
 	}
-	t.byID[e.Sub] = p
-	t.absentOK = false
+	t.ids.add(h, slot, pos)
 	t.slots[slot] = p
 	if e.Local {
 		t.local++
@@ -445,10 +459,11 @@ func (t *Table) unbucket(e *Entry) {
 // Delete removes the entry of sub and returns it. The entries it covered
 // are placed again.
 func (t *Table) Delete(sub message.SubID) (Entry, bool) {
-	e, ok := t.byID[sub]
+	s, pos, ok := t.ids.find(sub, subHash(sub), t.slots)
 	if !ok {
 		return Entry{}, false
 	}
+	e := t.slots[s]
 	switch {
 	case e.coveredBy != nil:
 		c := e.coveredBy
@@ -472,8 +487,7 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 			}
 		}
 	}
-	delete(t.byID, sub)
-	t.absentOK = false
+	t.ids.remove(pos)
 	if e.Local {
 		t.local--
 	}
@@ -499,7 +513,7 @@ const (
 // absent; the others are applied).
 func (t *Table) Replace(del []message.SubID, put []Entry) error {
 	n := len(del) + len(put)
-	if n < rebuildMin || n*rebuildShare < len(t.byID) {
+	if n < rebuildMin || n*rebuildShare < t.ids.n {
 		for _, s := range del {
 			t.Delete(s)
 		}
@@ -556,13 +570,12 @@ func (t *Table) Replace(del []message.SubID, put []Entry) error {
 
 // reset empties the table (and its matcher), keeping Max and NoCovering.
 func (t *Table) reset() {
-	for _, e := range t.byID {
-		if e.coveredBy == nil {
+	for _, e := range t.slots {
+		if e != nil && e.coveredBy == nil {
 			t.m.Delete(e.key)
 		}
 	}
-	clear(t.byID)
-	t.absentOK = false
+	t.ids.reset()
 	t.slots, t.free = t.slots[:0], t.free[:0]
 	clear(t.fromIdx)
 	t.froms = t.froms[:0]
@@ -579,8 +592,8 @@ func (t *Table) reset() {
 // covered by an indexed entry with the same from-pointer).
 func (t *Table) Indexed() int {
 	n := 0
-	for _, e := range t.byID {
-		if e.coveredBy == nil {
+	for _, e := range t.slots {
+		if e != nil && e.coveredBy == nil {
 			n++
 		}
 	}
@@ -605,9 +618,11 @@ func (t *Table) Match(p *matching.Publication, fn func(*Entry)) {
 // Entries returns every entry sorted by SubID (for state transfer and
 // status).
 func (t *Table) Entries() []*Entry {
-	out := make([]*Entry, 0, len(t.byID))
-	for _, e := range t.byID {
-		out = append(out, e)
+	out := make([]*Entry, 0, t.ids.n)
+	for _, e := range t.slots {
+		if e != nil {
+			out = append(out, e)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return SubLess(out[i].Sub, out[j].Sub) })
 	return out

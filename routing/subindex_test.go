@@ -1,0 +1,59 @@
+package routing
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// TestSubIndexSameAsMap: a table's Sub lookups agree with a map through
+// random inserts and deletes (the index grows and shifts words back on
+// every delete), and every entry handed out keeps its Sub.
+func TestSubIndexSameAsMap(t *testing.T) {
+	f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: str("c")}}}
+	for seed := int64(1); seed <= 5; seed++ {
+		r := rand.New(rand.NewSource(seed))
+		tb := New(matching.NewIndex())
+		ref := map[message.SubID]*Entry{}
+		var live []message.SubID
+		for op := 0; op < 4000; op++ {
+			s := message.SubID{Edge: message.BrokerID(fmt.Sprint("B", r.Intn(9))), Epoch: uint64(r.Intn(2)), N: uint64(r.Intn(300))}
+			if r.Intn(3) == 0 && len(live) > 0 {
+				i := r.Intn(len(live))
+				s = live[i]
+			}
+			if _, ok := ref[s]; ok && r.Intn(2) == 0 {
+				if _, ok := tb.Delete(s); !ok {
+					t.Fatalf("seed %d op %d: %v not deleted", seed, op, s)
+				}
+				delete(ref, s)
+			} else {
+				ok, err := tb.Insert(Entry{Sub: s, Filter: f, From: "F", Dir: "N"})
+				_, had := ref[s]
+				if err != nil || ok == had {
+					t.Fatalf("seed %d op %d: insert %v: %v %v (present %v)", seed, op, s, ok, err, had)
+				}
+				if ok {
+					e, _ := tb.Get(s)
+					ref[s] = e
+					live = append(live, s)
+				}
+			}
+			if tb.Len() != len(ref) {
+				t.Fatalf("seed %d op %d: Len %d, want %d", seed, op, tb.Len(), len(ref))
+			}
+			if op%97 == 0 || op > 3900 {
+				for _, x := range live {
+					e, ok := tb.Get(x)
+					w, had := ref[x]
+					if ok != had || e != w || ok && e.Sub != x {
+						t.Fatalf("seed %d op %d: Get %v = %v %v, want %v %v", seed, op, x, e, ok, w, had)
+					}
+				}
+			}
+		}
+	}
+}
