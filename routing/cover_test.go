@@ -194,6 +194,9 @@ func TestCoveringSameAsScan(t *testing.T) {
 					subs = append(subs, e.Sub)
 				}
 			}
+			if err := checkBuckets(got); err != nil {
+				t.Fatalf("seed %d op %d: %v", seed, op, err)
+			}
 			gl, rl := got.m.(*recMatcher).log, ref.m.log
 			if fmt.Sprint(gl) != fmt.Sprint(rl) {
 				t.Fatalf("seed %d op %d: matcher calls differ:\n got %v\nwant %v", seed, op, gl, rl)

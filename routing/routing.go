@@ -64,8 +64,8 @@ type Table struct {
 	exCache [4]exEntry
 	exNext  uint8
 
-	// ids finds an entry's slot by its Sub (see subIndex).
-	ids subIndex
+	// ids finds an entry's slot by its Sub (see wordIndex).
+	ids wordIndex
 	// slab is the chunk new entries are carved from (one allocation per
 	// chunk instead of one per entry). An entry is never reused, so a
 	// pointer handed out stays valid; a chunk is freed by the collector
@@ -97,11 +97,15 @@ type Table struct {
 	// coverCandidates) an entry [class,eq,v] can neither cover nor be
 	// covered by a satisfiable [class,eq,w] with w ≠ v, so an insert scans
 	// its class bucket instead of every entry with its From: with 2,600
-	// subscriptions over 26 classes that is 26× fewer Covers. One map
-	// (the bucket's slice in its slot): an insert finds its table cold,
-	// and every indirection is a cache miss.
-	buckets      map[bucketKey][]*Entry
-	routeBuckets map[uint32][]bucketKey
+	// subscriptions over 26 classes that is 26× fewer Covers. The buckets
+	// are the slots of an open-addressing table (linear probing, one
+	// 64-byte slot each, in place: bslots; bn used): an insert finds its
+	// table cold, and a lookup usually reads the one line of its bucket
+	// (a map keyed by the struct read a control word, then a slot line).
+	// routeBuckets lists the buckets of each route (by route index).
+	bslots       []bucket
+	bn           int
+	routeBuckets [][]bucketKey
 	nOther       int // entries in "other" buckets (none: no lookup of them)
 	nextSeq      uint64
 	cands        []*Entry // scratch for coverCandidates
@@ -121,16 +125,118 @@ func bucketKeyOf(e *Entry) bucketKey {
 	return bucketKey{route: uint32(e.key >> 32), other: other, class: class}
 }
 
+// bucket is one covering bucket in its slot of Table.bslots: its key,
+// the key's hash (its home slot), its entries in increasing seq; a 64-byte
+// slot (unused: a free slot).
+type bucket struct {
+	ents  []*Entry
+	class string
+	route uint32
+	h     uint32
+	other bool
+	used  bool
+	_     [14]byte
+}
+
+// hash is a fixed hash of bk (the layout of the table never reaches
+// outputs; a fixed hash keeps runs reproducible).
+func (bk bucketKey) hash() uint32 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(bk.class); i++ {
+		h = (h ^ uint64(bk.class[i])) * 1099511628211
+	}
+	h ^= uint64(bk.route) << 1
+	if bk.other {
+		h ^= 1
+	}
+	h = (h ^ h>>30) * 0xbf58476d1ce4e5b9
+	h = (h ^ h>>27) * 0x94d049bb133111eb
+	h ^= h >> 31
+	return uint32(h >> 32)
+}
+
+// findBucket returns the slot of bucket bk (ok) or, if absent, the free
+// slot where it would go (-1: no slots yet). Slots move on every add and
+// remove: valid until the buckets change.
+func (t *Table) findBucket(bk bucketKey, h uint32) (int, bool) {
+	if len(t.bslots) == 0 {
+		return -1, false
+	}
+	mask := uint32(len(t.bslots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		b := &t.bslots[i]
+		if !b.used {
+			return int(i), false
+		}
+		if b.h == h && b.route == bk.route && b.other == bk.other && b.class == bk.class {
+			return int(i), true
+		}
+	}
+}
+
+// bucketEnts returns the entries of bucket bk (nil: no such bucket).
+func (t *Table) bucketEnts(bk bucketKey) []*Entry {
+	if i, ok := t.findBucket(bk, bk.hash()); ok {
+		return t.bslots[i].ents
+	}
+	return nil
+}
+
 // addBucket appends e (the newest seq) to bucket bk.
 func (t *Table) addBucket(e *Entry, bk bucketKey) {
-	b, ok := t.buckets[bk]
+	h := bk.hash()
+	i, ok := t.findBucket(bk, h)
 	if !ok {
+		if i < 0 || (t.bn+1)*8 > len(t.bslots)*5 {
+			t.growBuckets()
+			i, _ = t.findBucket(bk, h)
+		}
+		t.bslots[i] = bucket{class: bk.class, route: bk.route, h: h, other: bk.other, used: true}
+		t.bn++
+		for uint32(len(t.routeBuckets)) <= bk.route {
+			t.routeBuckets = append(t.routeBuckets, nil)
+		}
 		t.routeBuckets[bk.route] = append(t.routeBuckets[bk.route], bk)
 	}
-	t.buckets[bk] = append(b, e)
+	t.bslots[i].ents = append(t.bslots[i].ents, e)
 	if bk.other {
 		t.nOther++
 	}
+}
+
+func (t *Table) growBuckets() {
+	old := t.bslots
+	t.bslots = make([]bucket, max(2*len(old), 16))
+	mask := uint32(len(t.bslots) - 1)
+	for k := range old {
+		if b := &old[k]; b.used {
+			i := b.h & mask
+			for t.bslots[i].used {
+				i = (i + 1) & mask
+			}
+			t.bslots[i] = *b
+		}
+	}
+}
+
+// removeBucket frees slot i, shifting back the buckets after it that may
+// not stay behind the hole (no tombstones).
+func (t *Table) removeBucket(i int) {
+	mask := len(t.bslots) - 1
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		b := &t.bslots[j]
+		if !b.used {
+			break
+		}
+		home := int(b.h) & mask
+		// b may move to i unless its home lies cyclically in (i, j].
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			t.bslots[i] = *b
+			i = j
+		}
+	}
+	t.bslots[i] = bucket{}
+	t.bn--
 }
 
 type exEntry struct {
@@ -246,7 +352,6 @@ func New(m Matcher) *Table {
 		m = newLinear()
 	}
 	return &Table{m: m, Max: 1 << 22,
-		buckets: map[bucketKey][]*Entry{}, routeBuckets: map[uint32][]bucketKey{},
 		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
@@ -299,7 +404,7 @@ func (t *Table) Insert(e Entry) (bool, error) {
 		slot = t.free[n-1]
 		t.free = t.free[:n-1]
 	} else {
-		if len(t.slots) >= maxSlots-1 { // slot+1 must fit 32 bits (subIndex)
+		if len(t.slots) >= maxSlots-1 { // slot+1 must fit 32 bits (wordIndex)
 			return false, fmt.Errorf("routing: table full (%d slots)", len(t.slots))
 		}
 		slot = uint32(len(t.slots))
@@ -386,17 +491,19 @@ func (t *Table) place(e *Entry) error {
 // "other" entries: nothing to merge), valid until the buckets change.
 func (t *Table) coverCandidates(bk bucketKey) (_ []*Entry, shared bool) {
 	if !bk.other && t.nOther == 0 {
-		return t.buckets[bk], true
+		return t.bucketEnts(bk), true
 	}
 	out := t.cands[:0]
 	if bk.other {
-		for _, b := range t.routeBuckets[bk.route] {
-			out = append(out, t.buckets[b]...)
+		if bk.route < uint32(len(t.routeBuckets)) {
+			for _, b := range t.routeBuckets[bk.route] {
+				out = append(out, t.bucketEnts(b)...)
+			}
 		}
 		slices.SortFunc(out, func(a, b *Entry) int { return cmpSeq(a.seq, b.seq) })
 	} else {
-		mine := t.buckets[bk]
-		others := t.buckets[bucketKey{route: bk.route, other: true}]
+		mine := t.bucketEnts(bk)
+		others := t.bucketEnts(bucketKey{route: bk.route, other: true})
 		// Merge the two (each sorted by seq).
 		i, j := 0, 0
 		for i < len(mine) || j < len(others) {
@@ -427,21 +534,26 @@ func cmpSeq(a, b uint64) int {
 // an emptied bucket is dropped from its route's list.
 func (t *Table) unbucket(e *Entry) {
 	bk := bucketKeyOf(e)
-	b := t.buckets[bk]
+	bi, found := t.findBucket(bk, bk.hash())
+	if !found {
+		return // not indexed (cannot happen: callers pass indexed entries)
+	}
+	bu := &t.bslots[bi]
+	b := bu.ents
 	i, ok := slices.BinarySearchFunc(b, e.seq, func(x *Entry, s uint64) int { return cmpSeq(x.seq, s) })
 	if !ok || b[i] != e {
 		return // not indexed here (cannot happen: callers pass indexed entries)
 	}
 	b = append(b[:i], b[i+1:]...)
 	b[:len(b)+1][len(b)] = nil
+	bu.ents = b
 	if bk.other {
 		t.nOther--
 	}
 	if len(b) > 0 {
-		t.buckets[bk] = b
 		return
 	}
-	delete(t.buckets, bk)
+	t.removeBucket(bi)
 	rb := t.routeBuckets[bk.route]
 	for j, x := range rb {
 		if x == bk {
@@ -449,11 +561,7 @@ func (t *Table) unbucket(e *Entry) {
 			break
 		}
 	}
-	if len(rb) == 0 {
-		delete(t.routeBuckets, bk.route)
-	} else {
-		t.routeBuckets[bk.route] = rb
-	}
+	t.routeBuckets[bk.route] = rb
 }
 
 // Delete removes the entry of sub and returns it. The entries it covered
@@ -583,8 +691,10 @@ func (t *Table) reset() {
 	t.routes = t.routes[:0]
 	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.local = 0
-	clear(t.buckets)
+	clear(t.bslots)
+	t.bn = 0
 	clear(t.routeBuckets)
+	t.routeBuckets = t.routeBuckets[:0]
 	t.nOther = 0
 }
 

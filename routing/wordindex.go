@@ -2,7 +2,7 @@ package routing
 
 import "github.com/deltapub/deltapub/message"
 
-// subIndex finds an entry's slot by its SubID: an open-addressing table
+// wordIndex finds an entry's slot by its SubID: an open-addressing table
 // (linear probing) of uint64 words, each the high 32 bits of the Sub's
 // hash (which also give its home position) above slot+1 (0: empty). It
 // replaces a map[message.SubID]*Entry: a flooded subscription is looked up
@@ -11,12 +11,12 @@ import "github.com/deltapub/deltapub/message"
 // word, then a slot in another line); a miss never reads an entry (only a
 // 32-bit hash match is verified against the entry's Sub). The words hold
 // no pointers, so the collector never scans them.
-type subIndex struct {
+type wordIndex struct {
 	words []uint64 // power of two; nil until the first insert
 	n     int
 }
 
-const subIndexMin = 64
+const wordIndexMin = 64
 
 // subHash is a fixed hash of a SubID (the layout of the table never
 // reaches outputs; a fixed hash keeps runs reproducible).
@@ -36,7 +36,7 @@ func subHash(s message.SubID) uint32 {
 
 // find returns the slot of sub (ok) or, if absent, the position of the
 // empty word where it would go (pos; -1 when the table is empty).
-func (x *subIndex) find(sub message.SubID, h uint32, slots []*Entry) (slot uint32, pos int, ok bool) {
+func (x *wordIndex) find(sub message.SubID, h uint32, slots []*Entry) (slot uint32, pos int, ok bool) {
 	if len(x.words) == 0 {
 		return 0, -1, false
 	}
@@ -57,7 +57,7 @@ func (x *subIndex) find(sub message.SubID, h uint32, slots []*Entry) (slot uint3
 
 // add records slot for a Sub of hash h absent from the table; pos is
 // what find returned for it (valid while the table did not change).
-func (x *subIndex) add(h uint32, slot uint32, pos int) {
+func (x *wordIndex) add(h uint32, slot uint32, pos int) {
 	if pos < 0 || (x.n+1)*8 > len(x.words)*5 {
 		x.grow()
 		pos = x.free(h)
@@ -67,7 +67,7 @@ func (x *subIndex) add(h uint32, slot uint32, pos int) {
 }
 
 // free returns the first empty position on h's probe sequence.
-func (x *subIndex) free(h uint32) int {
+func (x *wordIndex) free(h uint32) int {
 	mask := uint32(len(x.words) - 1)
 	i := h & mask
 	for x.words[i] != 0 {
@@ -76,11 +76,11 @@ func (x *subIndex) free(h uint32) int {
 	return int(i)
 }
 
-func (x *subIndex) grow() {
+func (x *wordIndex) grow() {
 	old := x.words
 	n := 2 * len(old)
-	if n < subIndexMin {
-		n = subIndexMin
+	if n < wordIndexMin {
+		n = wordIndexMin
 	}
 	x.words = make([]uint64, n)
 	for _, w := range old {
@@ -92,7 +92,7 @@ func (x *subIndex) grow() {
 
 // remove empties position pos (found by find), shifting back the words
 // after it that may not stay behind the hole (no tombstones).
-func (x *subIndex) remove(pos int) {
+func (x *wordIndex) remove(pos int) {
 	mask := len(x.words) - 1
 	i := pos
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
@@ -111,7 +111,7 @@ func (x *subIndex) remove(pos int) {
 	x.n--
 }
 
-func (x *subIndex) reset() {
+func (x *wordIndex) reset() {
 	clear(x.words)
 	x.n = 0
 }

@@ -57,3 +57,47 @@ func TestSubIndexSameAsMap(t *testing.T) {
 		}
 	}
 }
+
+// checkBuckets verifies the covering buckets' table: every used slot is
+// found by its key, bn counts them, and every indexed non-local entry is
+// in its bucket (and nothing else is).
+func checkBuckets(t *Table) error {
+	used := 0
+	inBuckets := 0
+	for k := range t.bslots {
+		b := &t.bslots[k]
+		if !b.used {
+			continue
+		}
+		used++
+		bk := bucketKey{route: b.route, other: b.other, class: b.class}
+		if bk.hash() != b.h {
+			return fmt.Errorf("slot %d: hash %x, want %x", k, b.h, bk.hash())
+		}
+		if i, ok := t.findBucket(bk, b.h); !ok || i != k {
+			return fmt.Errorf("slot %d: found at %d (%v)", k, i, ok)
+		}
+		if len(b.ents) == 0 {
+			return fmt.Errorf("slot %d: empty bucket kept", k)
+		}
+		for _, e := range b.ents {
+			if bucketKeyOf(e) != bk || e.coveredBy != nil {
+				return fmt.Errorf("slot %d: entry %v misplaced", k, e.Sub)
+			}
+		}
+		inBuckets += len(b.ents)
+	}
+	if used != t.bn {
+		return fmt.Errorf("bn %d, %d slots used", t.bn, used)
+	}
+	want := 0
+	for _, e := range t.slots {
+		if e != nil && !e.Local && e.coveredBy == nil {
+			want++
+		}
+	}
+	if want != inBuckets {
+		return fmt.Errorf("%d entries in buckets, want %d", inBuckets, want)
+	}
+	return nil
+}
