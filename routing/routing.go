@@ -23,10 +23,22 @@ type Matcher interface {
 	Match(p *matching.Publication, dst []uint64) []uint64
 }
 
-// Entry is one subscription as this broker routes toward it.
+// Entry is one subscription as this broker routes toward it. The fields
+// the covering scans read of other entries (Filter, covers, coveredBy)
+// come first, so that a candidate often costs one cache line instead of
+// two (padding Entry to 192 bytes for whole lines saved a few read misses
+// but cost more write misses than it saved).
 type Entry struct {
-	Sub    message.SubID
 	Filter matching.Filter
+	// coveredBy is the indexed entry (same From and Dir) whose filter
+	// covers this one; covers lists the entries hanging under this one.
+	covers    []*Entry
+	coveredBy *Entry
+	// seq orders the indexed entries of one (From, Dir) group: the
+	// covering scans visit them in increasing seq (insertion order).
+	seq uint64
+	key uint64 // matcher key: slot, route above (see Table.slots)
+	Sub message.SubID
 	// From is the from-pointer: the broker toward the subscriber as far as
 	// possible within δ+1 hops of this broker (this broker itself for a
 	// local subscription).
@@ -36,14 +48,6 @@ type Entry struct {
 	// Local is set for subscriptions of this broker's own clients.
 	Local  bool
 	Client message.ClientID
-	key    uint64 // matcher key: slot, route above (see Table.slots)
-	// seq orders the indexed entries of one (From, Dir) group: the
-	// covering scans visit them in increasing seq (insertion order).
-	seq uint64
-	// coveredBy is the indexed entry (same From and Dir) whose filter
-	// covers this one; covers lists the entries hanging under this one.
-	coveredBy *Entry
-	covers    []*Entry
 }
 
 // Table is the routing table. Not safe for concurrent use.
@@ -374,7 +378,11 @@ func (t *Table) Get(sub message.SubID) (*Entry, bool) {
 // newEntry returns a copy of e carved from the slab.
 func (t *Table) newEntry(e *Entry) *Entry {
 	if len(t.slab) == cap(t.slab) {
-		t.slab = make([]Entry, 0, min(max(t.ids.n/8, 8), slabMax))
+		n := 8
+		for n < slabMax && n*8 < t.ids.n {
+			n *= 2
+		}
+		t.slab = make([]Entry, 0, n)
 	}
 	t.slab = append(t.slab, *e)
 	return &t.slab[len(t.slab)-1]
