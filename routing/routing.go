@@ -31,8 +31,8 @@ type Matcher interface {
 type Entry struct {
 	Filter matching.Filter
 	// coveredBy is the indexed entry (same From and Dir) whose filter
-	// covers this one; covers lists the entries hanging under this one.
-	covers    []*Entry
+	// covers this one (the entries hanging under an indexed entry are
+	// listed in its bucket: cand.covers).
 	coveredBy *Entry
 	// seq orders the indexed entries of one (From, Dir) group: the
 	// covering scans visit them in increasing seq (insertion order).
@@ -112,7 +112,7 @@ type Table struct {
 	routeBuckets [][]bucketKey
 	nOther       int // entries in "other" buckets (none: no lookup of them)
 	nextSeq      uint64
-	cands        []*Entry // scratch for coverCandidates
+	cands        []cand // scratch for coverCandidates
 }
 
 // bucketKey is a covering bucket: other is set for entries without a
@@ -133,13 +133,26 @@ func bucketKeyOf(e *Entry) bucketKey {
 // the key's hash (its home slot), its entries in increasing seq; a 64-byte
 // slot (unused: a free slot).
 type bucket struct {
-	ents  []*Entry
+	ents  []cand
 	class string
 	route uint32
 	h     uint32
 	other bool
 	used  bool
 	_     [14]byte
+}
+
+// cand is an indexed entry in its bucket with what the covering scans
+// read and change of it: its filter and seq (copies), and the entries
+// hanging under it (covers, in the order they came). A scan reads the
+// bucket's own array, and an entry covered by c is listed here, without
+// reading or writing c's entry (a cold line in a table that a hundred
+// floods visited since). 64 bytes.
+type cand struct {
+	e      *Entry
+	f      matching.Filter
+	seq    uint64
+	covers []*Entry
 }
 
 // hash is a fixed hash of bk (the layout of the table never reaches
@@ -179,15 +192,16 @@ func (t *Table) findBucket(bk bucketKey, h uint32) (int, bool) {
 }
 
 // bucketEnts returns the entries of bucket bk (nil: no such bucket).
-func (t *Table) bucketEnts(bk bucketKey) []*Entry {
+func (t *Table) bucketEnts(bk bucketKey) []cand {
 	if i, ok := t.findBucket(bk, bk.hash()); ok {
 		return t.bslots[i].ents
 	}
 	return nil
 }
 
-// addBucket appends e (the newest seq) to bucket bk.
-func (t *Table) addBucket(e *Entry, bk bucketKey) {
+// addBucket appends e (the newest seq), with the entries it covers, to
+// bucket bk.
+func (t *Table) addBucket(e *Entry, bk bucketKey, covers []*Entry) {
 	h := bk.hash()
 	i, ok := t.findBucket(bk, h)
 	if !ok {
@@ -202,7 +216,7 @@ func (t *Table) addBucket(e *Entry, bk bucketKey) {
 		}
 		t.routeBuckets[bk.route] = append(t.routeBuckets[bk.route], bk)
 	}
-	t.bslots[i].ents = append(t.bslots[i].ents, e)
+	t.bslots[i].ents = append(t.bslots[i].ents, cand{e: e, f: e.Filter, seq: e.seq, covers: covers})
 	if bk.other {
 		t.nOther++
 	}
@@ -449,9 +463,14 @@ func (t *Table) place(e *Entry) error {
 	bk := bucketKeyOf(e)
 	// One candidate list for both scans: the first changes nothing.
 	cands, shared := t.coverCandidates(bk)
-	for _, c := range cands {
-		if matching.Covers(c.Filter, e.Filter) {
-			e.coveredBy = c
+	for k := range cands {
+		if matching.Covers(cands[k].f, e.Filter) {
+			c := &cands[k]
+			if !shared { // a merged copy: list e in the bucket itself
+				class, other := bucketOf(c.f)
+				c = t.candIn(bucketKey{route: bk.route, other: other, class: class}, c.seq)
+			}
+			e.coveredBy = c.e
 			c.covers = append(c.covers, e)
 			return nil
 		}
@@ -464,22 +483,23 @@ func (t *Table) place(e *Entry) error {
 		cands = append(t.cands[:0], cands...)
 		t.cands = cands[:0]
 	}
-	for _, c := range cands {
-		if matching.Covers(e.Filter, c.Filter) {
+	var covers []*Entry
+	for k := range cands {
+		if matching.Covers(e.Filter, cands[k].f) {
+			c := cands[k].e
 			t.m.Delete(c.key)
-			t.unbucket(c)
+			under := t.unbucket(c)
 			c.coveredBy = e
-			e.covers = append(e.covers, c)
-			for _, g := range c.covers {
+			covers = append(covers, c)
+			for _, g := range under {
 				g.coveredBy = e
 			}
-			e.covers = append(e.covers, c.covers...)
-			c.covers = nil
+			covers = append(covers, under...)
 		}
 	}
 	t.nextSeq++
 	e.seq = t.nextSeq
-	t.addBucket(e, bk)
+	t.addBucket(e, bk, covers)
 	return nil
 }
 
@@ -497,7 +517,7 @@ func (t *Table) place(e *Entry) error {
 //
 // shared reports that the list is the bucket itself (class bucket and no
 // "other" entries: nothing to merge), valid until the buckets change.
-func (t *Table) coverCandidates(bk bucketKey) (_ []*Entry, shared bool) {
+func (t *Table) coverCandidates(bk bucketKey) (_ []cand, shared bool) {
 	if !bk.other && t.nOther == 0 {
 		return t.bucketEnts(bk), true
 	}
@@ -508,7 +528,7 @@ func (t *Table) coverCandidates(bk bucketKey) (_ []*Entry, shared bool) {
 				out = append(out, t.bucketEnts(b)...)
 			}
 		}
-		slices.SortFunc(out, func(a, b *Entry) int { return cmpSeq(a.seq, b.seq) })
+		slices.SortFunc(out, func(a, b cand) int { return cmpSeq(a.seq, b.seq) })
 	} else {
 		mine := t.bucketEnts(bk)
 		others := t.bucketEnts(bucketKey{route: bk.route, other: true})
@@ -538,28 +558,44 @@ func cmpSeq(a, b uint64) int {
 	return 0
 }
 
-// unbucket removes an indexed entry from its bucket (keeping seq order);
-// an emptied bucket is dropped from its route's list.
-func (t *Table) unbucket(e *Entry) {
+// candIn returns the cand of seq in bucket bk (nil: none), valid until
+// the buckets change.
+func (t *Table) candIn(bk bucketKey, seq uint64) *cand {
+	bi, found := t.findBucket(bk, bk.hash())
+	if !found {
+		return nil
+	}
+	b := t.bslots[bi].ents
+	if i, ok := slices.BinarySearchFunc(b, seq, func(x cand, s uint64) int { return cmpSeq(x.seq, s) }); ok {
+		return &b[i]
+	}
+	return nil
+}
+
+// unbucket removes an indexed entry from its bucket (keeping seq order)
+// and returns the entries that hung under it; an emptied bucket is
+// dropped from its route's list.
+func (t *Table) unbucket(e *Entry) (covers []*Entry) {
 	bk := bucketKeyOf(e)
 	bi, found := t.findBucket(bk, bk.hash())
 	if !found {
-		return // not indexed (cannot happen: callers pass indexed entries)
+		return nil // not indexed (cannot happen: callers pass indexed entries)
 	}
 	bu := &t.bslots[bi]
 	b := bu.ents
-	i, ok := slices.BinarySearchFunc(b, e.seq, func(x *Entry, s uint64) int { return cmpSeq(x.seq, s) })
-	if !ok || b[i] != e {
-		return // not indexed here (cannot happen: callers pass indexed entries)
+	i, ok := slices.BinarySearchFunc(b, e.seq, func(x cand, s uint64) int { return cmpSeq(x.seq, s) })
+	if !ok || b[i].e != e {
+		return nil // not indexed here (cannot happen: callers pass indexed entries)
 	}
+	covers = b[i].covers
 	b = append(b[:i], b[i+1:]...)
-	b[:len(b)+1][len(b)] = nil
+	b[:len(b)+1][len(b)] = cand{}
 	bu.ents = b
 	if bk.other {
 		t.nOther--
 	}
 	if len(b) > 0 {
-		return
+		return covers
 	}
 	t.removeBucket(bi)
 	rb := t.routeBuckets[bk.route]
@@ -570,6 +606,7 @@ func (t *Table) unbucket(e *Entry) {
 		}
 	}
 	t.routeBuckets[bk.route] = rb
+	return covers
 }
 
 // Delete removes the entry of sub and returns it. The entries it covered
@@ -582,20 +619,19 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 	e := t.slots[s]
 	switch {
 	case e.coveredBy != nil:
-		c := e.coveredBy
-		for i, x := range c.covers {
-			if x == e {
-				c.covers = append(c.covers[:i], c.covers[i+1:]...)
-				break
+		if c := t.candIn(bucketKeyOf(e.coveredBy), e.coveredBy.seq); c != nil {
+			for i, x := range c.covers {
+				if x == e {
+					c.covers = append(c.covers[:i], c.covers[i+1:]...)
+					break
+				}
 			}
 		}
 		e.coveredBy = nil
 	default:
 		t.m.Delete(e.key)
 		if !e.Local && !t.NoCovering {
-			t.unbucket(e)
-			orphans := e.covers
-			e.covers = nil
+			orphans := t.unbucket(e)
 			for _, o := range orphans {
 				o.coveredBy = nil
 				// Placing again cannot fail: each was valid when inserted.
@@ -866,4 +902,15 @@ func (l *linearMatcher) Match(p *matching.Publication, dst []uint64) []uint64 {
 		}
 	}
 	return dst
+}
+
+// coversOf returns the entries hanging under indexed e (tests).
+func (t *Table) coversOf(e *Entry) []*Entry {
+	if e.Local || e.coveredBy != nil {
+		return nil
+	}
+	if c := t.candIn(bucketKeyOf(e), e.seq); c != nil && c.e == e {
+		return c.covers
+	}
+	return nil
 }

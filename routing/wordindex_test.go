@@ -80,9 +80,17 @@ func checkBuckets(t *Table) error {
 		if len(b.ents) == 0 {
 			return fmt.Errorf("slot %d: empty bucket kept", k)
 		}
-		for _, e := range b.ents {
-			if bucketKeyOf(e) != bk || e.coveredBy != nil {
+		for _, c := range b.ents {
+			e := c.e
+			if bucketKeyOf(e) != bk || e.coveredBy != nil || c.seq != e.seq || len(c.f.Preds) != len(e.Filter.Preds) || len(e.Filter.Preds) > 0 && &c.f.Preds[0] != &e.Filter.Preds[0] {
 				return fmt.Errorf("slot %d: entry %v misplaced", k, e.Sub)
+			}
+		}
+		for _, c := range b.ents {
+			for _, g := range c.covers {
+				if g.coveredBy != c.e {
+					return fmt.Errorf("slot %d: %v listed under %v, covered by %p", k, g.Sub, c.e.Sub, g.coveredBy)
+				}
 			}
 		}
 		inBuckets += len(b.ents)
