@@ -58,7 +58,7 @@ func (x *wordIndex) find(sub message.SubID, h uint32, slots []*Entry) (slot uint
 // add records slot for a Sub of hash h absent from the table; pos is
 // what find returned for it (valid while the table did not change).
 func (x *wordIndex) add(h uint32, slot uint32, pos int) {
-	if pos < 0 || (x.n+1)*8 > len(x.words)*5 {
+	if pos < 0 || (x.n+1)*4 > len(x.words)*3 {
 		x.grow()
 		pos = x.free(h)
 	}
@@ -78,7 +78,7 @@ func (x *wordIndex) free(h uint32) int {
 
 func (x *wordIndex) grow() {
 	old := x.words
-	n := 2 * len(old)
+	n := 4 * len(old) // few rehashes: each reads a cold table
 	if n < wordIndexMin {
 		n = wordIndexMin
 	}
