@@ -471,6 +471,10 @@ func (t *Table) place(e *Entry) error {
 				c = t.candIn(bucketKey{route: bk.route, other: other, class: class}, c.seq)
 			}
 			e.coveredBy = c.e
+			if c.covers == nil {
+				// Most lists stay short: one allocation for up to four.
+				c.covers = make([]*Entry, 0, 4)
+			}
 			c.covers = append(c.covers, e)
 			return nil
 		}
@@ -488,7 +492,7 @@ func (t *Table) place(e *Entry) error {
 		if matching.Covers(e.Filter, cands[k].f) {
 			c := cands[k].e
 			t.m.Delete(c.key)
-			under := t.unbucket(c)
+			under := t.unbucket(c, &bk)
 			c.coveredBy = e
 			covers = append(covers, c)
 			for _, g := range under {
@@ -574,8 +578,10 @@ func (t *Table) candIn(bk bucketKey, seq uint64) *cand {
 
 // unbucket removes an indexed entry from its bucket (keeping seq order)
 // and returns the entries that hung under it; an emptied bucket is
-// dropped from its route's list.
-func (t *Table) unbucket(e *Entry) (covers []*Entry) {
+// dropped from its route's list, unless it is *keep (place is about to
+// add the entry taking over to it: keeping its slot and array saves
+// dropping and allocating them again).
+func (t *Table) unbucket(e *Entry, keep *bucketKey) (covers []*Entry) {
 	bk := bucketKeyOf(e)
 	bi, found := t.findBucket(bk, bk.hash())
 	if !found {
@@ -594,7 +600,7 @@ func (t *Table) unbucket(e *Entry) (covers []*Entry) {
 	if bk.other {
 		t.nOther--
 	}
-	if len(b) > 0 {
+	if len(b) > 0 || keep != nil && bk == *keep {
 		return covers
 	}
 	t.removeBucket(bi)
@@ -631,7 +637,7 @@ func (t *Table) Delete(sub message.SubID) (Entry, bool) {
 	default:
 		t.m.Delete(e.key)
 		if !e.Local && !t.NoCovering {
-			orphans := t.unbucket(e)
+			orphans := t.unbucket(e, nil)
 			for _, o := range orphans {
 				o.coveredBy = nil
 				// Placing again cannot fail: each was valid when inserted.
