@@ -35,7 +35,7 @@ type Index struct {
 	access  []map[string]*accessList // by attribute id, then operand (accessOf)
 	attrIDs map[string]uint32
 
-	ids     map[uint64]uint32 // subscription id -> slot in subs
+	ids     idIndex           // subscription id -> slot in subs
 	free    []uint32          // unused slots, reused first
 	groups  map[string]*group // by the encoded set of equality predicates
 	keybuf  []byte
@@ -256,14 +256,13 @@ type pubAttr struct {
 // NewIndex returns an empty index.
 func NewIndex() *Index {
 	return &Index{
-		ids:     make(map[uint64]uint32),
 		attrIDs: make(map[string]uint32),
 		groups:  make(map[string]*group),
 	}
 }
 
 // Len returns the number of filters in the index.
-func (ix *Index) Len() int { return len(ix.ids) }
+func (ix *Index) Len() int { return ix.ids.n }
 
 func eqKey(attr uint32, v Value) bucketKey { return bucketKey{attr: attr, str: v.Str} }
 
@@ -346,7 +345,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	if _, dup := ix.ids[id]; dup {
+	if _, dup := ix.ids.find(id); dup {
 		return fmt.Errorf("matching: index: id %d already present", id)
 	}
 	newNames := 0
@@ -480,7 +479,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 		g.rest = append(g.rest, restEntry{id: id, slot: slot, resid: rec.resid})
 	}
 	ix.subs[slot] = rec
-	ix.ids[id] = slot
+	ix.ids.put(id, slot)
 	return nil
 }
 
@@ -497,7 +496,7 @@ func (g *group) rangesFor(attr uint32) *attrRanges {
 // Delete removes the filter with the given id and reports whether it was
 // present.
 func (ix *Index) Delete(id uint64) bool {
-	slot, ok := ix.ids[id]
+	slot, ok := ix.ids.get(id)
 	if !ok {
 		return false
 	}
@@ -554,14 +553,14 @@ func (ix *Index) Delete(id uint64) bool {
 		}
 	}
 	*rec = subRec{}
-	delete(ix.ids, id)
+	ix.ids.del(id)
 	ix.free = append(ix.free, slot)
 	return true
 }
 
 // Filter returns the filter stored under id.
 func (ix *Index) Filter(id uint64) (Filter, bool) {
-	slot, ok := ix.ids[id]
+	slot, ok := ix.ids.get(id)
 	if !ok {
 		return Filter{}, false
 	}
