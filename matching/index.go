@@ -387,7 +387,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 			continue
 		}
 		k := eqKey(c.attr, c.value())
-		al := ix.accessOf(k)
+		al, _ := ix.accessOfCached(k.attr, k.str)
 		if al == nil {
 			al = &accessList{key: k}
 			ix.setAccess(k, al)
