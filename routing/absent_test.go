@@ -6,8 +6,9 @@ import (
 	"github.com/deltapub/deltapub/matching"
 )
 
-// TestGetThenInsert: Insert after a Get that missed (it skips its own
-// lookup) still refuses a Sub present by then, through every change.
+// TestGetThenInsert: Insert after a Get that missed (as onSubFlood and
+// the local subscribe path do) still refuses a Sub present by then,
+// through every change.
 func TestGetThenInsert(t *testing.T) {
 	tb := New(matching.NewIndex())
 	f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: str("c")}}}
