@@ -98,6 +98,8 @@ type Node struct {
 	recipBuf   []message.BrokerID
 	pubBuf     matching.Publication      // the publication being matched (onPub: no allocation per hop)
 	delivBuf   []message.Deliver         // newDeliver's current chunk
+	delivUsed  int                       // how many of delivBuf are handed out
+	delivReuse bool                      // RecycleDelivers was called: chunks grow
 	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable

@@ -380,19 +380,30 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID) {
 	n.sendEntry(e, "")
 }
 
-// deliverChunk is how many Delivers newDeliver allocates at once.
-const deliverChunk = 32
+// deliverChunk is how many Delivers newDeliver allocates at once, and
+// maxDeliverChunk the most once RecycleDelivers reuses them.
+const (
+	deliverChunk    = 32
+	maxDeliverChunk = 256
+)
 
 // newDeliver returns a heap copy of d carved from a chunk: one allocation
 // per deliverChunk deliveries instead of one each (100 local subscribers
-// meant 100 allocations per publication). Chunks are never reused; the GC
-// frees one once none of its deliveries is referenced.
+// meant 100 allocations per publication). A chunk is reused from its
+// start only by RecycleDelivers (its caller keeps none of them); Recycle
+// leaves what was handed out to the caller for good, and the GC frees a
+// chunk once none of its deliveries is referenced.
 func (n *Node) newDeliver(d message.Deliver) *message.Deliver {
-	if len(n.delivBuf) == 0 {
-		n.delivBuf = make([]message.Deliver, deliverChunk)
+	if n.delivUsed == len(n.delivBuf) {
+		size := deliverChunk
+		if n.delivReuse {
+			// Reused chunks grow to hold a whole flush's deliveries.
+			size = min(max(deliverChunk, 2*len(n.delivBuf)), maxDeliverChunk)
+		}
+		n.delivBuf, n.delivUsed = make([]message.Deliver, size), 0
 	}
-	p := &n.delivBuf[0]
-	n.delivBuf = n.delivBuf[1:]
+	p := &n.delivBuf[n.delivUsed]
+	n.delivUsed++
 	*p = d
 	return p
 }

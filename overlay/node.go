@@ -186,6 +186,26 @@ func (n *Node) Ready() Ready {
 // outputs, instead of growing fresh slices after every Ready. Optional; a
 // slice already holding new outputs is left alone.
 func (n *Node) Recycle(r Ready) {
+	// The Delivers handed out so far stay the caller's.
+	n.delivBuf, n.delivUsed = n.delivBuf[n.delivUsed:], 0
+	n.recycle(r)
+}
+
+// RecycleDelivers is Recycle for a caller that also keeps none of the
+// messages of r.ToClients (nor of any earlier Ready it did not hand back):
+// the Delivers among them are reused for the next deliveries instead of
+// fresh ones being carved (the simulator copies what it records).
+func (n *Node) RecycleDelivers(r Ready) {
+	n.delivReuse = true
+	if n.out.ToClients == nil {
+		// Nothing new since Ready: every Deliver of the current chunk was
+		// in a Ready handed back here.
+		n.delivUsed = 0
+	}
+	n.recycle(r)
+}
+
+func (n *Node) recycle(r Ready) {
 	if n.out.Dials == nil {
 		clear(r.Dials)
 		n.out.Dials = r.Dials[:0]

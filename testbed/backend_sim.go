@@ -251,8 +251,8 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 			pr := log.Pubs[nPubs]
 			rec.Published(pr.ID, pr.ID.Publisher, pr.SentAt-start, pr.Attrs)
 		}
-		for ; nDels < len(log.Deliveries); nDels++ {
-			d := log.Deliveries[nDels]
+		for ; nDels < log.NumDeliveries(); nDels++ {
+			d := log.Delivery(nDels)
 			if d.Sub < 0 || d.Sub >= len(refs) {
 				continue
 			}

@@ -30,7 +30,7 @@ func (l *Log) checkBrute() Report {
 		}
 	}
 	r.Subscriptions = len(l.Subs)
-	r.Delivered = len(l.Deliveries)
+	r.Delivered = l.NumDeliveries()
 	r.GapNotices = len(l.Gaps)
 	r.QueueOverBound = len(l.QueueOverBound)
 	r.Undrained = len(l.Undrained)
@@ -54,7 +54,8 @@ func (l *Log) checkBrute() Report {
 	for i, sr := range l.Subs {
 		r.PerSub[i] = SubReport{Name: sr.Name, Edge: sr.Edge, Filter: fmtFilter(sr.Filter), Excluded: sr.Excluded, Confirmed: sr.ConfirmedAt >= 0}
 	}
-	for _, d := range l.Deliveries {
+	for i := range l.NumDeliveries() {
+		d := l.Delivery(i)
 		if d.Sub < 0 || d.Sub >= len(l.Subs) {
 			r.Spurious++
 			detail("delivery of %s to an unknown subscription index %d", d.Pub, d.Sub)
@@ -230,7 +231,7 @@ func randomLog(r *rand.Rand) *Log {
 				d.SubID.N += 100 // misaddressed
 			}
 		}
-		l.Deliveries = append(l.Deliveries, d)
+		l.AddDelivery(d)
 	}
 	for i := r.IntN(6); i > 0; i-- {
 		g := GapRecord{Sub: r.IntN(nSubs+1) - 1 + r.IntN(2), At: toDur(200 + i)}

@@ -23,7 +23,7 @@ func handLog(n int) (*Log, message.SubID) {
 
 func deliver(l *Log, sid message.SubID, seqs ...uint64) {
 	for i, q := range seqs {
-		l.Deliveries = append(l.Deliveries, Delivery{Sub: 0, SubID: sid, Pub: message.PubID{Publisher: "P", Epoch: 1, Seq: q}, At: 100 + toDur(i)})
+		l.AddDelivery(Delivery{Sub: 0, SubID: sid, Pub: message.PubID{Publisher: "P", Epoch: 1, Seq: q}, At: 100 + toDur(i)})
 	}
 }
 

@@ -2,7 +2,9 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"time"
+	"unsafe"
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -73,11 +75,11 @@ func (s *Sim) clientSend(c *client, m message.Message) {
 
 // toClient carries a message from broker b to one of its clients.
 func (s *Sim) toClient(b *broker, env ClientEnvelope) {
-	var r clientRoute // zero (edge nil) for an unknown client
+	var r *clientRoute
 	if env.To > 0 && uint64(env.To) < uint64(len(s.routes)) {
-		r = s.routes[env.To]
+		r = &s.routes[env.To]
 	}
-	if r.edge != b || r.edgeInc != b.inc {
+	if r == nil || r.edge != b || r.edgeInc != b.inc {
 		s.stats.ClientMisses++
 		s.tracef("%s -> client #%d MISSED (unknown or foreign client) %s", b.id, env.To, env.Msg.Type())
 		return
@@ -93,14 +95,19 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 		if s.cfg.Trace != nil {
 			s.tracef("client %s <- %s Deliver %+v", s.clients[env.To].name, b.id, d)
 		}
-		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: r.sub, SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: s.now + s.cfg.ClientDelay, PubTime: d.Time})
+		s.recordDelivery(r, d, s.now+s.cfg.ClientDelay)
 		if s.cfg.Trace != nil {
 			// The trace shows a violation at the instant it happens;
 			// without a trace the online check waits for FirstViolation.
 			s.checkOnline(env.To, r.sub, d.Pub)
-			s.onlineDone = len(s.log.Deliveries)
+			s.onlineDone = s.log.NumDeliveries()
 		}
 		return
+	}
+	if d, ok := m.(*message.Deliver); ok {
+		// The core reuses the Deliver (flushOverlay): a copy for later.
+		cp := *d
+		m = &cp
 	}
 	c := s.clients[env.To]
 	inc := b.inc
@@ -110,6 +117,37 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 		}
 		s.clientRecv(c, m)
 	})
+}
+
+// recordDelivery records in the log the delivery of d to the subscription
+// of the client of route r (r.sub >= 0), received at the time at. The
+// common case (the subscription's ID, as the route remembers it; the
+// publication the last delivery named, known to the log; its attributes
+// or none) is appended here without touching the subscription's record;
+// the rest goes through Log.compact.
+func (s *Sim) recordDelivery(r *clientRoute, d *message.Deliver, at time.Duration) {
+	l := s.log
+	if !s.lastDelOK || d.Pub != s.lastDelPub {
+		s.lastDelPub, s.lastDelOK = d.Pub, true
+		s.lastDelPi, s.lastDelAttrs = -1, nil
+		if i, ok := l.pubIdx[d.Pub]; ok {
+			s.lastDelPi = i
+			if len(d.Attrs) > 0 && sameAttrs(d.Attrs, l.Pubs[i].Attrs) {
+				s.lastDelAttrs, s.lastDelAttrsLen = unsafe.SliceData(d.Attrs), len(d.Attrs)
+			}
+		}
+	}
+	if pi := s.lastDelPi; pi >= 0 && r.hasID && d.Sub == r.id && r.sub <= math.MaxInt32 && pi < math.MaxInt32/2 {
+		if d.Attrs == nil {
+			l.dels = append(l.dels, delRec{sub: int32(r.sub), pub: int32(2*pi + 1), at: at, pubTime: d.Time})
+			return
+		}
+		if s.lastDelAttrs != nil && unsafe.SliceData(d.Attrs) == s.lastDelAttrs && len(d.Attrs) == s.lastDelAttrsLen {
+			l.dels = append(l.dels, delRec{sub: int32(r.sub), pub: int32(2 * pi), at: at, pubTime: d.Time})
+			return
+		}
+	}
+	l.dels = append(l.dels, l.compact(&Delivery{Sub: r.sub, SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: at, PubTime: d.Time}, s.lastDelPi))
 }
 
 func (s *Sim) clientRecv(c *client, m message.Message) {
@@ -129,7 +167,7 @@ func (s *Sim) clientRecv(c *client, m message.Message) {
 		}
 		// Not seen by the online check (only toClient's are).
 		s.catchUpOnline()
-		s.log.Deliveries = append(s.log.Deliveries, Delivery{Sub: c.sub, SubID: m.Sub, Pub: m.Pub, Attrs: m.Attrs, At: s.now, PubTime: m.Time})
+		s.recordDelivery(&s.routes[c.id], m, s.now)
 		s.onlineDone++
 	case *message.Gap:
 		if c.sub < 0 {
@@ -235,6 +273,7 @@ func (s *Sim) onSubAck(c *client, m *message.SubAck) {
 	}
 	if !r.HasID {
 		r.ID, r.HasID = m.Sub, true
+		s.routes[c.id].id, s.routes[c.id].hasID = m.Sub, true
 	}
 	if m.Confirmed && r.ConfirmedAt < 0 {
 		r.ConfirmedAt = s.now
@@ -373,6 +412,11 @@ type clientRoute struct {
 	edge    *broker
 	edgeInc int
 	sub     int // index in the log's subscriptions, or -1
+	// id is the subscription's ID, once the log's record has it (hasID;
+	// set together, never changed): recordDelivery compares a Deliver's
+	// with it here rather than in the record.
+	id    message.SubID
+	hasID bool
 }
 
 // checkOnline checks the delivery of pub to subscription sub (by client
@@ -430,10 +474,10 @@ func (s *Sim) checkOnline(id message.ClientID, sub int, pub message.PubID) {
 // when asked for (runs without a trace).
 func (s *Sim) catchUpOnline() {
 	now := s.now
-	for ; s.onlineDone < len(s.log.Deliveries); s.onlineDone++ {
-		d := &s.log.Deliveries[s.onlineDone]
-		s.now = d.At - s.cfg.ClientDelay
-		s.checkOnline(0, d.Sub, d.Pub)
+	for ; s.onlineDone < s.log.NumDeliveries(); s.onlineDone++ {
+		sub, pub, at := s.log.deliverySub(s.onlineDone)
+		s.now = at - s.cfg.ClientDelay
+		s.checkOnline(0, sub, pub)
 	}
 	s.now = now
 }

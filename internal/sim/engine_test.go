@@ -128,10 +128,11 @@ func TestDelaysStableOrder(t *testing.T) {
 		n := r.IntN(500)
 		for i := 0; i < n; i++ {
 			pt := int64(r.IntN(1 + run))
-			l.Deliveries = append(l.Deliveries, Delivery{PubTime: pt, At: time.Duration(pt) + time.Duration(r.IntN(1000))})
+			l.AddDelivery(Delivery{PubTime: pt, At: time.Duration(pt) + time.Duration(r.IntN(1000))})
 		}
 		want := make([]DelaySample, 0, n)
-		for _, d := range l.Deliveries {
+		for i := range l.NumDeliveries() {
+			d := l.Delivery(i)
 			want = append(want, DelaySample{Published: time.Duration(d.PubTime), Delay: d.At - time.Duration(d.PubTime)})
 		}
 		sort.SliceStable(want, func(i, j int) bool { return want[i].Published < want[j].Published })

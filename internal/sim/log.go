@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"time"
@@ -16,10 +17,13 @@ import (
 // the problems found while running (queue over its bound, undrained queue).
 // It can also be built by hand (the checkers' self-tests do).
 type Log struct {
-	Pubs       []*PubRecord
-	Subs       []*SubRecord
-	Deliveries []Delivery
-	Gaps       []GapRecord
+	Pubs []*PubRecord
+	Subs []*SubRecord
+	Gaps []GapRecord
+	// The deliveries (AddDelivery, NumDeliveries, Delivery) are kept
+	// compact: see delRec.
+	dels   []delRec
+	extras []Delivery // the deliveries delRec cannot describe
 
 	// QueueOverBound and Undrained are filled by the simulator.
 	QueueOverBound []string
@@ -64,8 +68,94 @@ type SubRecord struct {
 // the log still grows past it).
 func (l *Log) reserveDeliveries(n int) {
 	if n > 0 {
-		l.Deliveries = slices.Grow(l.Deliveries, n)
+		l.dels = slices.Grow(l.dels, n)
 	}
+}
+
+// delRec is one delivery as the log keeps it: 24 bytes without pointers
+// (the garbage collector never scans the log, which holds hundreds of
+// thousands of them) instead of a 112-byte Delivery with three. A regular
+// delivery (nearly all) names a subscription of the log that has its ID,
+// carries that ID and a publication of the log, and carries the
+// publication's attributes (the same values) or none: pub is then twice
+// the publication's index in Log.Pubs, plus one if the Deliver carried no
+// attributes. Any other delivery is kept whole in Log.extras, at index
+// -pub-1.
+type delRec struct {
+	sub     int32
+	pub     int32
+	at      time.Duration
+	pubTime int64
+}
+
+// AddDelivery records d.
+func (l *Log) AddDelivery(d Delivery) {
+	l.dels = append(l.dels, l.compact(&d, -1))
+}
+
+// compact returns the record of d; pi is d.Pub's index in l.Pubs if the
+// caller knows it (else -1).
+func (l *Log) compact(d *Delivery, pi int) delRec {
+	if d.Sub >= 0 && d.Sub < len(l.Subs) && d.Sub <= math.MaxInt32 && len(l.Pubs) < math.MaxInt32/2 {
+		if sr := l.Subs[d.Sub]; sr.HasID && d.SubID == sr.ID {
+			if pi < 0 {
+				if i, ok := l.pubIdx[d.Pub]; ok {
+					pi = i
+				}
+			}
+			if pi >= 0 {
+				if d.Attrs == nil {
+					return delRec{sub: int32(d.Sub), pub: int32(2*pi + 1), at: d.At, pubTime: d.PubTime}
+				}
+				if sameAttrs(d.Attrs, l.Pubs[pi].Attrs) {
+					return delRec{sub: int32(d.Sub), pub: int32(2 * pi), at: d.At, pubTime: d.PubTime}
+				}
+			}
+		}
+	}
+	l.extras = append(l.extras, *d)
+	return delRec{pub: int32(-len(l.extras))}
+}
+
+// NumDeliveries is the number of deliveries recorded.
+func (l *Log) NumDeliveries() int { return len(l.dels) }
+
+// Delivery returns the i-th delivery recorded. Its Attrs, if the Deliver
+// carried any equal to the publication's, are the publication record's.
+func (l *Log) Delivery(i int) Delivery {
+	r := &l.dels[i]
+	if r.pub < 0 {
+		return l.extras[-r.pub-1]
+	}
+	sub := int(r.sub)
+	p := l.Pubs[r.pub>>1]
+	d := Delivery{Sub: sub, SubID: l.Subs[sub].ID, Pub: p.ID, At: r.at, PubTime: r.pubTime}
+	if r.pub&1 == 0 {
+		d.Attrs = p.Attrs
+	}
+	return d
+}
+
+// deliverySub returns the subscription index, publication and arrival
+// time of the i-th delivery (Delivery without the copy).
+func (l *Log) deliverySub(i int) (int, message.PubID, time.Duration) {
+	r := &l.dels[i]
+	if r.pub < 0 {
+		d := &l.extras[-r.pub-1]
+		return d.Sub, d.Pub, d.At
+	}
+	return int(r.sub), l.Pubs[r.pub>>1].ID, r.at
+}
+
+// deliveryTimes returns the publication time and arrival time of the i-th
+// delivery.
+func (l *Log) deliveryTimes(i int) (pubTime int64, at time.Duration) {
+	r := &l.dels[i]
+	if r.pub < 0 {
+		d := &l.extras[-r.pub-1]
+		return d.PubTime, d.At
+	}
+	return r.pubTime, r.at
 }
 
 // Delivery is one Deliver received by a subscriber.
@@ -217,7 +307,7 @@ func (l *Log) Check() Report {
 		}
 	}
 	r.Subscriptions = len(l.Subs)
-	r.Delivered = len(l.Deliveries)
+	r.Delivered = l.NumDeliveries()
 	r.GapNotices = len(l.Gaps)
 	r.QueueOverBound = len(l.QueueOverBound)
 	r.Undrained = len(l.Undrained)
@@ -254,7 +344,8 @@ func (l *Log) Check() Report {
 	var lastPi int
 	var haveLast, lastKnown bool
 	pure := isSimpleMatch(Match)
-	for _, d := range l.Deliveries {
+	for i := range l.dels {
+		d := l.Delivery(i)
 		if d.Sub < 0 || d.Sub >= len(l.Subs) {
 			r.Spurious++
 			detail("delivery of %s to an unknown subscription index %d", d.Pub, d.Sub)
@@ -514,6 +605,9 @@ func sameAttrs(a, b []matching.Attr) bool {
 	if len(a) != len(b) {
 		return false
 	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true // the same values
+	}
 	for i := range a {
 		if a[i] != b[i] {
 			return false
@@ -530,14 +624,15 @@ func sameAttrs(a, b []matching.Attr) bool {
 // those of one publication come in a row): a counting sort over the
 // distinct times sorted, instead of a comparison sort of every delivery.
 func (l *Log) Delays() []DelaySample {
-	n := len(l.Deliveries)
+	n := l.NumDeliveries()
 	group := make([]int32, n) // index in times of each delivery's time
 	idx := map[time.Duration]int32{}
 	var times []time.Duration
 	var count []int
 	last, lastG := time.Duration(0), int32(-1)
-	for i := range l.Deliveries {
-		t := time.Duration(l.Deliveries[i].PubTime)
+	for i := range l.dels {
+		pt, _ := l.deliveryTimes(i)
+		t := time.Duration(pt)
 		g := lastG
 		if g < 0 || t != last {
 			var ok bool
@@ -565,10 +660,10 @@ func (l *Log) Delays() []DelaySample {
 		pos += count[g]
 	}
 	out := make([]DelaySample, n)
-	for i := range l.Deliveries {
-		d := &l.Deliveries[i]
+	for i := range l.dels {
+		pt, at := l.deliveryTimes(i)
 		g := group[i]
-		out[start[g]] = DelaySample{Published: time.Duration(d.PubTime), Delay: d.At - time.Duration(d.PubTime)}
+		out[start[g]] = DelaySample{Published: time.Duration(pt), Delay: at - time.Duration(pt)}
 		start[g]++
 	}
 	return out

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/internal/wire"
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -230,6 +231,16 @@ type Sim struct {
 	// deliveries of one publication come in a row).
 	lastSrc    message.Source
 	lastSrcIdx int
+	// lastDelPub and lastDelPi (valid if lastDelOK) cache the index in
+	// the log of the last publication delivered (recordDelivery): the
+	// deliveries of one publication come in a row.
+	lastDelPub message.PubID
+	lastDelPi  int
+	lastDelOK  bool
+	// lastDelAttrs is the array of the attributes the last publication
+	// delivered carried, if equal to its record's (else nil).
+	lastDelAttrs    *matching.Attr
+	lastDelAttrsLen int
 	// settled counts the subscriptions known to be settled (AllConfirmed).
 	settled int
 	// onlineDone counts the deliveries of the log the online check has
@@ -423,8 +434,9 @@ func (s *Sim) flush(b *broker) {
 }
 
 // flushOverlay is flush for the protocol core: it acts on the core's
-// outputs in place, in the same order, and hands them back (Recycle)
-// afterwards, instead of having the adapter copy them first (node.go).
+// outputs in place, in the same order, and hands them back
+// (RecycleDelivers: toClient keeps no Deliver) afterwards, instead of
+// having the adapter copy them first (node.go).
 func (s *Sim) flushOverlay(b *broker, on overlayNode) {
 	r := on.n.Ready()
 	for _, n := range r.Notices {
@@ -442,7 +454,7 @@ func (s *Sim) flushOverlay(b *broker, on overlayNode) {
 	for _, c := range r.ToClients {
 		s.toClient(b, ClientEnvelope{To: c.To, Msg: c.Msg})
 	}
-	on.n.Recycle(r)
+	on.n.RecycleDelivers(r)
 }
 
 func (s *Sim) notice(b *broker, n Notice) {

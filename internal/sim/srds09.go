@@ -279,7 +279,7 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	}
 	res.Virtual = s.Now()
 	res.MaxQueue = s.Stats().MaxQueueSeen
-	res.Deliveries = len(s.Log().Deliveries)
+	res.Deliveries = s.Log().NumDeliveries()
 	res.Published = res.Report.Published
 	if res.Deliveries > 0 {
 		res.ControlPerDeliv = float64(res.ControlMsgs) / float64(res.Deliveries)
