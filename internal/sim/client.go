@@ -54,7 +54,7 @@ func (s *Sim) newClient(name string, edge message.BrokerID) (*client, error) {
 	s.nextCID++
 	c := &client{id: s.nextCID, name: name, edge: b, edgeInc: b.inc, sub: -1}
 	s.clients = append(s.clients, c) // at index c.id
-	s.routes = append(s.routes, clientRoute{edge: b, edgeInc: b.inc, sub: -1})
+	s.routes = append(s.routes, clientRoute{edge: b, edgeInc: int32(b.inc), sub: -1})
 	b.clients = append(b.clients, c)
 	s.tracef("client %s (#%d) opens at %s", name, c.id, edge)
 	s.input(b, s.cfg.ClientDelay, func() { b.node.ClientOpen(c.id) })
@@ -79,7 +79,7 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 	if env.To > 0 && uint64(env.To) < uint64(len(s.routes)) {
 		r = &s.routes[env.To]
 	}
-	if r == nil || r.edge != b || r.edgeInc != b.inc {
+	if r == nil || r.edge != b || int(r.edgeInc) != b.inc {
 		s.stats.ClientMisses++
 		s.tracef("%s -> client #%d MISSED (unknown or foreign client) %s", b.id, env.To, env.Msg.Type())
 		return
@@ -99,7 +99,7 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 		if s.cfg.Trace != nil {
 			// The trace shows a violation at the instant it happens;
 			// without a trace the online check waits for FirstViolation.
-			s.checkOnline(env.To, r.sub, d.Pub)
+			s.checkOnline(env.To, int(r.sub), d.Pub)
 			s.onlineDone = s.log.NumDeliveries()
 		}
 		return
@@ -121,7 +121,7 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 
 // recordDelivery records in the log the delivery of d to the subscription
 // of the client of route r (r.sub >= 0), received at the time at. The
-// common case (the subscription's ID, as the route remembers it; the
+// common case (the subscription's ID, as the route knows it; the
 // publication the last delivery named, known to the log; its attributes
 // or none) is appended here without touching the subscription's record;
 // the rest goes through Log.compact.
@@ -137,17 +137,17 @@ func (s *Sim) recordDelivery(r *clientRoute, d *message.Deliver, at time.Duratio
 			}
 		}
 	}
-	if pi := s.lastDelPi; pi >= 0 && r.hasID && d.Sub == r.id && r.sub <= math.MaxInt32 && pi < math.MaxInt32/2 {
+	if pi := s.lastDelPi; pi >= 0 && r.idEpoch != 0 && d.Sub.N == r.idN && d.Sub.Epoch == r.idEpoch && d.Sub.Edge == r.edge.id && pi < math.MaxInt32/2 {
 		if d.Attrs == nil {
-			l.dels = append(l.dels, delRec{sub: int32(r.sub), pub: int32(2*pi + 1), at: at, pubTime: d.Time})
+			l.dels = append(l.dels, delRec{sub: r.sub, pub: int32(2*pi + 1), at: at, pubTime: d.Time})
 			return
 		}
 		if s.lastDelAttrs != nil && unsafe.SliceData(d.Attrs) == s.lastDelAttrs && len(d.Attrs) == s.lastDelAttrsLen {
-			l.dels = append(l.dels, delRec{sub: int32(r.sub), pub: int32(2 * pi), at: at, pubTime: d.Time})
+			l.dels = append(l.dels, delRec{sub: r.sub, pub: int32(2 * pi), at: at, pubTime: d.Time})
 			return
 		}
 	}
-	l.dels = append(l.dels, l.compact(&Delivery{Sub: r.sub, SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: at, PubTime: d.Time}, s.lastDelPi))
+	l.dels = append(l.dels, l.compact(&Delivery{Sub: int(r.sub), SubID: d.Sub, Pub: d.Pub, Attrs: d.Attrs, At: at, PubTime: d.Time}, s.lastDelPi))
 }
 
 func (s *Sim) clientRecv(c *client, m message.Message) {
@@ -257,7 +257,7 @@ func (s *Sim) AddSubscriber(name string, edge message.BrokerID, f matching.Filte
 		return err
 	}
 	c.sub = s.log.AddSub(SubRecord{Name: name, Edge: edge, Filter: f, SubscribedAt: s.now, ConfirmedAt: -1, UnsubAt: -1})
-	s.routes[c.id].sub = c.sub
+	s.routes[c.id].sub = int32(c.sub) // c.sub < len(s.log.Subs), far below 2^31
 	s.clientSend(c, &message.Subscribe{Req: uint64(c.id), Filter: f})
 	return nil
 }
@@ -273,7 +273,9 @@ func (s *Sim) onSubAck(c *client, m *message.SubAck) {
 	}
 	if !r.HasID {
 		r.ID, r.HasID = m.Sub, true
-		s.routes[c.id].id, s.routes[c.id].hasID = m.Sub, true
+		if m.Sub.Epoch != 0 && m.Sub.Edge == c.edge.id && c.sub <= math.MaxInt32 {
+			s.routes[c.id].idEpoch, s.routes[c.id].idN = m.Sub.Epoch, m.Sub.N
+		}
 	}
 	if m.Confirmed && r.ConfirmedAt < 0 {
 		r.ConfirmedAt = s.now
@@ -408,15 +410,17 @@ func (x *seen) add(seq uint64) {
 
 // clientRoute is what toClient needs of a client, in a dense array by
 // ClientID (Sim.routes): its edge's incarnation and its subscription.
+// (32 bytes: the incarnations and subscriptions of a run are far fewer
+// than 2^31.)
 type clientRoute struct {
 	edge    *broker
-	edgeInc int
-	sub     int // index in the log's subscriptions, or -1
-	// id is the subscription's ID, once the log's record has it (hasID;
-	// set together, never changed): recordDelivery compares a Deliver's
-	// with it here rather than in the record.
-	id    message.SubID
-	hasID bool
+	edgeInc int32
+	sub     int32 // index in the log's subscriptions, or -1
+	// idEpoch and idN are the subscription's ID (its Edge is the client's
+	// edge) once the log's record has it (idEpoch != 0; set once, as the
+	// record's): recordDelivery compares a Deliver's with them here
+	// rather than in the record.
+	idEpoch, idN uint64
 }
 
 // checkOnline checks the delivery of pub to subscription sub (by client
