@@ -27,14 +27,15 @@ func TestRecycleDeliversReuse(t *testing.T) {
 	if d2 == d1 || d1.Pub.Seq != 1 {
 		t.Fatal("Recycle reused a Deliver")
 	}
-	n.RecycleDelivers(n.Ready())
+	r0 := n.Ready()
+	n.RecycleDelivers(&r0)
 	d3 := give(3)
 	if d3 != d2 {
 		t.Fatal("RecycleDelivers did not reuse the Deliver")
 	}
 	r := n.Ready()
 	d4 := give(4) // after the Ready: still to be handed out
-	n.RecycleDelivers(r)
+	n.RecycleDelivers(&r)
 	if d5 := give(5); d5 == d3 || d5 == d4 || d4.Pub.Seq != 4 {
 		t.Fatal("RecycleDelivers reused a Deliver not handed back")
 	}

@@ -188,14 +188,15 @@ func (n *Node) Ready() Ready {
 func (n *Node) Recycle(r Ready) {
 	// The Delivers handed out so far stay the caller's.
 	n.delivBuf, n.delivUsed = n.delivBuf[n.delivUsed:], 0
-	n.recycle(r)
+	n.recycle(&r)
 }
 
 // RecycleDelivers is Recycle for a caller that also keeps none of the
 // messages of r.ToClients (nor of any earlier Ready it did not hand back):
 // the Delivers among them are reused for the next deliveries instead of
-// fresh ones being carved (the simulator copies what it records).
-func (n *Node) RecycleDelivers(r Ready) {
+// fresh ones being carved (the simulator copies what it records). r is
+// read only (a pointer: the simulator hands back a Ready per event).
+func (n *Node) RecycleDelivers(r *Ready) {
 	n.delivReuse = true
 	if n.out.ToClients == nil {
 		// Nothing new since Ready: every Deliver of the current chunk was
@@ -205,25 +206,36 @@ func (n *Node) RecycleDelivers(r Ready) {
 	n.recycle(r)
 }
 
-func (n *Node) recycle(r Ready) {
-	if n.out.Dials == nil {
-		clear(r.Dials)
-		n.out.Dials = r.Dials[:0]
+// recycle is Recycle's reuse of the slices; an empty slice (most of them
+// after most events) costs no clear.
+func (n *Node) recycle(r *Ready) {
+	o := &n.out
+	if o.Dials == nil {
+		if len(r.Dials) > 0 {
+			clear(r.Dials)
+		}
+		o.Dials = r.Dials[:0]
 	}
-	if n.out.Closes == nil {
-		n.out.Closes = r.Closes[:0]
+	if o.Closes == nil {
+		o.Closes = r.Closes[:0]
 	}
-	if n.out.Messages == nil {
-		clear(r.Messages)
-		n.out.Messages = r.Messages[:0]
+	if o.Messages == nil {
+		if len(r.Messages) > 0 {
+			clear(r.Messages)
+		}
+		o.Messages = r.Messages[:0]
 	}
-	if n.out.ToClients == nil {
-		clear(r.ToClients)
-		n.out.ToClients = r.ToClients[:0]
+	if o.ToClients == nil {
+		if len(r.ToClients) > 0 {
+			clear(r.ToClients)
+		}
+		o.ToClients = r.ToClients[:0]
 	}
-	if n.out.Notices == nil {
-		clear(r.Notices)
-		n.out.Notices = r.Notices[:0]
+	if o.Notices == nil {
+		if len(r.Notices) > 0 {
+			clear(r.Notices)
+		}
+		o.Notices = r.Notices[:0]
 	}
 }
 

@@ -439,14 +439,16 @@ func (s *Sim) flush(b *broker) {
 // having the adapter copy them first (node.go).
 func (s *Sim) flushOverlay(b *broker, on overlayNode) {
 	r := on.n.Ready()
-	for _, n := range r.Notices {
-		s.notice(b, Notice{Kind: string(n.Kind), Peer: n.Peer, Detail: n.Detail})
-	}
-	for _, p := range r.Dials {
-		s.dial(b, p.ID)
-	}
-	for _, p := range r.Closes {
-		s.closeLink(b, p)
+	if len(r.Notices)+len(r.Dials)+len(r.Closes) > 0 { // rare
+		for _, n := range r.Notices {
+			s.notice(b, Notice{Kind: string(n.Kind), Peer: n.Peer, Detail: n.Detail})
+		}
+		for _, p := range r.Dials {
+			s.dial(b, p.ID)
+		}
+		for _, p := range r.Closes {
+			s.closeLink(b, p)
+		}
 	}
 	for _, m := range r.Messages {
 		s.send(b, Envelope{To: m.To, Msg: m.Msg})
@@ -454,7 +456,7 @@ func (s *Sim) flushOverlay(b *broker, on overlayNode) {
 	for _, c := range r.ToClients {
 		s.toClient(b, ClientEnvelope{To: c.To, Msg: c.Msg})
 	}
-	on.n.RecycleDelivers(r)
+	on.n.RecycleDelivers(&r)
 }
 
 func (s *Sim) notice(b *broker, n Notice) {
