@@ -21,7 +21,13 @@ func TestRecycleDeliversReuse(t *testing.T) {
 		n.toClient(1, d)
 		return d
 	}
+	if n.Pending() {
+		t.Fatal("a new node has outputs")
+	}
 	d1 := give(1)
+	if !n.Pending() {
+		t.Fatal("a delivery is not pending")
+	}
 	n.Recycle(n.Ready())
 	d2 := give(2)
 	if d2 == d1 || d1.Pub.Seq != 1 {

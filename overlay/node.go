@@ -181,6 +181,13 @@ func (n *Node) Ready() Ready {
 	return r
 }
 
+// Pending reports whether Ready has anything to return (a caller that
+// polls after every input skips an empty Ready and Recycle).
+func (n *Node) Pending() bool {
+	o := &n.out
+	return len(o.Messages)+len(o.ToClients)+len(o.Notices)+len(o.Dials)+len(o.Closes) > 0
+}
+
 // Recycle hands back a Ready the caller has finished with (it keeps
 // nothing of its slices): they are cleared and reused for the next
 // outputs, instead of growing fresh slices after every Ready. Optional; a
