@@ -106,6 +106,12 @@ type Node struct {
 	gapSeq     uint64
 	gapSeen    map[gapKey]bool
 	gapOrder   []gapKey
+	// The publication path's caches (forward.go): route slots by broker
+	// name (slot; valid for the generation rtGen) and n.seen's entries by
+	// source (seenOf).
+	rtGen   uint64
+	rtab    [rtSlots]routeSlot
+	seenTab [seenSlots]seenSlot
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
 	floods     floodMap               // pending, by key (flood_fast.go)
@@ -456,7 +462,10 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 	if n.left || from == n.cfg.ID || m == nil {
 		return
 	}
-	p := n.peer(from)
+	p := n.slot(from).p
+	if p == nil {
+		p = n.peer(from)
+	}
 	p.silent = 0
 	if p.suspected {
 		// Unsuspect only after the message is processed: the first message
@@ -713,6 +722,7 @@ func (n *Node) peer(id message.BrokerID) *peer {
 		}
 		n.peers[id] = p
 		n.peerIDs = nil
+		n.rtGen++
 	}
 	return p
 }
@@ -773,6 +783,16 @@ func (n *Node) send(to message.BrokerID, m message.Message) {
 	} else {
 		n.countControl(m.Type())
 	}
+	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
+}
+
+// sendPub is send of a publication to peer p (n.peers[to]).
+func (n *Node) sendPub(p *peer, to message.BrokerID, m *message.Pub) {
+	if !p.up {
+		return
+	}
+	p.idle = 0
+	n.counters.PubsOut++
 	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
 }
 

@@ -116,6 +116,7 @@ func (n *Node) geometry() {
 		}
 	}
 	n.routeVer++
+	n.rtGen++
 }
 
 // pathTo returns the tree path from this broker to r (both included;
@@ -135,6 +136,7 @@ func (n *Node) direction(b message.BrokerID) message.BrokerID {
 // sequence seen" a sound duplicate filter; docs/protocol.md).
 func (n *Node) routesChanged() {
 	n.routeVer++
+	n.rtGen++
 	n.geometry()
 	gained := map[message.BrokerID]bool{}
 	ids := make([]message.BrokerID, 0, len(n.hops))
@@ -239,6 +241,60 @@ func (n *Node) hop(r message.BrokerID) hopInfo {
 	return h
 }
 
+// routeSlot caches, for one broker name, what a publication hop asks
+// about it: its direction (n.side), its peer, and the next hop toward it
+// (n.hops) with that hop's peer. Valid while n.rtGen is gen: rtGen
+// increases whenever n.side, n.hops (other than hop adding a missing
+// entry) or the peer set changes.
+type routeSlot struct {
+	id     message.BrokerID
+	gen    uint64
+	side   message.BrokerID // n.side[id] (as geometry last left it)
+	p      *peer            // n.peers[id] (nil: none)
+	hop    hopInfo          // n.hops[id], when hasHop
+	hopP   *peer            // n.peers[hop.to], when hasHop
+	hasHop bool
+}
+
+// rtSlots is the size of Node.rtab (a power of two).
+const rtSlots = 64
+
+// nameHash is a cheap hash of a name (its length and last two bytes) for
+// the direct-mapped caches of the publication path.
+func nameHash(a string) uint32 {
+	h := uint32(len(a)) * 0x9e3779b1
+	if len(a) > 0 {
+		h ^= uint32(a[len(a)-1]) * 0x85ebca6b
+	}
+	if len(a) > 1 {
+		h ^= uint32(a[len(a)-2]) * 0xc2b2ae35
+	}
+	return h ^ h>>16
+}
+
+// slot returns id's route slot, filled from the maps when stale. It does
+// not bring the geometry up to date (callers that read side do first).
+func (n *Node) slot(id message.BrokerID) *routeSlot {
+	s := &n.rtab[nameHash(string(id))&(rtSlots-1)]
+	if s.gen == n.rtGen && s.id == id {
+		return s
+	}
+	*s = routeSlot{id: id, gen: n.rtGen, side: n.side[id], p: n.peers[id]}
+	return s
+}
+
+// hopSlot is slot(r) with the next hop toward r (hop(r): computed, and
+// dialled, when unknown).
+func (n *Node) hopSlot(r message.BrokerID) *routeSlot {
+	s := n.slot(r)
+	if !s.hasHop {
+		h := n.hop(r) // may add a peer (a new generation)
+		s = n.slot(r)
+		s.hop, s.hopP, s.hasHop = h, n.peers[h.to], true
+	}
+	return s
+}
+
 // prefetchDials dials, when the next hop toward r is not linked yet, the
 // brokers behind it on the path to r as well: if the hop turns out dead,
 // the next candidate is already linked (F7: one dial timeout, not k).
@@ -273,8 +329,9 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 	n.store.Arrive(m.Stamps)
 	n.discDirty = true
 	src := m.ID.Source()
-	st := n.seen[src]
-	except := n.direction(from)
+	st := n.seenOf(src)
+	n.geometry()
+	except := n.slot(from).side
 	if except == "" {
 		except = from
 	}
@@ -332,7 +389,11 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 		if len(n.seenOrder) > n.cfg.MaxSources {
 			// At the bound the oldest source is forgotten (see
 			// Config.MaxSources for the consequence).
-			delete(n.seen, n.seenOrder[0])
+			old := n.seenOrder[0]
+			delete(n.seen, old)
+			if sl := &n.seenTab[sourceHash(old)&(seenSlots-1)]; sl.st != nil && sl.src == old {
+				*sl = seenSlot{}
+			}
 			n.seenOrder = n.seenOrder[1:]
 		}
 	}
@@ -346,10 +407,45 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 	if len(n.recipBuf) == 0 {
 		return // delivered locally (or nowhere): nothing to keep
 	}
-	for _, r := range n.recipBuf {
-		st.mark(n.direction(r), m.ID.Seq)
+	n.geometry()
+	var last message.BrokerID
+	for i, r := range n.recipBuf {
+		// Recipients in one direction mostly come together: marking the
+		// same direction again with the same number changes nothing.
+		if d := n.slot(r).side; i == 0 || d != last {
+			st.mark(d, m.ID.Seq)
+			last = d
+		}
 	}
 	n.enqueue(m, except)
+}
+
+// seenSlot caches one entry of n.seen (a source's state) by a cheap hash
+// of the source, so that a hop rarely hashes the publisher's name.
+type seenSlot struct {
+	src message.Source
+	st  *srcState
+}
+
+// seenSlots is the size of Node.seenTab (a power of two).
+const seenSlots = 32
+
+func sourceHash(s message.Source) uint32 {
+	return nameHash(s.Publisher) ^ uint32(s.Epoch)*0x9e3779b1
+}
+
+// seenOf returns n.seen[src] (nil: none), through seenTab. An entry
+// leaves n.seen only in acceptSeen, which clears its slot.
+func (n *Node) seenOf(src message.Source) *srcState {
+	sl := &n.seenTab[sourceHash(src)&(seenSlots-1)]
+	if sl.st != nil && sl.src == src {
+		return sl.st
+	}
+	st := n.seen[src]
+	if st != nil {
+		sl.src, sl.st = src, st
+	}
+	return st
 }
 
 // enqueue stamps m, queues it for the recipients in n.recipBuf and sends
@@ -418,7 +514,8 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 		if e.safe[i] {
 			continue
 		}
-		h := n.hop(r)
+		s := n.hopSlot(r)
+		h := s.hop
 		if !h.ok || (only != "" && h.to != only) {
 			continue
 		}
@@ -433,8 +530,8 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 			continue
 		}
 		done = append(done, h.to)
-		if p := n.peers[h.to]; p != nil && p.up {
-			n.send(h.to, &e.pub)
+		if p := s.hopP; p != nil && p.up {
+			n.sendPub(p, h.to, &e.pub)
 			any = true
 		}
 	}

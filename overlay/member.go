@@ -509,6 +509,7 @@ func (n *Node) removeMember(id message.BrokerID) {
 		n.peerIDs = nil
 	}
 	delete(n.hops, id)
+	n.rtGen++ // route slots (forward.go)
 	n.releaseRecipients()
 }
 
