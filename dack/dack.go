@@ -248,18 +248,19 @@ func (s *Store) Put(e message.DAckEntry) bool {
 // Arrive records that this broker received a publication carrying stamps
 // (its own arrived watermarks only grow).
 func (s *Store) Arrive(stamps []message.Stamp) {
-	for i, st := range stamps {
-		if st.B == s.self {
-			continue
-		}
+	for i := range stamps {
+		st := &stamps[i]
 		// The own entry of the broker at stamp position i is mostly the
 		// one of the previous publication: compared by name before
 		// hashing it (arrCache; an own entry's pointer only goes away in
-		// Forget, which clears the cache).
+		// Forget, which clears the cache). A cached name is never self
+		// (no own entry is cached for it), so a hit needs no self check.
 		var old *stored
 		var ok bool
 		if i < len(s.arrCache) && s.arrCache[i].st != nil && s.arrCache[i].b == st.B {
 			old, ok = s.arrCache[i].st, true
+		} else if st.B == s.self {
+			continue
 		} else if old, ok = s.own[st.B]; ok && i < len(s.arrCache) {
 			s.arrCache[i].b, s.arrCache[i].st = st.B, old
 		}

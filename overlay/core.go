@@ -467,6 +467,13 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 		p = n.peer(from)
 	}
 	p.silent = 0
+	if pm, ok := m.(*message.Pub); ok && !p.suspected {
+		// The common case first: a publication (never in parts) from an
+		// unsuspected peer.
+		n.counters.PubsIn++
+		n.onPub(from, pm)
+		return
+	}
 	if p.suspected {
 		// Unsuspect only after the message is processed: the first message
 		// on a link is the peer's heartbeat, which says whether it is

@@ -507,7 +507,9 @@ func (n *Node) newDeliver(d message.Deliver) *message.Deliver {
 // sendEntry sends e once over each of its current next hops with an up
 // link (only == "": all of them; otherwise only to that peer).
 func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
-	var sent [8]message.BrokerID
+	// Next hops are told apart by their peers (one per name); one whose
+	// link is down is skipped (and stays down during this loop).
+	var sent [8]*peer
 	done := sent[:0]
 	any := false
 	for i, r := range e.recips {
@@ -515,13 +517,16 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 			continue
 		}
 		s := n.hopSlot(r)
-		h := s.hop
-		if !h.ok || (only != "" && h.to != only) {
+		if !s.hop.ok || (only != "" && s.hop.to != only) {
+			continue
+		}
+		p := s.hopP
+		if p == nil || !p.up {
 			continue
 		}
 		dup := false
 		for _, d := range done {
-			if d == h.to {
+			if d == p {
 				dup = true
 				break
 			}
@@ -529,11 +534,9 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 		if dup {
 			continue
 		}
-		done = append(done, h.to)
-		if p := s.hopP; p != nil && p.up {
-			n.sendPub(p, h.to, &e.pub)
-			any = true
-		}
+		done = append(done, p)
+		n.sendPub(p, s.hop.to, &e.pub)
+		any = true
 	}
 	return any
 }
