@@ -242,17 +242,17 @@ func (n *Node) hop(r message.BrokerID) hopInfo {
 }
 
 // routeSlot caches, for one broker name, what a publication hop asks
-// about it: its direction (n.side), its peer, and the next hop toward it
-// (n.hops) with that hop's peer. Valid while n.rtGen is gen: rtGen
-// increases whenever n.side, n.hops (other than hop adding a missing
-// entry) or the peer set changes.
+// about it: its direction (n.side), its peer, and whether there is a next
+// hop toward it (n.hops) with that hop's peer. Valid while n.rtGen is
+// gen: rtGen increases whenever n.side, n.hops (other than hop adding a
+// missing entry) or the peer set changes. 64 bytes.
 type routeSlot struct {
 	id     message.BrokerID
 	gen    uint64
 	side   message.BrokerID // n.side[id] (as geometry last left it)
 	p      *peer            // n.peers[id] (nil: none)
-	hop    hopInfo          // n.hops[id], when hasHop
-	hopP   *peer            // n.peers[hop.to], when hasHop
+	hopP   *peer            // n.peers[n.hops[id].to] (nil: none), when hasHop
+	hopOK  bool             // n.hops[id].ok, when hasHop
 	hasHop bool
 }
 
@@ -262,13 +262,10 @@ const rtSlots = 64
 // nameHash is a cheap hash of a name (its length and last two bytes) for
 // the direct-mapped caches of the publication path.
 func nameHash(a string) uint32 {
-	h := uint32(len(a)) * 0x9e3779b1
-	if len(a) > 0 {
-		h ^= uint32(a[len(a)-1]) * 0x85ebca6b
+	if len(a) < 2 {
+		return uint32(len(a))
 	}
-	if len(a) > 1 {
-		h ^= uint32(a[len(a)-2]) * 0xc2b2ae35
-	}
+	h := uint32(len(a))*0x9e3779b1 ^ uint32(a[len(a)-1])*0x85ebca6b ^ uint32(a[len(a)-2])*0xc2b2ae35
 	return h ^ h>>16
 }
 
@@ -276,11 +273,15 @@ func nameHash(a string) uint32 {
 // not bring the geometry up to date (callers that read side do first).
 func (n *Node) slot(id message.BrokerID) *routeSlot {
 	s := &n.rtab[nameHash(string(id))&(rtSlots-1)]
-	if s.gen == n.rtGen && s.id == id {
-		return s
+	if s.gen != n.rtGen || s.id != id {
+		n.fillSlot(s, id)
 	}
-	*s = routeSlot{id: id, gen: n.rtGen, side: n.side[id], p: n.peers[id]}
 	return s
+}
+
+//go:noinline
+func (n *Node) fillSlot(s *routeSlot, id message.BrokerID) {
+	*s = routeSlot{id: id, gen: n.rtGen, side: n.side[id], p: n.peers[id]}
 }
 
 // hopSlot is slot(r) with the next hop toward r (hop(r): computed, and
@@ -288,10 +289,15 @@ func (n *Node) slot(id message.BrokerID) *routeSlot {
 func (n *Node) hopSlot(r message.BrokerID) *routeSlot {
 	s := n.slot(r)
 	if !s.hasHop {
-		h := n.hop(r) // may add a peer (a new generation)
-		s = n.slot(r)
-		s.hop, s.hopP, s.hasHop = h, n.peers[h.to], true
+		s = n.fillHop(r)
 	}
+	return s
+}
+
+func (n *Node) fillHop(r message.BrokerID) *routeSlot {
+	h := n.hop(r) // may add a peer (a new generation)
+	s := n.slot(r)
+	s.hopOK, s.hopP, s.hasHop = h.ok, n.peers[h.to], true
 	return s
 }
 
@@ -372,10 +378,7 @@ func (n *Node) acceptOlder(st *srcState, m *message.Pub, except message.BrokerID
 	if len(keep) == 0 {
 		return false
 	}
-	for _, r := range keep {
-		st.mark(n.direction(r), seq)
-	}
-	n.enqueue(m, except)
+	n.enqueue(m, except, st) // marks every recipient's direction
 	return true
 }
 
@@ -407,17 +410,7 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 	if len(n.recipBuf) == 0 {
 		return // delivered locally (or nowhere): nothing to keep
 	}
-	n.geometry()
-	var last message.BrokerID
-	for i, r := range n.recipBuf {
-		// Recipients in one direction mostly come together: marking the
-		// same direction again with the same number changes nothing.
-		if d := n.slot(r).side; i == 0 || d != last {
-			st.mark(d, m.ID.Seq)
-			last = d
-		}
-	}
-	n.enqueue(m, except)
+	n.enqueue(m, except, st) // marks every recipient's direction
 }
 
 // seenSlot caches one entry of n.seen (a source's state) by a cheap hash
@@ -448,9 +441,10 @@ func (n *Node) seenOf(src message.Source) *srcState {
 	return st
 }
 
-// enqueue stamps m, queues it for the recipients in n.recipBuf and sends
-// it to their next hops.
-func (n *Node) enqueue(m *message.Pub, except message.BrokerID) {
+// enqueue stamps m, queues it for the recipients in n.recipBuf, marks
+// their directions in st (the source's state) and sends it to their next
+// hops.
+func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState) {
 	n.stampSeq++
 	e := newQentry(len(n.recipBuf))
 	k := n.cfg.Delta + 1
@@ -473,7 +467,43 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID) {
 	if n.minqOK {
 		n.mergeMinq(e.pub.Stamps[1:])
 	}
-	n.sendEntry(e, "")
+	n.sendNew(e, st)
+}
+
+// sendNew is sendEntry(e, "") for a new entry, which also marks each
+// recipient's direction in st first (each recipient's route slot is
+// looked up once for both).
+func (n *Node) sendNew(e *qentry, st *srcState) {
+	n.geometry()
+	seq := e.pub.ID.Seq
+	var sent [8]*peer
+	done := sent[:0]
+	var last message.BrokerID
+	for i, r := range e.recips {
+		s := n.hopSlot(r)
+		// Recipients in one direction mostly come together: marking the
+		// same direction again with the same number changes nothing.
+		if d := s.side; i == 0 || d != last {
+			st.mark(d, seq)
+			last = d
+		}
+		p := s.hopP
+		if !s.hopOK || p == nil || !p.up {
+			continue
+		}
+		dup := false
+		for _, d := range done {
+			if d == p {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		done = append(done, p)
+		n.sendPub(p, p.id, &e.pub)
+	}
 }
 
 // deliverChunk is how many Delivers newDeliver allocates at once, and
@@ -507,8 +537,9 @@ func (n *Node) newDeliver(d message.Deliver) *message.Deliver {
 // sendEntry sends e once over each of its current next hops with an up
 // link (only == "": all of them; otherwise only to that peer).
 func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
-	// Next hops are told apart by their peers (one per name); one whose
-	// link is down is skipped (and stays down during this loop).
+	// Next hops are told apart by their peers (one per name, p.id the
+	// name); one whose link is down is skipped (and stays down during
+	// this loop).
 	var sent [8]*peer
 	done := sent[:0]
 	any := false
@@ -517,11 +548,8 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 			continue
 		}
 		s := n.hopSlot(r)
-		if !s.hop.ok || (only != "" && s.hop.to != only) {
-			continue
-		}
 		p := s.hopP
-		if p == nil || !p.up {
+		if !s.hopOK || p == nil || !p.up || (only != "" && p.id != only) {
 			continue
 		}
 		dup := false
@@ -535,7 +563,7 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 			continue
 		}
 		done = append(done, p)
-		n.sendPub(p, s.hop.to, &e.pub)
+		n.sendPub(p, p.id, &e.pub)
 		any = true
 	}
 	return any
