@@ -85,9 +85,13 @@ func (st *srcState) mark(d message.BrokerID, seq uint64) {
 	if d == "" {
 		return
 	}
+	last := d[len(d)-1]
 	for i := range st.toward {
-		if st.toward[i].dir == d {
-			st.toward[i].seq = max(st.toward[i].seq, seq)
+		x := &st.toward[i]
+		// Names of one length mostly differ in their last byte: checked
+		// before the whole names are compared.
+		if len(x.dir) == len(d) && x.dir[len(d)-1] == last && x.dir == d {
+			x.seq = max(x.seq, seq)
 			return
 		}
 	}
@@ -257,7 +261,7 @@ type routeSlot struct {
 }
 
 // rtSlots is the size of Node.rtab (a power of two).
-const rtSlots = 64
+const rtSlots = 256
 
 // nameHash is a cheap hash of a name (its length and last two bytes) for
 // the direct-mapped caches of the publication path.
@@ -421,7 +425,7 @@ type seenSlot struct {
 }
 
 // seenSlots is the size of Node.seenTab (a power of two).
-const seenSlots = 32
+const seenSlots = 128
 
 func sourceHash(s message.Source) uint32 {
 	return nameHash(s.Publisher) ^ uint32(s.Epoch)*0x9e3779b1
