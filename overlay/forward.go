@@ -495,19 +495,23 @@ func (n *Node) sendNew(e *qentry, st *srcState) {
 		if !s.hopOK || p == nil || !p.up {
 			continue
 		}
-		dup := false
-		for _, d := range done {
-			if d == p {
-				dup = true
-				break
-			}
+		var first bool
+		if done, first = addOnce(done, p); first {
+			n.sendPub(p, p.id, &e.pub)
 		}
-		if dup {
-			continue
-		}
-		done = append(done, p)
-		n.sendPub(p, p.id, &e.pub)
 	}
+}
+
+// addOnce appends p to done unless it is already there, and reports
+// whether it was not (a publication goes once to each next hop however
+// many recipients lie behind it).
+func addOnce(done []*peer, p *peer) ([]*peer, bool) {
+	for _, d := range done {
+		if d == p {
+			return done, false
+		}
+	}
+	return append(done, p), true
 }
 
 // deliverChunk is how many Delivers newDeliver allocates at once, and
@@ -556,19 +560,11 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 		if !s.hopOK || p == nil || !p.up || (only != "" && p.id != only) {
 			continue
 		}
-		dup := false
-		for _, d := range done {
-			if d == p {
-				dup = true
-				break
-			}
+		var first bool
+		if done, first = addOnce(done, p); first {
+			n.sendPub(p, p.id, &e.pub)
+			any = true
 		}
-		if dup {
-			continue
-		}
-		done = append(done, p)
-		n.sendPub(p, p.id, &e.pub)
-		any = true
 	}
 	return any
 }
