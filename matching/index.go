@@ -1179,17 +1179,21 @@ func (ix *Index) acceptP(e *pent, pa []pubAttr) bool {
 	return !more || ix.check(e.slot, pa)
 }
 
+// cmpTo compares e's bound with v (intFast: v is an int, so an int bound
+// is compared without building a Value).
+func (e *pent) cmpTo(v Value, intFast bool) int {
+	if intFast && e.kind() == KindInt {
+		return cmp64(int64(e.bits), v.Int)
+	}
+	return cmpNum(e.value(), v)
+}
+
 // scanBelowP is scanBelow over compiled entries.
 func scanBelowP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
 	intFast := v.Kind == KindInt
 	for k := range b {
 		e := &b[k]
-		var c int
-		if intFast && e.kind() == KindInt {
-			c = cmp64(int64(e.bits), v.Int)
-		} else {
-			c = cmpNum(e.value(), v)
-		}
+		c := e.cmpTo(v, intFast)
 		if c > 0 || c == 0 && e.op() == OpGt {
 			if c > 0 {
 				return dst
@@ -1208,12 +1212,7 @@ func scanAboveP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint
 	intFast := v.Kind == KindInt
 	for k := len(b) - 1; k >= 0; k-- {
 		e := &b[k]
-		var c int
-		if intFast && e.kind() == KindInt {
-			c = cmp64(int64(e.bits), v.Int)
-		} else {
-			c = cmpNum(e.value(), v)
-		}
+		c := e.cmpTo(v, intFast)
 		if c < 0 || c == 0 && e.op() == OpLt {
 			if c < 0 {
 				return dst
