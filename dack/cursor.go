@@ -63,29 +63,20 @@ func (s *Store) PathThreshold(p *PathRef) uint64 {
 		}
 		p.set, p.ok = s.aboutSet, true
 	}
-	minArrived := ^uint64(0)
-	maxDiscarded := uint64(0)
+	th := newThreshold()
 	for _, i := range p.idx {
 		if i == 0 {
-			minArrived = 0
+			th.missing()
 			continue
 		}
 		r := &s.aboutDense[i-1]
 		if r.ae != s.epoch {
-			minArrived = 0
+			th.missing()
 			continue
 		}
-		if r.arrived < minArrived {
-			minArrived = r.arrived
-		}
-		if r.discarded > maxDiscarded {
-			maxDiscarded = r.discarded
-		}
+		th.add(r.arrived, r.discarded)
 	}
-	if maxDiscarded > minArrived {
-		return maxDiscarded
-	}
-	return minArrived
+	return th.value()
 }
 
 // OwnVersion increases whenever the list OwnKeys returns may change

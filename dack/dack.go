@@ -447,23 +447,31 @@ func Threshold(path []BrokerID, report func(BrokerID) (Report, bool)) uint64 {
 	if len(path) == 0 {
 		return 0
 	}
-	minArrived := ^uint64(0)
-	maxDiscarded := uint64(0)
+	th := newThreshold()
 	for _, b := range path {
-		r, ok := report(b)
-		if !ok {
-			minArrived = 0
-			continue
-		}
-		if r.Arrived < minArrived {
-			minArrived = r.Arrived
-		}
-		if r.Discarded > maxDiscarded {
-			maxDiscarded = r.Discarded
+		if r, ok := report(b); ok {
+			th.add(r.Arrived, r.Discarded)
+		} else {
+			th.missing()
 		}
 	}
-	if maxDiscarded > minArrived {
-		return maxDiscarded
-	}
-	return minArrived
+	return th.value()
 }
+
+// threshold accumulates Threshold over a path's reports: the lowest
+// arrived watermark (0 once a broker has not reported) and the highest
+// discarded one. Threshold and PathThreshold both go through it, so the
+// safety rule is written once.
+type threshold struct{ minArrived, maxDiscarded uint64 }
+
+func newThreshold() threshold { return threshold{minArrived: ^uint64(0)} }
+
+func (t *threshold) add(arrived, discarded uint64) {
+	t.minArrived = min(t.minArrived, arrived)
+	t.maxDiscarded = max(t.maxDiscarded, discarded)
+}
+
+// missing is a broker on the path that has not reported.
+func (t *threshold) missing() { t.minArrived = 0 }
+
+func (t *threshold) value() uint64 { return max(t.minArrived, t.maxDiscarded) }
