@@ -6,6 +6,7 @@
 package routing
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -328,22 +329,12 @@ func (t *Table) intern(b message.BrokerID) int32 {
 		for i := range order {
 			order[i] = int32(i)
 		}
-		slices.SortFunc(order, func(x, y int32) int { return cmpStr(t.froms[x].name, t.froms[y].name) })
+		slices.SortFunc(order, func(x, y int32) int { return cmp.Compare(t.froms[x].name, t.froms[y].name) })
 		for r, i := range order {
 			t.froms[i].rank = int32(r)
 		}
 	}
 	return fi
-}
-
-func cmpStr(a, b message.BrokerID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // routeOf interns r.
@@ -532,7 +523,7 @@ func (t *Table) coverCandidates(bk bucketKey) (_ []cand, shared bool) {
 				out = append(out, t.bucketEnts(b)...)
 			}
 		}
-		slices.SortFunc(out, func(a, b cand) int { return cmpSeq(a.seq, b.seq) })
+		slices.SortFunc(out, func(a, b cand) int { return cmp.Compare(a.seq, b.seq) })
 	} else {
 		mine := t.bucketEnts(bk)
 		others := t.bucketEnts(bucketKey{route: bk.route, other: true})
@@ -552,16 +543,6 @@ func (t *Table) coverCandidates(bk bucketKey) (_ []cand, shared bool) {
 	return out, false
 }
 
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // candIn returns the cand of seq in bucket bk (nil: none), valid until
 // the buckets change.
 func (t *Table) candIn(bk bucketKey, seq uint64) *cand {
@@ -570,7 +551,7 @@ func (t *Table) candIn(bk bucketKey, seq uint64) *cand {
 		return nil
 	}
 	b := t.bslots[bi].ents
-	if i, ok := slices.BinarySearchFunc(b, seq, func(x cand, s uint64) int { return cmpSeq(x.seq, s) }); ok {
+	if i, ok := slices.BinarySearchFunc(b, seq, func(x cand, s uint64) int { return cmp.Compare(x.seq, s) }); ok {
 		return &b[i]
 	}
 	return nil
@@ -589,7 +570,7 @@ func (t *Table) unbucket(e *Entry, keep *bucketKey) (covers []*Entry) {
 	}
 	bu := &t.bslots[bi]
 	b := bu.ents
-	i, ok := slices.BinarySearchFunc(b, e.seq, func(x cand, s uint64) int { return cmpSeq(x.seq, s) })
+	i, ok := slices.BinarySearchFunc(b, e.seq, func(x cand, s uint64) int { return cmp.Compare(x.seq, s) })
 	if !ok || b[i].e != e {
 		return nil // not indexed here (cannot happen: callers pass indexed entries)
 	}
