@@ -140,22 +140,7 @@ func TestCheckerCatchesManglingNode(t *testing.T) {
 	cfg.Seed = 3
 	cfg.NewNode = func(c NodeConfig) (Node, error) { n, _ := NewFloodNode(c); return &mangler{Node: n}, nil }
 	var trace bytes.Buffer
-	cfg.Trace = &trace
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree := NewTree("B1")
-	_ = tree.Add("B1", "B2")
-	if err := s.BuildTree(tree, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	f, _ := parseFilter([]string{"class=a"})
-	_ = s.AddSubscriber("S1", "B2", f)
-	_ = s.RunFor(100 * time.Millisecond)
-	_ = s.AddPublisher("P1", "B1", 10*time.Millisecond, s.Now()+time.Second, func() []matching.Attr {
-		return []matching.Attr{{Name: "class", Value: str("a")}}
-	})
+	s := startMangling(t, cfg, &trace)
 	_ = s.RunFor(2 * time.Second)
 	r := s.Log().Check()
 	if r.Duplicates == 0 || r.Reordered == 0 || !r.Failed(false) {
@@ -177,6 +162,21 @@ func TestCheckerCatchesManglingNode(t *testing.T) {
 // the end.
 func firstViolationOf(t *testing.T, cfg Config, trace *bytes.Buffer) time.Duration {
 	t.Helper()
+	s := startMangling(t, cfg, trace)
+	_ = s.RunFor(300 * time.Millisecond)
+	mid := s.FirstViolation()
+	_ = s.RunFor(2 * time.Second)
+	if end := s.FirstViolation(); mid >= 0 && end != mid || end < 0 {
+		t.Fatalf("first violation %v mid-run, %v at the end", mid, end)
+	}
+	return s.FirstViolation()
+}
+
+// startMangling builds the two-broker setup of the mangling tests with
+// trace (nil: none): a subscriber at B2, then a publisher at B1 every
+// 10 ms for a second, not yet run.
+func startMangling(t *testing.T, cfg Config, trace *bytes.Buffer) *Sim {
+	t.Helper()
 	cfg.Trace = nil
 	if trace != nil {
 		cfg.Trace = trace
@@ -196,13 +196,7 @@ func firstViolationOf(t *testing.T, cfg Config, trace *bytes.Buffer) time.Durati
 	_ = s.AddPublisher("P1", "B1", 10*time.Millisecond, s.Now()+time.Second, func() []matching.Attr {
 		return []matching.Attr{{Name: "class", Value: str("a")}}
 	})
-	_ = s.RunFor(300 * time.Millisecond)
-	mid := s.FirstViolation()
-	_ = s.RunFor(2 * time.Second)
-	if end := s.FirstViolation(); mid >= 0 && end != mid || end < 0 {
-		t.Fatalf("first violation %v mid-run, %v at the end", mid, end)
-	}
-	return s.FirstViolation()
+	return s
 }
 
 func TestEventHeapOrder(t *testing.T) {
