@@ -262,6 +262,9 @@ func (c *Client) Publish(ctx context.Context, pub matching.Publication) error {
 // returned channel yields its outcome (nil once acknowledged). It waits
 // only while MaxInFlight publications are unacknowledged.
 func (c *Client) PublishAsync(ctx context.Context, pub matching.Publication) (<-chan error, error) {
+	if err := matching.ValidateAttrs(pub.Attrs); err != nil {
+		return nil, fmt.Errorf("client: publish: %w", err) // nothing sent, no sequence number used
+	}
 	select {
 	case c.window <- struct{}{}:
 	case <-ctx.Done():

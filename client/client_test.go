@@ -368,3 +368,22 @@ func TestStaleRefusalDoesNotHoldPublicationsForever(t *testing.T) {
 		}
 	})
 }
+
+// A publication naming an attribute twice is refused before it is sent
+// (the broker would refuse it too): no sequence number is used, so the
+// next publication is Seq 1.
+func TestPublishRefusesRepeatedAttribute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, conn := connectMem(t)
+		defer c.Close()
+		bad := pub(1)
+		bad.Attrs = append(bad.Attrs, bad.Attrs[0])
+		if _, err := c.PublishAsync(t.Context(), bad); err == nil || !strings.Contains(err.Error(), `"n" appears twice`) {
+			t.Fatalf("PublishAsync of a repeated attribute: err %v, want appears twice", err)
+		}
+		if _, err := c.PublishAsync(t.Context(), pub(2)); err != nil {
+			t.Fatal(err)
+		}
+		expectPublish(t, conn, 1)
+	})
+}

@@ -5,6 +5,8 @@
 // scan. It does no I/O. See docs/filters.md for the language.
 package matching
 
+import "fmt"
+
 // Kind is the type of a value, decided by how it is written: 'quoted' (or a
 // bare name) is a string, 12 is an integer, 12.5 is a float.
 type Kind uint8
@@ -67,6 +69,25 @@ type Filter struct {
 type Attr struct {
 	Name  string `msgpack:"n"`
 	Value Value  `msgpack:"v"`
+}
+
+// ValidateAttrs checks what a publication's attributes must satisfy
+// whatever their source (parsed text, a client library, a raw frame):
+// every name non-empty and named once. A repeated name would make the
+// index report a subscription once per copy, so a local subscriber would
+// get the publication twice.
+func ValidateAttrs(attrs []Attr) error {
+	for i, a := range attrs {
+		if a.Name == "" {
+			return fmt.Errorf("matching: publication attribute %d has an empty name", i+1)
+		}
+		for _, b := range attrs[:i] {
+			if b.Name == a.Name {
+				return fmt.Errorf("matching: publication attribute %q appears twice", a.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // Publication is what publishers send: typed attributes that filters read,

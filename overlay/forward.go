@@ -598,6 +598,12 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 		ack("sequence gap: expected " + uitoa(st.seq+1))
 		return
 	}
+	if err := matching.ValidateAttrs(m.Attrs); err != nil {
+		// Refused, not skipped: the publisher keeps Seq for its next
+		// (valid) publication, so nothing later is taken for a gap.
+		ack("bad publication: " + err.Error())
+		return
+	}
 	if n.leaving {
 		ack(ErrLeaving) // not retried here: the publisher must move (leave.go)
 		return

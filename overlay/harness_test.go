@@ -3,6 +3,7 @@ package overlay
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/deltapub/deltapub/matching"
@@ -597,4 +598,32 @@ func TestHarnessJoinStateTransfer(t *testing.T) {
 	for _, c := range []message.ClientID{101, 102, 103} {
 		h.checkExactFIFO(c, 5)
 	}
+}
+
+// A publication naming an attribute twice is refused at the edge with a
+// clear error (the index would report a subscription once per copy: a
+// local subscriber got it twice); its Seq stays free for the next one.
+func TestHarnessRefusesRepeatedAttribute(t *testing.T) {
+	h := newHarness(t, 2)
+	h.buildTree("P1", chainEdges)
+	h.subscribe("P1", 101, classFilter("stock")) // local to the publisher's edge
+	h.subscribe("S1", 102, classFilter("stock"))
+	h.do("P1", func(n *Node) { n.ClientOpen(1); n.Client(1, &message.ClientHello{Publisher: "pub", Epoch: 1}) })
+	h.do("P1", func(n *Node) {
+		n.Client(1, &message.Publish{Seq: 1, Attrs: []matching.Attr{strAttr("class", "stock"), strAttr("class", "stock")}})
+	})
+	h.run(5)
+	var refusal string
+	for _, m := range h.got[1] {
+		if a, ok := m.(*message.PubAck); ok && a.Seq == 1 {
+			refusal = a.Err
+		}
+	}
+	if !strings.Contains(refusal, `"class" appears twice`) {
+		t.Fatalf("PubAck for a repeated attribute: %q, want a refusal naming it", refusal)
+	}
+	h.publish("P1", 1, 1, "stock")
+	h.runUntil(100, "queues drained", h.queuesEmpty)
+	h.checkExactFIFO(101, 1)
+	h.checkExactFIFO(102, 1)
 }
