@@ -73,11 +73,12 @@ type Node struct {
 	jpWait       int
 	jpAsked      bool
 	rejoin       bool
-	stateWait    map[message.BrokerID]bool   // recovery: peers whose StateReply is awaited
-	admitting    map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
-	pendingState map[message.BrokerID]bool   // StateRequests not answered yet (see answerStateRequests)
-	askedBehind  map[message.BrokerID]bool   // recovery: awaited peers whose back side was asked
-	stateless    map[message.BrokerID]bool   // recovery: peers that answered NotMember (no state to give)
+	stateWait    map[message.BrokerID]bool             // recovery: peers whose StateReply is awaited
+	admitting    map[message.BrokerID]uint64           // joinpoint: joiners admitted here (epoch), until confirmed
+	pendingState map[message.BrokerID]bool             // StateRequests not answered yet (see answerStateRequests)
+	askedBehind  map[message.BrokerID]bool             // recovery: awaited peers whose back side was asked
+	askedFor     map[message.BrokerID]message.BrokerID // recovery: a broker asked behind an awaited one -> that one (member.go dropLeft)
+	stateless    map[message.BrokerID]bool             // recovery: peers that answered NotMember (no state to give)
 	stateWaitT   int
 	assembling   map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
 
@@ -213,6 +214,7 @@ func NewNode(cfg Config) (*Node, error) {
 		gapSeen:      map[gapKey]bool{},
 		viaState:     map[message.SubID]bool{},
 		askedBehind:  map[message.BrokerID]bool{},
+		askedFor:     map[message.BrokerID]message.BrokerID{},
 		stateless:    map[message.BrokerID]bool{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},

@@ -315,7 +315,11 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 				n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, false)
 			}
 		}
-		delete(n.stateWait, from)
+		if n.topo.Has(from) {
+			delete(n.stateWait, from)
+		} else {
+			n.dropLeft(from)
+		}
 		n.checkRecovery()
 		return
 	}
@@ -366,7 +370,7 @@ func (n *Node) checkRecovery() {
 			// next to a leaver restarts with the leaver among its
 			// joinpoints; a removed broker's link is not even monitored,
 			// so it may never be suspected).
-			delete(n.stateWait, id)
+			n.dropLeft(id)
 			continue
 		}
 		if !p.suspected || n.askedBehind[id] {
@@ -422,6 +426,7 @@ func (n *Node) askBehind(id message.BrokerID) int {
 			continue
 		}
 		n.stateWait[f] = true
+		n.askedFor[f] = id
 		if n.peer(f).up {
 			n.send(f, &message.StateRequest{Node: n.self})
 		} else {
@@ -429,6 +434,25 @@ func (n *Node) askBehind(id message.BrokerID) int {
 		}
 	}
 	return asked
+}
+
+// dropLeft stops waiting for f, which left our map (a leaver: it holds
+// no state to give). If it was asked on behalf of an awaited broker x (it
+// was the closest live one behind x), x's side is asked again on the map
+// as it is now: the leave's repair put other brokers behind x (fuzz seed
+// 600229: a broker restarting next to two crashed ones asked the next
+// one behind them, which was leaving; its NotMember left that whole side
+// unasked, the recovery completed without its subscriptions, and the
+// publications for them were swallowed).
+func (n *Node) dropLeft(f message.BrokerID) {
+	delete(n.stateWait, f)
+	x, ok := n.askedFor[f]
+	delete(n.askedFor, f)
+	if !ok || x == f || n.stateless[x] || !n.topo.Has(x) {
+		return
+	}
+	n.stateWait[x] = true
+	n.askedBehind[x] = false // checkRecovery asks behind it again
 }
 
 func (n *Node) rememberTopo(k floodKey) {

@@ -79,6 +79,13 @@ func TestFuzzRegressions(t *testing.T) {
 		// to B6 when it spoke again: B6 kept B9 in its map and did not
 		// route toward B9's former child B10.
 		{70645, "a falsely suspected broker missed a repair passed on before the suspicion", true},
+		// B9 and B11 crashed (adjacent), B9's parent B8 left, B11
+		// restarted: it asked B8, the closest live broker behind B9, for
+		// its state; B8, its repair out, answered NotMember and was gone
+		// from B11's map, so nobody was asked behind B9 any more and B11
+		// became routable without the subscriptions beyond it (S2 at B10):
+		// it swallowed the publications routed to it for them.
+		{600229, "a leaver asked on behalf of a crashed broker left that side unasked", false},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
