@@ -212,21 +212,7 @@ func TestFloodMap(t *testing.T) {
 		if fm.len() != len(ref) {
 			t.Fatalf("%s: len %d, want %d", step, fm.len(), len(ref))
 		}
-		seen := 0
-		for f := range fm.all {
-			if ref[f.key] != f {
-				t.Fatalf("%s: all yields %+v, not pending", step, f.key)
-			}
-			seen++
-		}
-		if seen != len(ref) {
-			t.Fatalf("%s: all yields %d floods, want %d", step, seen, len(ref))
-		}
-		for k, f := range ref {
-			if g, ok := fm.get(k); !ok || g != f {
-				t.Fatalf("%s: get(%+v) = %p, %v; want %p", step, k, g, ok, f)
-			}
-		}
+		checkFloodMap(t, step, &fm, ref)
 	}
 	sub := func(kind floodKind, edge message.BrokerID, epoch, n uint64) floodKey {
 		return floodKey{kind: kind, sub: message.SubID{Edge: edge, Epoch: epoch, N: n}}
@@ -349,21 +335,7 @@ func TestFloodMapRandom(t *testing.T) {
 			t.Fatalf("step %d: len %d, want %d", step, fm.len(), len(ref))
 		}
 		if step%97 == 0 {
-			for k, f := range ref {
-				if g, ok := fm.get(k); !ok || g != f {
-					t.Fatalf("step %d: get(%+v) = %p, %v; want %p", step, k, g, ok, f)
-				}
-			}
-			seen := 0
-			for f := range fm.all {
-				if ref[f.key] != f {
-					t.Fatalf("step %d: all yields %+v, not pending", step, f.key)
-				}
-				seen++
-			}
-			if seen != len(ref) {
-				t.Fatalf("step %d: all yields %d floods, want %d", step, seen, len(ref))
-			}
+			checkFloodMap(t, fmt.Sprintf("step %d", step), &fm, ref)
 		}
 	}
 }
@@ -563,5 +535,26 @@ func TestFloodFromPointerCache(t *testing.T) {
 	check("E back", "E", "Y", "B")
 	if got := n.floodFromPointer("G", "Z", "B", "B"); got != "B" {
 		t.Fatalf("edge without a window: %s, want B", got)
+	}
+}
+
+// checkFloodMap fails unless fm holds exactly the floods of ref: all
+// yields each once, get finds each.
+func checkFloodMap(t *testing.T, step string, fm *floodMap, ref map[floodKey]*flood) {
+	t.Helper()
+	seen := 0
+	for f := range fm.all {
+		if ref[f.key] != f {
+			t.Fatalf("%s: all yields %+v, not pending", step, f.key)
+		}
+		seen++
+	}
+	if seen != len(ref) {
+		t.Fatalf("%s: all yields %d floods, want %d", step, seen, len(ref))
+	}
+	for k, f := range ref {
+		if g, ok := fm.get(k); !ok || g != f {
+			t.Fatalf("%s: get(%+v) = %p, %v; want %p", step, k, g, ok, f)
+		}
 	}
 }
