@@ -207,6 +207,7 @@ type Sim struct {
 	now      time.Duration
 	seq      uint64
 	q        eventHeap
+	ticks    tickQueue // the brokers' ticks after their first (see tickQueue)
 	brokers  map[message.BrokerID]*broker
 	order    []*broker // creation order, for deterministic iteration
 	links    map[linkKey]*link
@@ -338,7 +339,7 @@ func (s *Sim) At(t time.Duration, fn func()) { s.schedule(t, fn) }
 // RunUntil processes events up to and including virtual time t, then sets
 // the clock to t. It stops early on a fatal error.
 func (s *Sim) RunUntil(t time.Duration) error {
-	for s.err == nil && len(s.q) > 0 && s.q[0].at <= t {
+	for s.err == nil && (len(s.q) > 0 && s.q[0].at <= t || s.ticks.n > 0 && s.ticks.buf[s.ticks.head].at <= t) {
 		s.stepOne()
 	}
 	if s.err == nil && s.now < t {
@@ -370,6 +371,10 @@ func (s *Sim) RunUntilCond(max time.Duration, cond func() bool) (bool, error) {
 }
 
 func (s *Sim) stepOne() {
+	if s.ticks.n > 0 && (len(s.q) == 0 || s.ticks.before(&s.q[0])) {
+		s.stepTick()
+		return
+	}
 	e := s.next()
 	s.now = e.at
 	s.stats.Events++
@@ -378,6 +383,18 @@ func (s *Sim) stepOne() {
 		return
 	}
 	s.run(&e)
+}
+
+// stepTick is stepOne for the first tick of s.ticks.
+func (s *Sim) stepTick() {
+	t := s.ticks.pop()
+	s.now = t.at
+	s.stats.Events++
+	if s.stats.Events > s.cfg.MaxEvents {
+		s.err = ErrEventBound
+		return
+	}
+	s.tick(t.b, t.inc)
 }
 
 // run executes one event: a global action, or an input to a broker's node
@@ -523,19 +540,23 @@ func (s *Sim) start(b *broker) error {
 		phase = time.Duration(s.rng.Int64N(int64(s.cfg.Tick)))
 	}
 	inc := b.inc
-	var tick func()
-	tick = func() {
-		if b.inc != inc {
-			return // crashed: this incarnation's clock stops
-		}
-		if b.state == stateUp {
-			b.node.Tick()
-			s.flush(b)
-		}
-		s.schedule(s.now+s.cfg.Tick, tick)
-	}
-	s.schedule(s.now+phase+s.cfg.Tick, tick)
+	s.schedule(s.now+phase+s.cfg.Tick, func() { s.tick(b, inc) })
 	return nil
+}
+
+// tick is a tick of incarnation inc of b: delivered to its node if b is
+// up, then the next one is queued, Tick later (in s.ticks), unless that
+// incarnation crashed: its clock stops.
+func (s *Sim) tick(b *broker, inc int) {
+	if b.inc != inc {
+		return
+	}
+	if b.state == stateUp {
+		b.node.Tick()
+		s.flush(b)
+	}
+	s.seq++
+	s.ticks.push(tickEntry{at: s.now + s.cfg.Tick, seq: s.seq, b: b, inc: inc})
 }
 
 func (s *Sim) broker(id message.BrokerID) (*broker, error) {
