@@ -24,33 +24,49 @@ type qentry struct {
 	// stampBuf holds pub.Stamps up to δ = 3 (the same allocation: the
 	// DACK pass reads every queued stamp each period).
 	stampBuf [4]message.Stamp
+	// rbuf and sbuf hold recips and safe for up to len(rbuf) recipients
+	// (most publications have a few next hops).
+	rbuf [4]message.BrokerID
+	sbuf [4]bool
 }
 
-// qentryN is a queue entry with room for n recipients in the same
-// allocation (most publications have a few next hops): one allocation per
-// queued publication instead of four.
-type qentryN[R [1]message.BrokerID | [2]message.BrokerID | [4]message.BrokerID, S [1]bool | [2]bool | [4]bool] struct {
-	qentry
-	r R
-	s S
-}
+// qentryChunk is how many queue entries carveQentry carves from one
+// allocation, and recipChunk how many recipients of entries with more
+// than fit inline.
+const (
+	qentryChunk = 32
+	recipChunk  = 256
+)
 
-func newQentry(n int) *qentry {
-	switch {
-	case n <= 1:
-		x := &qentryN[[1]message.BrokerID, [1]bool]{}
-		x.recips, x.safe = x.r[:n], x.s[:n]
-		return &x.qentry
-	case n <= 2:
-		x := &qentryN[[2]message.BrokerID, [2]bool]{}
-		x.recips, x.safe = x.r[:n], x.s[:n]
-		return &x.qentry
-	case n <= 4:
-		x := &qentryN[[4]message.BrokerID, [4]bool]{}
-		x.recips, x.safe = x.r[:n], x.s[:n]
-		return &x.qentry
+// newQentry returns a zeroed queue entry with room for k recipients, in
+// an allocation of its own (tests).
+func newQentry(k int) *qentry { return new(Node).carveQentry(k) }
+
+// carveQentry returns a zeroed queue entry with room for k recipients,
+// carved from a chunk: one allocation per qentryChunk queued publications
+// instead of one or three each. Entries are never reused (a forwarded
+// publication is the entry's pub, which a next hop may hold on to), so
+// a pointer handed out stays valid; the collector frees a chunk once none
+// of its entries is referenced. Recipients beyond the inline room are
+// carved from chunks likewise (capacity capped: nothing appends into a
+// neighbour's).
+func (n *Node) carveQentry(k int) *qentry {
+	if len(n.qslab) == 0 {
+		n.qslab = make([]qentry, qentryChunk)
 	}
-	return &qentry{recips: make([]message.BrokerID, n), safe: make([]bool, n)}
+	e := &n.qslab[0]
+	n.qslab = n.qslab[1:]
+	if k <= len(e.rbuf) {
+		e.recips, e.safe = e.rbuf[:k:k], e.sbuf[:k:k]
+		return e
+	}
+	if len(n.rslab) < k {
+		c := max(recipChunk, k)
+		n.rslab, n.sslab = make([]message.BrokerID, c), make([]bool, c)
+	}
+	e.recips, n.rslab = n.rslab[:k:k], n.rslab[k:]
+	e.safe, n.sslab = n.sslab[:k:k], n.sslab[k:]
+	return e
 }
 
 // srcState is the per-source duplicate-suppression state.
@@ -450,7 +466,7 @@ func (n *Node) seenOf(src message.Source) *srcState {
 // hops.
 func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState) {
 	n.stampSeq++
-	e := newQentry(len(n.recipBuf))
+	e := n.carveQentry(len(n.recipBuf))
 	k := n.cfg.Delta + 1
 	stamps := e.stampBuf[:0]
 	if k > len(e.stampBuf) {
