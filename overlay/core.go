@@ -118,6 +118,10 @@ type Node struct {
 	rtGen   uint64
 	rtab    *[rtSlots]routeSlot
 	seenTab *[seenSlots]seenSlot
+	// fslots: route data by the routing table's interned from-pointer
+	// index (sendNewIdx), for its numbering fslotsOf.
+	fslots   []fromSlot
+	fslotsOf uint32
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
 	floods     floodMap               // pending, by key (flood_fast.go)

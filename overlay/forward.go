@@ -398,7 +398,7 @@ func (n *Node) acceptOlder(st *srcState, m *message.Pub, except message.BrokerID
 	if len(keep) == 0 {
 		return false
 	}
-	n.enqueue(m, except, st) // marks every recipient's direction
+	n.enqueue(m, except, st, nil) // marks every recipient's direction
 	return true
 }
 
@@ -430,7 +430,7 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 	if len(n.recipBuf) == 0 {
 		return // delivered locally (or nowhere): nothing to keep
 	}
-	n.enqueue(m, except, st) // marks every recipient's direction
+	n.enqueue(m, except, st, n.table.RecipientIndices()) // marks every recipient's direction
 }
 
 // seenSlot caches one entry of n.seen (a source's state) by a cheap hash
@@ -463,8 +463,10 @@ func (n *Node) seenOf(src message.Source) *srcState {
 
 // enqueue stamps m, queues it for the recipients in n.recipBuf, marks
 // their directions in st (the source's state) and sends it to their next
-// hops.
-func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState) {
+// hops. idx, when not nil, holds the recipients' interned indices in the
+// routing table (Table.RecipientIndices: n.recipBuf as Recipients
+// returned it).
+func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, idx []uint64) {
 	n.stampSeq++
 	e := n.carveQentry(len(n.recipBuf))
 	k := n.cfg.Delta + 1
@@ -486,6 +488,10 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState) {
 	n.queueLen++
 	if n.minqOK {
 		n.mergeMinq(e.pub.Stamps[1:])
+	}
+	if idx != nil {
+		n.sendNewIdx(e, st, idx)
+		return
 	}
 	n.sendNew(e, st)
 }
@@ -509,6 +515,56 @@ func (n *Node) sendNew(e *qentry, st *srcState) {
 		}
 		p := s.hopP
 		if !s.hopOK || p == nil || !p.up {
+			continue
+		}
+		var first bool
+		if done, first = addOnce(done, p); first {
+			n.sendPub(p, p.id, &e.pub)
+		}
+	}
+}
+
+// fromSlot is hopSlot's answer (side, next hop's peer, whether there is
+// a next hop) for the routing table's from-pointer of one interned index
+// (n.fslots), valid while n.rtGen+1 is gen.
+type fromSlot struct {
+	gen   uint64
+	side  message.BrokerID
+	hopP  *peer
+	hopOK bool
+}
+
+// sendNewIdx is sendNew for recipients named by their interned indices
+// in the routing table as well (idx[i] names e.recips[i]): their route
+// data is read from a dense array by index instead of the route slots
+// by name (no hashing, no name comparisons while the generation holds).
+func (n *Node) sendNewIdx(e *qentry, st *srcState, idx []uint64) {
+	n.geometry()
+	if g := n.table.FromsGen(); g != n.fslotsOf {
+		clear(n.fslots)
+		n.fslotsOf = g
+	}
+	seq := e.pub.ID.Seq
+	var sent [8]*peer
+	done := sent[:0]
+	var last message.BrokerID
+	for i, x := range idx {
+		if x >= uint64(len(n.fslots)) {
+			n.fslots = append(n.fslots, make([]fromSlot, x+1-uint64(len(n.fslots)))...)
+		}
+		f := &n.fslots[x]
+		if f.gen != n.rtGen+1 {
+			s := n.hopSlot(e.recips[i]) // may start a new generation
+			*f = fromSlot{gen: n.rtGen + 1, side: s.side, hopP: s.hopP, hopOK: s.hopOK}
+		}
+		// Recipients in one direction mostly come together: marking the
+		// same direction again with the same number changes nothing.
+		if d := f.side; i == 0 || d != last {
+			st.mark(d, seq)
+			last = d
+		}
+		p := f.hopP
+		if !f.hopOK || p == nil || !p.up {
 			continue
 		}
 		var first bool

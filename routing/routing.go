@@ -68,6 +68,11 @@ type Table struct {
 	// reset, which clears the cache.
 	exCache [4]exEntry
 	exNext  uint8
+	// npicked is how many recipients the last Recipients call found
+	// (their interned indices lead buf: RecipientIndices); fromsGen
+	// increases whenever interned indices are given anew (reset).
+	npicked  int
+	fromsGen uint32
 
 	// ids finds an entry's slot by its Sub (see wordIndex).
 	ids wordIndex
@@ -718,6 +723,8 @@ func (t *Table) reset() {
 	t.slots, t.free = t.slots[:0], t.free[:0]
 	clear(t.fromIdx)
 	t.froms = t.froms[:0]
+	t.fromsGen++
+	t.npicked = 0
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
 	t.exCache, t.exNext = [4]exEntry{}, 0
@@ -848,8 +855,19 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 	for _, f := range picked {
 		dst = append(dst, t.froms[f].name)
 	}
+	t.npicked = len(picked)
 	return dst
 }
+
+// RecipientIndices returns the interned indices of the recipients the
+// last Recipients call appended, in the same order: small integers below
+// the number of from-pointers ever interned, the same for the same name
+// while FromsGen is unchanged. Valid until the table's next call.
+func (t *Table) RecipientIndices() []uint64 { return t.buf[:t.npicked] }
+
+// FromsGen changes whenever RecipientIndices' numbering of names may
+// change.
+func (t *Table) FromsGen() uint32 { return t.fromsGen }
 
 // linearMatcher is the brute-force Matcher: a scan over every filter.
 type linearMatcher struct {
