@@ -78,6 +78,10 @@ type srcState struct {
 	// per tree neighbour). A copy older than seq is still new toward a
 	// direction below it: see acceptOlder.
 	toward []dirSeq
+	// tbuf holds toward's first entries in the same allocation: a hop
+	// reads toward right after seq, and a separate array was a cache
+	// miss of its own.
+	tbuf [4]dirSeq
 }
 
 type dirSeq struct {
@@ -407,6 +411,7 @@ func (n *Node) acceptOlder(st *srcState, m *message.Pub, except message.BrokerID
 func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, except message.BrokerID) {
 	if st == nil {
 		st = &srcState{}
+		st.toward = st.tbuf[:0]
 		n.seen[src] = st
 		n.seenOrder = append(n.seenOrder, src)
 		if len(n.seenOrder) > n.cfg.MaxSources {
