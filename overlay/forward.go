@@ -15,19 +15,21 @@ func newMatcher() routing.Matcher { return matching.NewIndex() }
 // qentry is one publication in the message queue: kept until it is safe
 // for every recipient (PROTOCOL §5).
 type qentry struct {
-	pub    message.Pub // as forwarded by this broker (its stamp first)
-	stamp  uint64
-	except message.BrokerID   // the direction it came from ("" if local)
-	recips []message.BrokerID // distinct from-pointers it is routed toward
-	safe   []bool             // per recipient: proven safe
-	purged bool
+	// What the next hop reads (pub and the stamps it points to) first:
+	// four adjacent cache lines of a 64-byte aligned entry (carveQentry).
+	pub message.Pub // as forwarded by this broker (its stamp first)
 	// stampBuf holds pub.Stamps up to δ = 3 (the same allocation: the
 	// DACK pass reads every queued stamp each period).
 	stampBuf [4]message.Stamp
+	stamp    uint64
+	except   message.BrokerID   // the direction it came from ("" if local)
+	recips   []message.BrokerID // distinct from-pointers it is routed toward
+	safe     []bool             // per recipient: proven safe
 	// rbuf and sbuf hold recips and safe for up to len(rbuf) recipients
 	// (most publications have a few next hops).
-	rbuf [4]message.BrokerID
-	sbuf [4]bool
+	rbuf   [4]message.BrokerID
+	sbuf   [4]bool
+	purged bool
 }
 
 // qentryChunk is how many queue entries carveQentry carves from one
