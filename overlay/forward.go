@@ -481,12 +481,11 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, id
 	if k > len(e.stampBuf) {
 		stamps = make([]message.Stamp, 0, k)
 	}
-	stamps = append(stamps, message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.stampSeq})
-	for _, s := range m.Stamps {
-		if len(stamps) == k {
-			break
-		}
-		stamps = append(stamps, s)
+	c := min(len(m.Stamps), k-1) // the upstream stamps kept
+	stamps = stamps[:1+c]
+	stamps[0] = message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.stampSeq}
+	for i, s := range m.Stamps[:c] {
+		stamps[1+i] = s
 	}
 	e.pub = message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
 	e.stamp, e.except = n.stampSeq, except
@@ -1063,35 +1062,49 @@ func findStamp(minq []message.Stamp, s message.Stamp) int {
 // mergeMinq lowers the kept lowest queued stamps by those of a newly
 // queued entry (what updateDiscarded's scan would find with it queued).
 func (n *Node) mergeMinq(stamps []message.Stamp) {
-	for u, s := range stamps {
-		j := -1
+	for u := range stamps {
+		s := &stamps[u]
 		if u < len(n.minqHint) {
-			if h := n.minqHint[u]; h < len(n.minqBuf) && n.minqBuf[h].B == s.B && n.minqBuf[h].E == s.E {
-				j = h
+			// The common case: the pair is where this position's pair
+			// was found last (consecutive publications mostly come the
+			// same way), and has a queued stamp no higher.
+			if h := n.minqHint[u]; h < len(n.minqBuf) && h < len(n.minqIn) {
+				if q := &n.minqBuf[h]; q.E == s.E && q.B == s.B {
+					if !n.minqIn[h] {
+						q.S, n.minqIn[h] = s.S, true
+					} else if s.S < q.S {
+						q.S = s.S
+					}
+					continue
+				}
 			}
 		}
-		if j < 0 {
-			j = findStamp(n.minqBuf, s)
-			if u < len(n.minqHint) && j >= 0 {
-				n.minqHint[u] = j
-			}
-		}
-		switch {
-		case j < 0:
-			n.minqBuf = append(n.minqBuf, s)
-			n.minqIn = append(n.minqIn, true)
-			n.minqLay++
-		case !n.minqIn[j]:
-			n.minqBuf[j].S, n.minqIn[j] = s.S, true
-		case s.S < n.minqBuf[j].S:
-			n.minqBuf[j].S = s.S
-		}
+		n.mergeMinqAt(u, *s)
 	}
 	// Called as an entry is queued: purge's copy of the queue takes it
 	// now, while its data is at hand, when that copy is current (the map
 	// unchanged since the last purge, no recipients changed) and aligned.
 	if n.rthOK && n.rthTopo == n.topo.Version() && !n.purgeDirty && len(n.qcache) < len(n.queue) {
 		n.cacheTail()
+	}
+}
+
+// mergeMinqAt is mergeMinq for the stamp s at position u whose pair is
+// not where the hint says.
+func (n *Node) mergeMinqAt(u int, s message.Stamp) {
+	j := findStamp(n.minqBuf, s)
+	if u < len(n.minqHint) && j >= 0 {
+		n.minqHint[u] = j
+	}
+	switch {
+	case j < 0:
+		n.minqBuf = append(n.minqBuf, s)
+		n.minqIn = append(n.minqIn, true)
+		n.minqLay++
+	case !n.minqIn[j]:
+		n.minqBuf[j].S, n.minqIn[j] = s.S, true
+	case s.S < n.minqBuf[j].S:
+		n.minqBuf[j].S = s.S
 	}
 }
 

@@ -39,11 +39,14 @@ type Entry struct {
 	// covering scans visit them in increasing seq (insertion order).
 	seq uint64
 	key uint64 // matcher key: slot, route above (see Table.slots)
-	Sub message.SubID
 	// From is the from-pointer: the broker toward the subscriber as far as
 	// possible within δ+1 hops of this broker (this broker itself for a
 	// local subscription).
 	From message.BrokerID
+	// Sub to Client fill the second cache line of a 64-byte aligned
+	// entry (slab chunks of 128-byte entries): a local delivery reads Sub
+	// and Client, a lookup by Sub compares Sub, one line each.
+	Sub message.SubID
 	// Dir is the tree neighbour toward the subscriber ("" when local).
 	Dir message.BrokerID
 	// Local is set for subscriptions of this broker's own clients.
