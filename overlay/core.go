@@ -102,9 +102,6 @@ type Node struct {
 	delivUsed  int                       // how many of delivBuf are handed out
 	delivReuse bool                      // RecycleDelivers was called: chunks grow
 	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
-	qslab      []qentry                  // carveQentry's current chunk
-	rslab      []message.BrokerID        // carveQentry's chunk of recipients beyond the inline room
-	sslab      []bool                    // and of their safe flags
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64

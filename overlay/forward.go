@@ -16,7 +16,8 @@ func newMatcher() routing.Matcher { return matching.NewIndex() }
 // for every recipient (PROTOCOL §5).
 type qentry struct {
 	// What the next hop reads (pub and the stamps it points to) first:
-	// four adjacent cache lines of a 64-byte aligned entry (carveQentry).
+	// four adjacent cache lines of a 64-byte aligned entry (384 bytes: a
+	// size class whose objects are 64-byte aligned).
 	pub message.Pub // as forwarded by this broker (its stamp first)
 	// stampBuf holds pub.Stamps up to δ = 3 (the same allocation: the
 	// DACK pass reads every queued stamp each period).
@@ -32,43 +33,31 @@ type qentry struct {
 	purged bool
 }
 
-// qentryChunk is how many queue entries carveQentry carves from one
-// allocation, and recipChunk how many recipients of entries with more
-// than fit inline.
-const (
-	qentryChunk = 32
-	recipChunk  = 256
-)
+// qentryX is a queue entry with room for up to len(r) recipients in the
+// same allocation (more than fit in qentry itself).
+type qentryX struct {
+	qentry
+	r [12]message.BrokerID
+	s [12]bool
+}
 
-// newQentry returns a zeroed queue entry with room for k recipients, in
-// an allocation of its own (tests).
-func newQentry(k int) *qentry { return new(Node).carveQentry(k) }
-
-// carveQentry returns a zeroed queue entry with room for k recipients,
-// carved from a chunk: one allocation per qentryChunk queued publications
-// instead of one or three each. Entries are never reused (a forwarded
-// publication is the entry's pub, which a next hop may hold on to), so
-// a pointer handed out stays valid; the collector frees a chunk once none
-// of its entries is referenced. Recipients beyond the inline room are
-// carved from chunks likewise (capacity capped: nothing appends into a
-// neighbour's).
-func (n *Node) carveQentry(k int) *qentry {
-	if len(n.qslab) == 0 {
-		n.qslab = make([]qentry, qentryChunk)
-	}
-	e := &n.qslab[0]
-	n.qslab = n.qslab[1:]
-	if k <= len(e.rbuf) {
+// newQentry returns a zeroed queue entry with room for k recipients: one
+// allocation up to 12 recipients. Entries are allocated one by one (a
+// chunk of them, zeroed at once, was written to again only after its
+// lines had left the cache: two misses per line instead of one) and
+// never reused (a next hop may hold the forwarded pub).
+func newQentry(k int) *qentry {
+	if k <= len(qentry{}.rbuf) {
+		e := new(qentry)
 		e.recips, e.safe = e.rbuf[:k:k], e.sbuf[:k:k]
 		return e
 	}
-	if len(n.rslab) < k {
-		c := max(recipChunk, k)
-		n.rslab, n.sslab = make([]message.BrokerID, c), make([]bool, c)
+	if k <= len(qentryX{}.r) {
+		x := new(qentryX)
+		x.recips, x.safe = x.r[:k:k], x.s[:k:k]
+		return &x.qentry
 	}
-	e.recips, n.rslab = n.rslab[:k:k], n.rslab[k:]
-	e.safe, n.sslab = n.sslab[:k:k], n.sslab[k:]
-	return e
+	return &qentry{recips: make([]message.BrokerID, k), safe: make([]bool, k)}
 }
 
 // srcState is the per-source duplicate-suppression state.
@@ -475,7 +464,7 @@ func (n *Node) seenOf(src message.Source) *srcState {
 // returned it).
 func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, idx []uint64) {
 	n.stampSeq++
-	e := n.carveQentry(len(n.recipBuf))
+	e := newQentry(len(n.recipBuf))
 	k := n.cfg.Delta + 1
 	stamps := e.stampBuf[:0]
 	if k > len(e.stampBuf) {

@@ -6,8 +6,8 @@ import (
 )
 
 // TestQentrySize keeps a queue entry a whole number of cache lines on
-// 64-bit platforms: carveQentry's chunks then hold 64-byte aligned
-// entries, and what a next hop reads (pub, stampBuf) spans four lines.
+// 64-bit platforms (384 bytes: a size class of 64-byte aligned objects),
+// and what a next hop reads (pub, stampBuf) within four lines.
 func TestQentrySize(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("64-bit layout")
