@@ -1,33 +1,77 @@
 package dack
 
-import "github.com/deltapub/deltapub/message"
+import (
+	"cmp"
+	"slices"
 
-// Cursor walks the store's entries in version order, newest change first
-// (AppendChanged's order) without copying them: the overlay builds the
-// DACK of each link from it. A cursor is valid until the store next
-// changes.
-type Cursor struct{ st *stored }
+	"github.com/deltapub/deltapub/message"
+)
+
+// Cursor is at one entry of the store: either on a walk of the entries
+// in version order, newest change first (Newest, Prev: AppendChanged's
+// order), or at an entry by its dense index (At, for a scan of
+// Versions). A cursor is valid until the store next changes.
+type Cursor struct {
+	s *Store
+	i int32 // the entry's dense index (-1: none)
+	k int32 // its place in s.order (Newest's walk; -1: made by At)
+}
 
 // Newest returns a cursor at the entry changed last (invalid when the
-// store is empty).
-func (s *Store) Newest() Cursor { return Cursor{s.newest} }
+// store is empty). The walk sorts the entries by version (kept while the
+// store is unchanged): for tests and slow paths; the DACK pass scans
+// Versions.
+func (s *Store) Newest() Cursor {
+	if !s.orderOK || s.orderVer != s.version || len(s.order) != len(s.ents) {
+		s.order = s.order[:0]
+		for i := range s.ents {
+			s.order = append(s.order, int32(i))
+		}
+		slices.SortFunc(s.order, func(a, b int32) int { return cmp.Compare(s.vers[b], s.vers[a]) })
+		s.orderVer, s.orderOK = s.version, true
+	}
+	return s.walkAt(0)
+}
+
+func (s *Store) walkAt(k int32) Cursor {
+	if int(k) >= len(s.order) {
+		return Cursor{s, -1, k}
+	}
+	return Cursor{s, s.order[k], k}
+}
 
 // Valid reports whether the cursor is at an entry.
-func (c Cursor) Valid() bool { return c.st != nil }
+func (c Cursor) Valid() bool { return c.i >= 0 }
 
-// Prev moves to the entry changed before this one.
-func (c Cursor) Prev() Cursor { return Cursor{c.st.prev} }
+// Prev moves to the entry changed before this one (on a walk from
+// Newest).
+func (c Cursor) Prev() Cursor { return c.s.walkAt(c.k + 1) }
+
+// Versions returns the version of each entry's last change, by dense
+// index (read only, valid until the store next changes): a caller finds
+// what changed after a version by a scan of it, then reads those entries
+// through At.
+func (s *Store) Versions() []uint64 { return s.vers }
+
+// Auxes returns each entry's Aux by dense index (valid until the store
+// next changes).
+func (s *Store) Auxes() [][2]uint64 { return s.auxs }
+
+// At returns a cursor at the entry of dense index i (0 ≤ i <
+// len(Versions())); Prev is not for it.
+func (s *Store) At(i int) Cursor { return Cursor{s, int32(i), -1} }
 
 // Version is the version of the entry's last change.
-func (c Cursor) Version() uint64 { return c.st.version }
+func (c Cursor) Version() uint64 { return c.s.vers[c.i] }
 
 // Entry is the entry itself: read only.
-func (c Cursor) Entry() *message.DAckEntry { return &c.st.e }
+func (c Cursor) Entry() *message.DAckEntry { return &c.s.ents[c.i].e }
 
 // Aux is two words the caller may keep with the entry (what it derived
 // from the entry's reporter and about, which never change for an entry):
-// zero when the entry is created, never written by the store.
-func (c Cursor) Aux() *[2]uint64 { return &c.st.aux }
+// zero when the entry is created, never written by the store. Kept
+// densely, apart from the entry: a scan reads them without the entry.
+func (c Cursor) Aux() *[2]uint64 { return &c.s.auxs[c.i] }
 
 // PathRef is a path of brokers resolved to the store's entries about this
 // broker (one per broker of the path, or none), so that its Threshold

@@ -28,15 +28,10 @@ type Report struct {
 type pairKey struct{ reporter, about BrokerID }
 
 type stored struct {
-	// version and prev first: a walk of the change list reads them.
-	version uint64
-	// prev and next link the entries in version order (Store.newest is
-	// the last changed): Build walks back from the newest until it meets
-	// what was already sent, so a DACK costs what changed, not the
-	// store's size.
-	prev, next *stored
-	// aux is the caller's (Cursor.Aux): zero for a new entry.
-	aux [2]uint64
+	e message.DAckEntry
+	// idx is the entry's place in the store's dense arrays (ents, vers,
+	// auxs).
+	idx int32
 	// own: Reporter is this broker; ownIdx: its place in ownKeys as of
 	// the last sort (LowerDiscarded's marks).
 	own    bool
@@ -44,7 +39,6 @@ type stored struct {
 	// aboutIdx: 1 + its place in Store.aboutDense for an entry about this
 	// broker, 0 for the others.
 	aboutIdx int32
-	e        message.DAckEntry
 }
 
 // aboutRep is the dense copy of an entry about this broker (PathThreshold
@@ -67,7 +61,21 @@ type Store struct {
 	epoch   uint64
 	m       map[pairKey]*stored
 	version uint64
-	newest  *stored // the version-ordered list's tail
+	// The entries, densely (stored.idx): each one's version (that of its
+	// last change) and the caller's two words (Cursor.Aux). A DACK is
+	// built by a scan of vers for what changed since the link's last one
+	// (a few cache lines for the few dozen entries of a broker's
+	// neighbourhood), so a change costs one word written, not a relinking
+	// of neighbours in a version-ordered list; the changes found are then
+	// put in version order (few: a sort of what one DACK carries).
+	ents []*stored
+	vers []uint64
+	auxs [][2]uint64
+	// order is Newest's walk (indices into ents, newest change first),
+	// valid for version orderVer.
+	order    []int32
+	orderVer uint64
+	orderOK  bool
 	// own indexes the entries with Reporter == self by About (a handful:
 	// the upstream brokers within δ+1 hops); ownKeys caches OwnKeys' order.
 	own      map[BrokerID]*stored
@@ -133,14 +141,14 @@ func (s *Store) alloc() *stored {
 	return st
 }
 
-// touch gives st the next version: it moves to the list's tail.
+// touch gives st the next version.
 func (s *Store) touch(st *stored) {
 	s.version++
 	if st.aboutIdx > 0 { // About == self
 		s.aboutVer++
 		s.aboutDense[st.aboutIdx-1] = aboutRep{st.e.AE, st.e.Arrived, st.e.Discarded}
 	}
-	st.version = s.version
+	s.vers[st.idx] = s.version
 	if st.own {
 		// LowerDiscarded looks at this entry again (its arrived
 		// watermark may have grown). A stale index (own's set changed
@@ -149,28 +157,27 @@ func (s *Store) touch(st *stored) {
 			s.lowArr[i] = true
 		}
 	}
-	if s.newest == st {
-		return
-	}
-	s.unlink(st)
-	st.prev = s.newest
-	if s.newest != nil {
-		s.newest.next = st
-	}
-	s.newest = st
 }
 
-func (s *Store) unlink(st *stored) {
-	if st.prev != nil {
-		st.prev.next = st.next
+// add gives a new entry its place in the dense arrays (version 0, zero
+// aux: touch gives it its version).
+func (s *Store) add(st *stored) {
+	st.idx = int32(len(s.ents))
+	s.ents = append(s.ents, st)
+	s.vers = append(s.vers, 0)
+	s.auxs = append(s.auxs, [2]uint64{})
+}
+
+// drop removes st from the dense arrays (the last entry takes its place).
+func (s *Store) drop(st *stored) {
+	i, last := int(st.idx), len(s.ents)-1
+	if i != last {
+		m := s.ents[last]
+		s.ents[i], s.vers[i], s.auxs[i] = m, s.vers[last], s.auxs[last]
+		m.idx = int32(i)
 	}
-	if st.next != nil {
-		st.next.prev = st.prev
-	}
-	if s.newest == st {
-		s.newest = st.prev
-	}
-	st.prev, st.next = nil, nil
+	s.ents[last] = nil
+	s.ents, s.vers, s.auxs = s.ents[:last], s.vers[:last], s.auxs[:last]
 }
 
 // AboutVersion increases whenever what About returns may have changed:
@@ -204,6 +211,7 @@ func (s *Store) Put(e message.DAckEntry) bool {
 		st := s.alloc()
 		st.e = e
 		st.own = e.Reporter == s.self
+		s.add(st)
 		s.m[k] = st
 		*sl = st
 		if e.Reporter == s.self {
@@ -351,7 +359,7 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 	for k, st := range s.m {
 		if (k.reporter == id && st.e.RE < epoch) || (k.about == id && st.e.AE < epoch) {
 			delete(s.m, k)
-			s.unlink(st)
+			s.drop(st)
 			if k.reporter == s.self {
 				delete(s.own, k.about)
 				s.ownDirty = true
@@ -379,11 +387,12 @@ func (s *Store) Forget(id BrokerID, epoch uint64) {
 // Build returns the entries changed after version since for which keep
 // returns true, newest change first. It is the content of one aggregated
 // DACK on one link: O(neighbourhood²) at most, independent of the number
-// of publications, and it costs what changed since, not the store's size.
+// of publications (the overlay finds what changed by a scan of Versions:
+// one word per entry).
 // The order is a deterministic function of the broker's inputs; receivers
-// merge each entry independently, so it carries no meaning (no sort).
-// (The overlay walks AppendChanged once for all its links; Build is that
-// walk filtered for one.)
+// merge each entry independently, so it carries no meaning. (The overlay
+// selects a link's entries from Versions and puts them in this order;
+// Build is AppendChanged filtered for one link.)
 func (s *Store) Build(since uint64, keep func(reporter, about BrokerID) bool) []message.DAckEntry {
 	var out []message.DAckEntry
 	for _, c := range s.AppendChanged(nil, since) {
@@ -405,8 +414,8 @@ type Changed struct {
 // newest change first (Build's order, unfiltered): a caller building the
 // DACKs of several links walks the changes once instead of once per link.
 func (s *Store) AppendChanged(dst []Changed, since uint64) []Changed {
-	for st := s.newest; st != nil && st.version > since; st = st.prev {
-		dst = append(dst, Changed{Entry: st.e, Version: st.version})
+	for c := s.Newest(); c.Valid() && c.Version() > since; c = c.Prev() {
+		dst = append(dst, Changed{Entry: *c.Entry(), Version: c.Version()})
 	}
 	return dst
 }

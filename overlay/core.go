@@ -137,8 +137,9 @@ type Node struct {
 	counters Counters
 
 	// Scratch and caches of the hot paths (forward.go). dackLinks: the
-	// due links.
-	dueBuf []dueLink
+	// due links, and the store entries one DACK carries (dense indices).
+	dueBuf  []dueLink
+	dackSel []int32
 	// minqOK: minqBuf holds the lowest stamp per upstream (B, E) over the
 	// queue (updateDiscarded). The queue changes only in forward.go:
 	// accept appends (and merges), purge removes (and recomputes it,

@@ -1,7 +1,9 @@
 package overlay
 
 import (
+	"cmp"
 	"math/bits"
+	"slices"
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -734,17 +736,35 @@ func (n *Node) dackLinks() {
 	}
 	n.dueBuf = links[:0]
 	ver = n.store.Version()
+	// What changed since a link's last DACK is found by a scan of the
+	// store's dense versions; the relay verdicts are dense too (Aux), so
+	// only the entries carried are read, then put newest change first.
+	vers, auxs, geo := n.store.Versions(), n.store.Auxes(), n.geoVer+1
 	for j := range links {
 		d := &links[j]
-		entries := n.dackBuf()
-		for c := n.store.Newest(); c.Valid() && c.Version() > d.p.dackSent; c = c.Prev() {
-			if carries(n.relayOf(c), d.side) {
-				entries = append(entries, *c.Entry())
+		since := d.p.dackSent
+		sel := n.dackSel[:0]
+		for i, v := range vers {
+			if v <= since {
+				continue
+			}
+			r := auxs[i][1] // relayOf's verdict, when current
+			if auxs[i][0] != geo {
+				r = n.relayOf(n.store.At(i))
+			}
+			if carries(r, d.side) {
+				sel = append(sel, int32(i))
 			}
 		}
+		n.dackSel = sel[:0]
 		d.p.dackSent = ver
-		if len(entries) == 0 {
+		if len(sel) == 0 {
 			continue
+		}
+		slices.SortFunc(sel, func(a, b int32) int { return cmp.Compare(vers[b], vers[a]) })
+		entries := n.dackBuf()
+		for _, i := range sel {
+			entries = append(entries, *n.store.At(int(i)).Entry())
 		}
 		d.p.dackAt = n.now
 		n.send(d.id, n.takeDAck(entries))
