@@ -77,11 +77,18 @@ func (c Cursor) Aux() *[2]uint64 { return &c.s.auxs[c.i] }
 // broker (one per broker of the path, or none), so that its Threshold
 // reads them without a lookup by name. It is resolved again whenever the
 // set of such entries changed (a reporter's first entry, Forget).
+//
+// A PathRef is used in place (not copied once resolved): idx then points
+// into its own small array.
 type PathRef struct {
 	path []BrokerID
 	idx  []int32 // per broker: 1 + its index in the store's aboutDense, 0: no entry
 	set  uint64  // the store's aboutSet idx holds for
 	ok   bool    // idx resolved once
+	// small holds idx for a path of up to δ+1 = 4 brokers, on the
+	// PathRef's own cache lines (a separate allocation cost a cache miss
+	// per threshold).
+	small [4]int32
 }
 
 // SetPath makes p the path (copied; empty: never safe).
@@ -98,6 +105,9 @@ func (s *Store) PathThreshold(p *PathRef) uint64 {
 	}
 	if !p.ok || p.set != s.aboutSet {
 		p.idx = p.idx[:0]
+		if len(p.path) <= len(p.small) {
+			p.idx = p.small[:0]
+		}
 		for _, b := range p.path {
 			var i int32
 			if st := s.aboutMe[b]; st != nil {

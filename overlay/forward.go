@@ -937,7 +937,9 @@ func (n *Node) purge() {
 			continue
 		}
 		kept = append(kept, e)
-		qc[k] = *c
+		if k != i {
+			qc[k] = *c
+		}
 		k++
 	}
 	for i := len(kept); i < len(n.queue); i++ {
