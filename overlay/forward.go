@@ -743,6 +743,9 @@ func (n *Node) dackLinks() {
 	for j := range links {
 		d := &links[j]
 		since := d.p.dackSent
+		if since == ver {
+			continue // nothing changed since its last DACK
+		}
 		sel := n.dackSel[:0]
 		for i, v := range vers {
 			if v <= since {
