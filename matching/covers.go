@@ -116,6 +116,9 @@ func implies(pb, pa *Predicate) bool {
 		}
 		return true
 	}
+	if r, ok := impliesSmallInts(pb, pa); ok {
+		return r
+	}
 	var buf [9]Value
 	for _, w := range numberCandidates(&buf, pb.Value, pa.Value) {
 		if holds(pb.Op, pb.Value, w) && !holds(pa.Op, pa.Value, w) {
@@ -123,6 +126,81 @@ func implies(pb, pa *Predicate) bool {
 		}
 	}
 	return true
+}
+
+// smallIntMax bounds the int operands impliesSmallInts decides: below
+// 2^52 in magnitude, every half-integer next to an operand is a float64
+// of D, so a nonempty open interval between two such operands holds a
+// value of D, and the value sets compare as real intervals.
+const smallIntMax = 1<<52 - 1
+
+// impliesSmallInts is implies for numeric predicates other than = and
+// isPresent on the pb side, both operands ints of magnitude at most
+// smallIntMax (ok false: not such a pair). The value sets are then real
+// intervals (or the reals without a point) cut to D, and D holds a value
+// in every nonempty gap between them (see smallIntMax; the unbounded ends
+// hold ±MaxFloat64), so inclusion of the real sets is inclusion in D:
+// the answer numberCandidates' witnesses give, without building them
+// (TestImpliesSmallInts compares the two).
+func impliesSmallInts(pb, pa *Predicate) (bool, bool) {
+	if pb.Value.Kind != KindInt || pa.Value.Kind != KindInt {
+		return false, false
+	}
+	c, d := pb.Value.Int, pa.Value.Int
+	if c < -smallIntMax || c > smallIntMax || d < -smallIntMax || d > smallIntMax {
+		return false, false
+	}
+	switch pb.Op {
+	case OpNumNe, OpLt, OpLe, OpGt, OpGe:
+	default:
+		return false, false
+	}
+	switch pa.Op {
+	case OpNumEq:
+		return false, true // an infinite set is not inside a point
+	case OpNumNe: // d outside pb's set
+		switch pb.Op {
+		case OpNumNe:
+			return c == d, true
+		case OpLt:
+			return d >= c, true
+		case OpLe:
+			return d > c, true
+		case OpGt:
+			return d <= c, true
+		default: // OpGe
+			return d < c, true
+		}
+	case OpLt:
+		switch pb.Op {
+		case OpLt:
+			return c <= d, true
+		case OpLe:
+			return c < d, true
+		}
+		return false, true
+	case OpLe:
+		switch pb.Op {
+		case OpLt, OpLe:
+			return c <= d, true
+		}
+		return false, true
+	case OpGt:
+		switch pb.Op {
+		case OpGt:
+			return c >= d, true
+		case OpGe:
+			return c > d, true
+		}
+		return false, true
+	case OpGe:
+		switch pb.Op {
+		case OpGt, OpGe:
+			return c >= d, true
+		}
+		return false, true
+	}
+	return false, false
 }
 
 var (
