@@ -350,7 +350,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	}
 	newNames := 0
 	for _, p := range f.Preds {
-		if _, ok := ix.attrIDs[p.Attr]; !ok {
+		if _, ok := ix.attrID(p.Attr); !ok {
 			newNames++
 		}
 	}
@@ -359,7 +359,7 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	}
 	preds := make([]cpred, len(f.Preds))
 	for i, p := range f.Preds {
-		a, ok := ix.attrIDs[p.Attr]
+		a, ok := ix.attrID(p.Attr)
 		if !ok {
 			a = uint32(len(ix.names))
 			ix.attrIDs[p.Attr] = a
@@ -481,6 +481,21 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	ix.subs[slot] = rec
 	ix.ids.put(id, slot)
 	return nil
+}
+
+// attrID is attrIDs[name]: a scan of names while they are few (they
+// are: filters name a handful of attributes; often the same strings).
+func (ix *Index) attrID(name string) (uint32, bool) {
+	if len(ix.names) <= 8 {
+		for i, s := range ix.names {
+			if s == name {
+				return uint32(i), true
+			}
+		}
+		return 0, false
+	}
+	a, ok := ix.attrIDs[name]
+	return a, ok
 }
 
 func (g *group) rangesFor(attr uint32) *attrRanges {

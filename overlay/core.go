@@ -815,7 +815,11 @@ func (n *Node) sortedClients() []message.ClientID {
 // send queues m for peer to (only on an up link: the caller retransmits
 // what matters on LinkUp).
 func (n *Node) send(to message.BrokerID, m message.Message) {
-	p := n.peers[to]
+	n.sendP(n.peers[to], to, m)
+}
+
+// sendP is send with to's peer p (n.peers[to], nil: none) already known.
+func (n *Node) sendP(p *peer, to message.BrokerID, m message.Message) {
 	if p == nil || !p.up {
 		return
 	}

@@ -227,7 +227,7 @@ func (n *Node) sendFlood(f *flood, t target) {
 		return // sent on LinkUp (floodsResend)
 	}
 	ft.sentUsable = p.heardHB && p.joined && !p.suspected // knownJoined (p is up)
-	n.send(t.id, n.floodMsg(f, t.id, t.dist))
+	n.sendP(p, t.id, n.floodMsg(f, t.id, t.dist))
 	n.ackSent(f, t.id, q)
 }
 
@@ -254,7 +254,8 @@ func (n *Node) floodCheck(f *flood) {
 func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
 	switch k.kind {
 	case fkSub:
-		n.send(to, n.subConfirm(k.sub, false, false))
+		// (The route slot holds n.peers[to]: no lookup by name.)
+		n.sendP(n.slot(to).p, to, n.subConfirm(k.sub, false, false))
 	case fkUnsub:
 		n.send(to, n.subConfirm(k.sub, true, false))
 	case fkMark:
@@ -479,7 +480,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.sendFloodAck(k, from)
 		return
 	}
-	if p := n.peers[m.Sub.Edge]; p != nil && p.epoch > m.Sub.Epoch {
+	if p := n.slot(m.Sub.Edge).p; p != nil && p.epoch > m.Sub.Epoch { // n.peers[m.Sub.Edge]
 		n.sendFloodAck(k, from) // a subscription of an old incarnation: dead
 		return
 	}
@@ -496,7 +497,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.sendFloodAck(k, from)
 		return
 	}
-	n.hop(fp)
+	n.hopSlot(fp) // n.hop(fp), found in its route slot when known
 	ts := n.floodTargets(dir, true)
 	if len(ts) == 0 && !n.floodHole {
 		// Nowhere to go on (a leaf of the flood): it would complete at

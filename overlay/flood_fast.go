@@ -149,9 +149,19 @@ func (n *Node) ackQueueOf(id message.BrokerID) *ackQueue {
 // from that still awaits from's answer (dropping the entries before it
 // that are answered or complete), or nil: then look k up.
 func (n *Node) ackHint(k floodKey, from message.BrokerID) *flood {
-	q := n.fl.acks[from]
+	// A queue is never replaced: the neighbour cache's (even stale) is
+	// from's queue, found without a lookup by name.
+	var q *ackQueue
+	for i := range n.fl.nb {
+		if n.fl.nb[i].id == from {
+			q = n.fl.nb[i].q
+			break
+		}
+	}
 	if q == nil {
-		return nil
+		if q = n.fl.acks[from]; q == nil {
+			return nil
+		}
 	}
 	for q.head < len(q.ents) {
 		e := q.ents[q.head]
@@ -354,6 +364,10 @@ type floodMap struct {
 	edges map[message.BrokerID]*edgeFloods
 	last  *edgeFloods // the edge of the last lookup
 	n     int         // floods in the windows
+	// near caches edges by nameHash (direct-mapped; an entry is checked
+	// against the name and dead): the floods of many edges interleave, so
+	// last alone misses often.
+	near [32]*edgeFloods
 }
 
 // edgeFloods is the window of one edge broker's pending subscription
@@ -399,9 +413,14 @@ func (fm *floodMap) edge(id message.BrokerID) *edgeFloods {
 	if e := fm.last; e != nil && e.edge == id {
 		return e
 	}
+	c := &fm.near[nameHash(string(id))&31]
+	if e := *c; e != nil && !e.dead && e.edge == id {
+		fm.last = e
+		return e
+	}
 	e := fm.edges[id]
 	if e != nil {
-		fm.last = e
+		fm.last, *c = e, e
 	}
 	return e
 }

@@ -96,7 +96,10 @@ type Table struct {
 	// and directions seen since the last reset).
 	routeIdx map[route]uint32
 	fromIdx  map[message.BrokerID]int32
-	local    int // entries with Local set (LocalLen)
+	// icache finds interned names past the first 16 without hashing:
+	// index+1 in froms by nameHash (0: empty; checked against the name).
+	icache [64]int32
+	local  int // entries with Local set (LocalLen)
 	// Max bounds the number of entries; Insert fails beyond it (the
 	// subscriber is answered with an error, nothing is dropped silently).
 	Max int
@@ -326,6 +329,10 @@ func (t *Table) intern(b message.BrokerID) int32 {
 			}
 		}
 	}
+	c := &t.icache[nameHash(b)&63]
+	if i := *c - 1; i >= 0 && t.froms[i].name == b {
+		return i
+	}
 	fi, ok := t.fromIdx[b]
 	if !ok {
 		fi = int32(len(t.froms))
@@ -342,7 +349,18 @@ func (t *Table) intern(b message.BrokerID) int32 {
 			t.froms[i].rank = int32(r)
 		}
 	}
+	*c = fi + 1
 	return fi
+}
+
+// nameHash is a cheap hash of a broker name (its length and last two
+// bytes) for icache.
+func nameHash(a message.BrokerID) uint32 {
+	if len(a) < 2 {
+		return uint32(len(a))
+	}
+	h := uint32(len(a))*0x9e3779b1 ^ uint32(a[len(a)-1])*0x85ebca6b ^ uint32(a[len(a)-2])*0xc2b2ae35
+	return h ^ h>>16
 }
 
 // routeOf interns r.
@@ -731,6 +749,7 @@ func (t *Table) reset() {
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
 	t.exCache, t.exNext = [4]exEntry{}, 0
+	t.icache = [64]int32{}
 	t.local = 0
 	clear(t.bslots)
 	t.bn = 0
