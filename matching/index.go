@@ -345,6 +345,13 @@ func (ix *Index) Insert(id uint64, f Filter) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
+	return ix.InsertValid(id, f)
+}
+
+// InsertValid is Insert of a filter that passed Validate (and has not
+// changed since): the routing table validates every filter it inserts
+// before it reaches the index.
+func (ix *Index) InsertValid(id uint64, f Filter) error {
 	if _, dup := ix.ids.find(id); dup {
 		return fmt.Errorf("matching: index: id %d already present", id)
 	}

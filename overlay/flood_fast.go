@@ -244,6 +244,12 @@ func (n *Node) fromFor(from message.BrokerID, dist int, win *edgeFloods) message
 // come alike.
 func (n *Node) floodFromPointer(edge, mFrom, from, dir message.BrokerID) message.BrokerID {
 	e := n.floods.edge(edge)
+	if e == nil && len(n.floods.edges) < maxFloodEdges {
+		// A leaf of the floods keeps no flood pending: made here, the
+		// edge's (empty) window keeps this cache, and later lookups of the
+		// edge find it.
+		e = n.floods.edgeMake(edge)
+	}
 	v := n.topo.Version()
 	if e != nil {
 		if c := &e.fp; c.ok && c.ver == v && c.mFrom == mFrom && c.from == from && c.dir == dir {
@@ -367,7 +373,7 @@ type floodMap struct {
 	// near caches edges by nameHash (direct-mapped; an entry is checked
 	// against the name and dead): the floods of many edges interleave, so
 	// last alone misses often.
-	near [32]*edgeFloods
+	near [128]*edgeFloods
 }
 
 // edgeFloods is the window of one edge broker's pending subscription
@@ -413,7 +419,7 @@ func (fm *floodMap) edge(id message.BrokerID) *edgeFloods {
 	if e := fm.last; e != nil && e.edge == id {
 		return e
 	}
-	c := &fm.near[nameHash(string(id))&31]
+	c := &fm.near[nameHash(string(id))&127]
 	if e := *c; e != nil && !e.dead && e.edge == id {
 		fm.last = e
 		return e
@@ -484,21 +490,27 @@ func (fm *floodMap) put(k floodKey, f *flood) {
 	fm.m[k], f.win = f, nil
 }
 
+// edgeMake is edge(id), made (with an empty window) when missing.
+func (fm *floodMap) edgeMake(id message.BrokerID) *edgeFloods {
+	e := fm.edge(id)
+	if e == nil {
+		if fm.edges == nil {
+			fm.edges = map[message.BrokerID]*edgeFloods{}
+		}
+		e = &edgeFloods{edge: id}
+		fm.edges[id] = e
+		fm.last = e
+	}
+	return e
+}
+
 // window returns k's place in its edge's window, making room for it, or
 // nil when k does not fit there.
 func (fm *floodMap) window(k floodKey) (**flood, *edgeFloods) {
 	if k.kind != fkSub {
 		return nil, nil
 	}
-	e := fm.edge(k.sub.Edge)
-	if e == nil {
-		if fm.edges == nil {
-			fm.edges = map[message.BrokerID]*edgeFloods{}
-		}
-		e = &edgeFloods{edge: k.sub.Edge}
-		fm.edges[k.sub.Edge] = e
-		fm.last = e
-	}
+	e := fm.edgeMake(k.sub.Edge)
 	if e.n == 0 {
 		e.epoch, e.base, e.head, e.size = k.sub.Epoch, k.sub.N, 0, 0
 	}

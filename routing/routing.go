@@ -24,6 +24,21 @@ type Matcher interface {
 	Match(p *matching.Publication, dst []uint64) []uint64
 }
 
+// validInserter is a Matcher that can insert a filter without
+// validating it again (matching.Index): the table validates every filter
+// in Insert before it reaches the matcher.
+type validInserter interface {
+	InsertValid(id uint64, f matching.Filter) error
+}
+
+// insertM inserts validated f under key in the matcher.
+func (t *Table) insertM(key uint64, f matching.Filter) error {
+	if t.mv != nil {
+		return t.mv.InsertValid(key, f)
+	}
+	return t.m.Insert(key, f)
+}
+
 // Entry is one subscription as this broker routes toward it. The fields
 // the covering scans read of other entries (Filter, covers, coveredBy)
 // come first, so that a candidate often costs one cache line instead of
@@ -58,6 +73,7 @@ type Entry struct {
 type Table struct {
 	// What Recipients reads comes first (few cache lines per call).
 	m      Matcher
+	mv     validInserter // m, when it can skip validation (nil: no)
 	buf    []uint64
 	routes []route
 	// froms interns the from-pointers so that Recipients deduplicates
@@ -96,9 +112,12 @@ type Table struct {
 	// and directions seen since the last reset).
 	routeIdx map[route]uint32
 	fromIdx  map[message.BrokerID]int32
-	// icache finds interned names past the first 16 without hashing:
-	// index+1 in froms by nameHash (0: empty; checked against the name).
+	// icache finds interned names without a scan or hashing: index+1 in
+	// froms by nameHash (0: empty; checked against the name).
 	icache [64]int32
+	// rcache finds interned routes without a scan or hashing: index+1 in
+	// routes by routeHash (0: empty; checked against the route).
+	rcache [64]uint32
 	local  int // entries with Local set (LocalLen)
 	// Max bounds the number of entries; Insert fails beyond it (the
 	// subscriber is answered with an error, nothing is dropped silently).
@@ -321,17 +340,18 @@ func slotOf(key uint64) uint32 { return uint32(key) }
 // intern returns the small index of a broker name, adding it if absent.
 // Bounded by the brokers within δ+1 hops plus the tree neighbours.
 func (t *Table) intern(b message.BrokerID) int32 {
+	c := &t.icache[nameHash(b)&63]
+	if i := *c - 1; i >= 0 && t.froms[i].name == b {
+		return i
+	}
 	if len(t.froms) <= 16 {
 		// Few names: comparing (often the same pointer) beats hashing.
 		for i := range t.froms {
 			if t.froms[i].name == b {
+				*c = int32(i) + 1
 				return int32(i)
 			}
 		}
-	}
-	c := &t.icache[nameHash(b)&63]
-	if i := *c - 1; i >= 0 && t.froms[i].name == b {
-		return i
 	}
 	fi, ok := t.fromIdx[b]
 	if !ok {
@@ -365,19 +385,32 @@ func nameHash(a message.BrokerID) uint32 {
 
 // routeOf interns r.
 func (t *Table) routeOf(r route) uint32 {
+	h := (uint32(r.from)*0x9e3779b1 ^ uint32(r.dir)*0x85ebca6b) >> 26
+	if r.local {
+		h ^= 1
+	}
+	c := &t.rcache[h&63]
+	if i := *c; i > 0 && t.routes[i-1] == r {
+		return i - 1
+	}
+	i, ok := uint32(0), false
 	if len(t.routes) <= 32 {
-		for i, x := range t.routes {
+		for j, x := range t.routes {
 			if x == r {
-				return uint32(i)
+				i, ok = uint32(j), true
+				break
 			}
 		}
 	}
-	i, ok := t.routeIdx[r]
+	if !ok {
+		i, ok = t.routeIdx[r]
+	}
 	if !ok {
 		i = uint32(len(t.routes))
 		t.routeIdx[r] = i
 		t.routes = append(t.routes, r)
 	}
+	*c = i + 1
 	return i
 }
 
@@ -386,7 +419,8 @@ func New(m Matcher) *Table {
 	if m == nil {
 		m = newLinear()
 	}
-	return &Table{m: m, Max: 1 << 22,
+	mv, _ := m.(validInserter)
+	return &Table{m: m, mv: mv, Max: 1 << 22,
 		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
@@ -475,7 +509,7 @@ func (t *Table) Insert(e Entry) (bool, error) {
 // Local entries are always indexed (each needs its own delivery).
 func (t *Table) place(e *Entry) error {
 	if t.NoCovering || e.Local {
-		return t.m.Insert(e.key, e.Filter)
+		return t.insertM(e.key, e.Filter)
 	}
 	bk := bucketKeyOf(e)
 	// One candidate list for both scans: the first changes nothing.
@@ -496,7 +530,7 @@ func (t *Table) place(e *Entry) error {
 			return nil
 		}
 	}
-	if err := t.m.Insert(e.key, e.Filter); err != nil {
+	if err := t.insertM(e.key, e.Filter); err != nil {
 		return err
 	}
 	if shared && len(cands) > 0 {
@@ -750,6 +784,7 @@ func (t *Table) reset() {
 	t.routes = t.routes[:0]
 	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.icache = [64]int32{}
+	t.rcache = [64]uint32{}
 	t.local = 0
 	clear(t.bslots)
 	t.bn = 0
