@@ -388,11 +388,13 @@ func (ix *Index) InsertValid(id uint64, f Filter) error {
 	// so it is the access key only when the filter has no other equality.
 	var best *accessList
 	var bestKey bucketKey
+	nEq := 0
 	for i := range preds {
 		c := &preds[i]
 		if !isEq(c) {
 			continue
 		}
+		nEq++
 		k := eqKey(c.attr, c.value())
 		al, _ := ix.accessOfCached(k.attr, k.str)
 		if al == nil {
@@ -404,8 +406,23 @@ func (ix *Index) InsertValid(id uint64, f Filter) error {
 			best, bestKey = al, k
 		}
 	}
-	ix.groupKey(preds)
-	g := ix.groups[string(ix.keybuf)] // no allocation for the lookup
+	var g *group
+	if nEq == 1 {
+		// The only equality is best's key: its group (if any) is the one
+		// group filed under best with no other equality (a group is filed
+		// under one of its own equalities), found without encoding the key
+		// and looking it up.
+		for _, x := range best.groups {
+			if len(x.eqs) == 1 {
+				g = x
+				break
+			}
+		}
+	}
+	if g == nil {
+		ix.groupKey(preds)
+		g = ix.groups[string(ix.keybuf)] // no allocation for the lookup
+	}
 	if g == nil {
 		gk := string(ix.keybuf)
 		// Validate guarantees the class predicate, so best != nil.

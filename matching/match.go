@@ -158,16 +158,18 @@ func (f Filter) Validate() error {
 	if len(f.Preds) > 16 {
 		seen = make(map[string]bool, len(f.Preds))
 	}
-	for i, p := range f.Preds {
+	for i := range f.Preds {
+		p := &f.Preds[i]
 		if !ValidName(p.Attr) {
 			return fmt.Errorf("matching: predicate %d: invalid attribute name %q", i+1, p.Attr)
 		}
-		dup := seen[p.Attr]
+		dup := false
 		if seen == nil {
 			for j := 0; j < i && !dup; j++ {
 				dup = f.Preds[j].Attr == p.Attr
 			}
 		} else {
+			dup = seen[p.Attr]
 			seen[p.Attr] = true
 		}
 		if dup {

@@ -61,6 +61,7 @@ type nbInfo struct {
 	p    *peer // nil: no peer yet (usable)
 	dist int
 	q    *ackQueue
+	self bool // id is this broker's (never, in a sane map)
 }
 
 const (
@@ -314,7 +315,7 @@ func (n *Node) neighbours() []nbInfo {
 	}
 	fs.nb = fs.nb[:0]
 	for _, id := range n.topo.Neighbours(n.cfg.ID) {
-		fs.nb = append(fs.nb, nbInfo{id: id, p: n.peers[id], dist: n.dist[id], q: n.ackQueueOf(id)})
+		fs.nb = append(fs.nb, nbInfo{id: id, p: n.peers[id], dist: n.dist[id], q: n.ackQueueOf(id), self: id == n.cfg.ID})
 	}
 	fs.nbOK, fs.nbVer, fs.nbPeers = true, n.topo.Version(), ids
 	return fs.nb
@@ -327,7 +328,9 @@ func (n *Node) floodDirection(from message.BrokerID) message.BrokerID {
 	n.geometry()
 	for _, nb := range n.neighbours() {
 		if nb.id == from {
-			return from
+			// (The map's string: the flood's target scans compare it
+			// with their neighbours' names, which then share its bytes.)
+			return nb.id
 		}
 	}
 	return n.side[from]
@@ -339,7 +342,7 @@ func (n *Node) floodDirection(from message.BrokerID) message.BrokerID {
 func (n *Node) floodTargetsUsable(except message.BrokerID) ([]target, bool) {
 	nbs := n.neighbours()
 	for i := range nbs {
-		if p := nbs[i].p; p != nil && nbs[i].id != n.cfg.ID && (p.suspected || p.gone || (p.heardHB && !p.joined)) {
+		if p := nbs[i].p; p != nil && !nbs[i].self && (p.suspected || p.gone || (p.heardHB && !p.joined)) {
 			return nil, false // unusable (see unusable)
 		}
 	}
