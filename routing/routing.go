@@ -118,7 +118,9 @@ type Table struct {
 	// rcache finds interned routes without a scan or hashing: index+1 in
 	// routes by routeHash (0: empty; checked against the route).
 	rcache [64]uint32
-	local  int // entries with Local set (LocalLen)
+	// touched sums what touchBucket read (so that the read is made).
+	touched uint32
+	local   int // entries with Local set (LocalLen)
 	// Max bounds the number of entries; Insert fails beyond it (the
 	// subscriber is answered with an error, nothing is dropped silently).
 	Max int
@@ -383,13 +385,48 @@ func nameHash(a message.BrokerID) uint32 {
 	return h ^ h>>16
 }
 
+// touchBucket reads the slot of the covering bucket that place will
+// likely look up for e, when its route is in the caches and its filter
+// names a class first: the slot is cold (a hundred floods visited other
+// tables since), and read here, next to the index probe that misses too,
+// the two misses overlap instead of following each other (and the
+// filter's predicates, read here first, are warm for Validate). A guess
+// only (a wrong one costs a read): nothing depends on it but t.touched.
+func (t *Table) touchBucket(e *Entry) {
+	if e.Local || t.NoCovering || len(t.bslots) == 0 || len(e.Filter.Preds) == 0 {
+		return
+	}
+	p := &e.Filter.Preds[0]
+	if p.Attr != classAttr || p.Op != matching.OpEq || p.Value.Kind != matching.KindString {
+		return
+	}
+	// (The caches' entries are not checked against the names: a stale
+	// one only makes the guess wrong.)
+	fc := t.icache[nameHash(e.From)&63] - 1
+	dc := t.icache[nameHash(e.Dir)&63] - 1
+	if fc < 0 || dc < 0 {
+		return
+	}
+	ri := t.rcache[routeHash(route{from: fc, dir: dc})&63]
+	if ri == 0 {
+		return
+	}
+	bh := bucketKey{route: ri - 1, class: p.Value.Str}.hash()
+	t.touched += t.bslots[bh&uint32(len(t.bslots)-1)].h
+}
+
 // routeOf interns r.
-func (t *Table) routeOf(r route) uint32 {
+// routeHash is rcache's hash of r.
+func routeHash(r route) uint32 {
 	h := (uint32(r.from)*0x9e3779b1 ^ uint32(r.dir)*0x85ebca6b) >> 26
 	if r.local {
 		h ^= 1
 	}
-	c := &t.rcache[h&63]
+	return h
+}
+
+func (t *Table) routeOf(r route) uint32 {
+	c := &t.rcache[routeHash(r)&63]
 	if i := *c; i > 0 && t.routes[i-1] == r {
 		return i - 1
 	}
@@ -462,6 +499,7 @@ const slabMax = 32
 // left unchanged and false is returned.
 func (t *Table) Insert(e Entry) (bool, error) {
 	h := subHash(e.Sub)
+	t.touchBucket(&e)
 	_, pos, found := t.ids.find(e.Sub, h, t.slots)
 	if found {
 		return false, nil

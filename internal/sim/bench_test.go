@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,4 +134,42 @@ func BenchmarkSRDS09FloorPublishing(b *testing.B) {
 	}
 	perHop := time.Since(start) / time.Duration(b.N)
 	b.ReportMetric(ratio(time.Second, srdsPubHopsPerSec*perHop), "max_x_publishing")
+}
+
+// BenchmarkSRDS09Setup runs the slides' setup alone (a 10 ms stream) and
+// reports, besides the setup's wall time, the CPU time (user and system)
+// of the thread that ran it (the benchmark locks its goroutine to its
+// thread; the collector's background workers run elsewhere): steadier
+// than wall time on a shared machine. Linux only (RUSAGE_THREAD). GOGC is
+// 400 as in deltapub sim srds09 (unless the GOGC variable is set).
+func BenchmarkSRDS09Setup(b *testing.B) {
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const rusageThread = 1 // RUSAGE_THREAD
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+			b.Skip("no RUSAGE_THREAD:", err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var used, wall time.Duration
+	for i := 0; i < b.N; i++ {
+		o := DefaultSRDSOptions()
+		o.Crashes = 0
+		o.Warmup, o.After = 10*time.Millisecond, 10*time.Millisecond
+		o.Clock = time.Now
+		c0 := cpu()
+		r := RunSRDS09(o)
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		used += cpu() - c0
+		wall += r.SetupWall
+	}
+	b.ReportMetric(float64(used.Milliseconds())/float64(b.N), "thread_cpu_ms")
+	b.ReportMetric(float64(wall.Milliseconds())/float64(b.N), "setup_wall_ms")
 }
