@@ -373,10 +373,6 @@ type floodMap struct {
 	edges map[message.BrokerID]*edgeFloods
 	last  *edgeFloods // the edge of the last lookup
 	n     int         // floods in the windows
-	// near caches edges by nameHash (direct-mapped; an entry is checked
-	// against the name and dead): the floods of many edges interleave, so
-	// last alone misses often.
-	near [128]*edgeFloods
 }
 
 // edgeFloods is the window of one edge broker's pending subscription
@@ -422,14 +418,9 @@ func (fm *floodMap) edge(id message.BrokerID) *edgeFloods {
 	if e := fm.last; e != nil && e.edge == id {
 		return e
 	}
-	c := &fm.near[nameHash(string(id))&127]
-	if e := *c; e != nil && !e.dead && e.edge == id {
-		fm.last = e
-		return e
-	}
 	e := fm.edges[id]
 	if e != nil {
-		fm.last, *c = e, e
+		fm.last = e
 	}
 	return e
 }
