@@ -480,7 +480,8 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.sendFloodAck(k, from)
 		return
 	}
-	if p := n.slot(m.Sub.Edge).p; p != nil && p.epoch > m.Sub.Epoch { // n.peers[m.Sub.Edge]
+	ew := n.edgeWindow(m.Sub.Edge)
+	if p := n.edgePeer(ew, m.Sub.Edge); p != nil && p.epoch > m.Sub.Epoch {
 		n.sendFloodAck(k, from) // a subscription of an old incarnation: dead
 		return
 	}
@@ -497,7 +498,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.sendFloodAck(k, from)
 		return
 	}
-	n.hopSlot(fp) // n.hop(fp), found in its route slot when known
+	n.ensureHop(ew, fp) // n.hop(fp)
 	ts := n.floodTargets(dir, true)
 	if len(ts) == 0 && !n.floodHole {
 		// Nowhere to go on (a leaf of the flood): it would complete at

@@ -244,13 +244,7 @@ func (n *Node) fromFor(from message.BrokerID, dist int, win *edgeFloods) message
 // window (when it has one) for the map version: an edge's floods mostly
 // come alike.
 func (n *Node) floodFromPointer(edge, mFrom, from, dir message.BrokerID) message.BrokerID {
-	e := n.floods.edge(edge)
-	if e == nil && len(n.floods.edges) < maxFloodEdges {
-		// A leaf of the floods keeps no flood pending: made here, the
-		// edge's (empty) window keeps this cache, and later lookups of the
-		// edge find it.
-		e = n.floods.edgeMake(edge)
-	}
+	e := n.edgeWindow(edge)
 	v := n.topo.Version()
 	if e != nil {
 		if c := &e.fp; c.ok && c.ver == v && c.mFrom == mFrom && c.from == from && c.dir == dir {
@@ -389,7 +383,54 @@ type edgeFloods struct {
 	n     int  // floods in the window
 	dead  bool // dropped from floodMap.edges (flood.win may still point here)
 	from  fromCache
-	fp    fpCache
+	// For the route generation gen-1 (Node.rtGen; 0: none): peer is
+	// n.peers[edge] (edgePeer), and hopFor's next hop is known (ensureHop).
+	peerGen, hopGen uint64
+	peer            *peer
+	hopFor          message.BrokerID
+	fp              fpCache
+}
+
+// edgeWindow is the window of edge's floods, made when missing while
+// under the bound (nil otherwise): the caches of onSubFlood live there.
+func (n *Node) edgeWindow(edge message.BrokerID) *edgeFloods {
+	e := n.floods.edge(edge)
+	if e == nil && len(n.floods.edges) < maxFloodEdges {
+		// A leaf of the floods keeps no flood pending: made here, the
+		// edge's (empty) window keeps the caches, and later lookups of
+		// the edge find it.
+		e = n.floods.edgeMake(edge)
+	}
+	return e
+}
+
+// edgePeer is n.peers[edge], remembered in edge's window e (if not nil)
+// while the route generation holds (it changes whenever the peer set
+// does): most edges are no peers, and hashing their names costs more than
+// the window's line that floodFromPointer reads anyway.
+func (n *Node) edgePeer(e *edgeFloods, edge message.BrokerID) *peer {
+	if e != nil && e.peerGen == n.rtGen+1 {
+		return e.peer
+	}
+	p := n.peers[edge]
+	if e != nil {
+		e.peer, e.peerGen = p, n.rtGen+1
+	}
+	return p
+}
+
+// ensureHop is hop(fp) (the next hop toward fp computed, and dialled,
+// when unknown), skipped when e remembers it done for fp in this route
+// generation: n.hops then still holds fp (rtGen changes whenever an entry
+// of n.hops is removed), and hop would return it without a side effect.
+func (n *Node) ensureHop(e *edgeFloods, fp message.BrokerID) {
+	if e != nil && e.hopGen == n.rtGen+1 && e.hopFor == fp {
+		return
+	}
+	n.hopSlot(fp) // may add a peer: the generation to remember is the one after
+	if e != nil {
+		e.hopFor, e.hopGen = fp, n.rtGen+1
+	}
 }
 
 const (
