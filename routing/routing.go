@@ -73,7 +73,6 @@ type Entry struct {
 type Table struct {
 	// What Recipients reads comes first (few cache lines per call).
 	m      Matcher
-	mv     validInserter // m, when it can skip validation (nil: no)
 	buf    []uint64
 	routes []route
 	// froms interns the from-pointers so that Recipients deduplicates
@@ -146,6 +145,9 @@ type Table struct {
 	nOther       int // entries in "other" buckets (none: no lookup of them)
 	nextSeq      uint64
 	cands        []cand // scratch for coverCandidates
+	// mv is m when it can insert without validating again (nil: it
+	// cannot); here, not next to m: Recipients' fields come first.
+	mv validInserter
 }
 
 // bucketKey is a covering bucket: other is set for entries without a
