@@ -26,6 +26,10 @@ type Index struct {
 	// What Match reads comes first (few cache lines per call).
 	names   []string  // attribute id -> name
 	scratch []pubAttr // the publication being matched, resolved to ids
+	// done and once are MatchOnce's tag sets (zero for Match): an id
+	// whose tag (id>>32, below 64) is in done is neither checked nor
+	// reported; reporting an id whose tag is in once adds the tag to done.
+	done, once uint64
 	// acache is a direct-mapped cache in front of access (Match's lookup
 	// of a publication's string values): one slot read instead of the
 	// map's header, directory and group. A miss, a collision or an
@@ -615,8 +619,29 @@ func (ix *Index) Filter(id uint64) (Filter, bool) {
 // Match appends to dst the id of every filter matching p, each once, in
 // no particular order, and returns the extended slice.
 func (ix *Index) Match(p *Publication, dst []uint64) []uint64 {
+	ix.done, ix.once = 0, 0
 	return ix.match(p, dst, true)
 }
+
+// MatchOnce is Match restricted by the ids' tags (an id's tag is its high
+// 32 bits; only tags below 64 are restricted): an id whose tag is in skip
+// (bit tag set) is not reported, and of the ids whose tag is in once only
+// the first found is reported; the others are not checked at all. The ids
+// reported are those Match would report, in the same order, less the
+// ones left out. The routing table uses it to find each from-pointer
+// once and none toward the direction a publication came from.
+func (ix *Index) MatchOnce(p *Publication, dst []uint64, once, skip uint64) []uint64 {
+	ix.done, ix.once = skip, once
+	dst = ix.match(p, dst, true)
+	ix.done, ix.once = 0, 0
+	return dst
+}
+
+// skips reports whether id is left out (see MatchOnce); taken records
+// that id is reported.
+func (ix *Index) skips(id uint64) bool { return ix.done>>(id>>32)&1 != 0 }
+
+func (ix *Index) taken(id uint64) { ix.done |= ix.once & (1 << (id >> 32)) }
 
 // match is Match; with compiled false it walks the groups of every access
 // list, compiled or not (the tests compare both).
@@ -758,8 +783,9 @@ groups:
 		}
 		k := i + 1
 		for _, e := range ents[k : k+nrest] {
-			if e.a&128 == 0 || ix.check(e.slot, pa) {
+			if !ix.skips(e.id) && (e.a&128 == 0 || ix.check(e.slot, pa)) {
 				dst = append(dst, e.id)
+				ix.taken(e.id)
 			}
 		}
 		k += nrest
@@ -806,8 +832,9 @@ groups:
 			}
 		}
 		for _, r := range g.rest {
-			if !r.resid || ix.check(r.slot, pa) {
+			if !ix.skips(r.id) && (!r.resid || ix.check(r.slot, pa)) {
 				dst = append(dst, r.id)
+				ix.taken(r.id)
 			}
 		}
 		for j := range g.ranges {
@@ -1077,8 +1104,9 @@ func scanBelow(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) (_ []u
 			}
 			continue // equal bounds of > and >= interleave; keep going
 		}
-		if ix.accept(e, pa) {
+		if !ix.skips(e.id) && ix.accept(e, pa) {
 			dst = append(dst, e.id)
+			ix.taken(e.id)
 		}
 	}
 	return dst, false
@@ -1113,8 +1141,9 @@ func scanAbove(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) (_ []u
 			}
 			continue
 		}
-		if ix.accept(e, pa) {
+		if !ix.skips(e.id) && ix.accept(e, pa) {
 			dst = append(dst, e.id)
+			ix.taken(e.id)
 		}
 	}
 	return dst, false
@@ -1136,8 +1165,9 @@ func scanNe(b []entry, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 
 		if cmpNum(e.value(), v) == 0 {
 			continue
 		}
-		if ix.accept(e, pa) {
+		if !ix.skips(e.id) && ix.accept(e, pa) {
 			dst = append(dst, e.id)
+			ix.taken(e.id)
 		}
 	}
 	return dst
@@ -1166,8 +1196,9 @@ func (l *sortedList) scanEq(v Value, ix *Index, pa []pubAttr, dst []uint64) []ui
 			if cmpNum(e.value(), v) != 0 {
 				return dst
 			}
-			if ix.accept(e, pa) {
+			if !ix.skips(e.id) && ix.accept(e, pa) {
 				dst = append(dst, e.id)
+				ix.taken(e.id)
 			}
 		}
 	}
@@ -1239,8 +1270,9 @@ func scanBelowP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint
 			}
 			continue
 		}
-		if ix.acceptP(e, pa) {
+		if !ix.skips(e.id) && ix.acceptP(e, pa) {
 			dst = append(dst, e.id)
+			ix.taken(e.id)
 		}
 	}
 	return dst
@@ -1258,8 +1290,9 @@ func scanAboveP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint
 			}
 			continue
 		}
-		if ix.acceptP(e, pa) {
+		if !ix.skips(e.id) && ix.acceptP(e, pa) {
 			dst = append(dst, e.id)
+			ix.taken(e.id)
 		}
 	}
 	return dst
@@ -1272,8 +1305,9 @@ func scanNeP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 
 		if cmpNum(e.value(), v) == 0 {
 			continue
 		}
-		if ix.acceptP(e, pa) {
+		if !ix.skips(e.id) && ix.acceptP(e, pa) {
 			dst = append(dst, e.id)
+			ix.taken(e.id)
 		}
 	}
 	return dst
@@ -1296,8 +1330,9 @@ func scanEqP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 
 		if cmpNum(e.value(), v) != 0 {
 			return dst
 		}
-		if ix.acceptP(e, pa) {
+		if !ix.skips(e.id) && ix.acceptP(e, pa) {
 			dst = append(dst, e.id)
+			ix.taken(e.id)
 		}
 	}
 	return dst

@@ -156,3 +156,50 @@ func dupNames(p *matching.Publication) bool {
 	}
 	return false
 }
+
+// TestMatchOnceSameAsFiltered: MatchOnce reports Match's ids in Match's
+// order less those its tags leave out (tagged in skip, or in once after
+// the tag's first id), on ids tagged 0..69 (tags from 64 on are never left
+// out), with the lists compiled and walked.
+func TestMatchOnceSameAsFiltered(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	gens := []gen{groupsGen{r}, workload.NewStock(r), workload.NewRanges(r)}
+	for gi, g := range gens {
+		for _, bound := range []int{2048, 0} {
+			ix := matching.NewIndex()
+			old := matching.SetProgMax(ix, bound)
+			for range 600 {
+				id := r.Uint64N(70)<<32 | uint64(r.Uint32())
+				_ = ix.Insert(id, g.Filter())
+			}
+			var all, got []uint64
+			for range 400 {
+				p := g.Publication()
+				once, skip := r.Uint64()&r.Uint64(), r.Uint64()&r.Uint64()&r.Uint64()
+				if r.IntN(4) == 0 {
+					once = ^uint64(0)
+				}
+				all = ix.Match(&p, all[:0])
+				got = ix.MatchOnce(&p, got[:0], once, skip)
+				var want []uint64
+				done := skip
+				for _, id := range all {
+					if tag := id >> 32; tag < 64 {
+						if done>>tag&1 != 0 {
+							continue
+						}
+						done |= once & (1 << tag)
+					}
+					want = append(want, id)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("gen %d bound %d: %v once %x skip %x: got %v, want %v", gi, bound, p, once, skip, got, want)
+				}
+				if again := ix.Match(&p, nil); !slices.Equal(again, all) {
+					t.Fatalf("gen %d bound %d: Match after MatchOnce: %v, want %v", gi, bound, again, all)
+				}
+			}
+			matching.SetProgMax(ix, old)
+		}
+	}
+}

@@ -72,7 +72,11 @@ type Entry struct {
 // Table is the routing table. Not safe for concurrent use.
 type Table struct {
 	// What Recipients reads comes first (few cache lines per call).
-	m      Matcher
+	m  Matcher
+	om OnceMatcher // m, if it is one (else nil)
+	// remote has bit i set for each non-local route i below 64 (the
+	// routes whose matches Recipients needs once, see OnceMatcher).
+	remote uint64
 	buf    []uint64
 	routes []route
 	// froms interns the from-pointers so that Recipients deduplicates
@@ -295,6 +299,20 @@ func (t *Table) removeBucket(i int) {
 type exEntry struct {
 	name message.BrokerID
 	idx  int32
+	// nr is len(routes) when skip was computed: the non-local routes
+	// (below 64) whose direction is idx.
+	nr   int32
+	skip uint64
+}
+
+// OnceMatcher is a Matcher that can leave out matches by the ids' tags
+// (their high 32 bits: the route, see Table.slots), as
+// matching.Index.MatchOnce: ids tagged in skip are not reported, and of
+// those tagged in once only the first found. Recipients uses it when the
+// matcher has it: the entries toward except, and the entries of a route
+// already found, are not even checked.
+type OnceMatcher interface {
+	MatchOnce(p *matching.Publication, dst []uint64, once, skip uint64) []uint64
 }
 
 // fromInfo is an interned from-pointer: its name, its position among the
@@ -448,6 +466,9 @@ func (t *Table) routeOf(r route) uint32 {
 		i = uint32(len(t.routes))
 		t.routeIdx[r] = i
 		t.routes = append(t.routes, r)
+		if !r.local && i < 64 {
+			t.remote |= 1 << i
+		}
 	}
 	*c = i + 1
 	return i
@@ -459,7 +480,8 @@ func New(m Matcher) *Table {
 		m = newLinear()
 	}
 	mv, _ := m.(validInserter)
-	return &Table{m: m, mv: mv, Max: 1 << 22,
+	om, _ := m.(OnceMatcher)
+	return &Table{m: m, mv: mv, om: om, Max: 1 << 22,
 		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
@@ -822,6 +844,7 @@ func (t *Table) reset() {
 	t.npicked = 0
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
+	t.remote = 0
 	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.icache = [64]int32{}
 	t.rcache = [64]uint32{}
@@ -898,23 +921,40 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 		t.gen = 1
 	}
 	ex := int32(-2) // matches no dir
+	var skip uint64 // the routes toward ex (below 64)
 	if except != "" {
-		hit := false
+		var c *exEntry
 		for k := range t.exCache {
-			if c := &t.exCache[k]; c.name == except {
-				ex, hit = c.idx, true
+			if t.exCache[k].name == except {
+				c = &t.exCache[k]
 				break
 			}
 		}
-		if !hit {
+		if c == nil {
 			if i, ok := t.fromIdx[except]; ok {
-				ex = i
-				t.exCache[t.exNext%4] = exEntry{name: except, idx: i}
+				c = &t.exCache[t.exNext%4]
+				*c = exEntry{name: except, idx: i, nr: -1}
 				t.exNext++
 			}
 		}
+		if c != nil {
+			ex = c.idx
+			if c.nr != int32(len(t.routes)) {
+				c.nr, c.skip = int32(len(t.routes)), 0
+				for i := range min(len(t.routes), 64) {
+					if r := &t.routes[i]; !r.local && r.dir == ex {
+						c.skip |= 1 << i
+					}
+				}
+			}
+			skip = c.skip
+		}
 	}
-	t.buf = t.m.Match(p, t.buf[:0])
+	if t.om != nil {
+		t.buf = t.om.MatchOnce(p, t.buf[:0], t.remote, skip)
+	} else {
+		t.buf = t.m.Match(p, t.buf[:0])
+	}
 	// The from indices found are written over the keys already read.
 	picked := t.buf[:0]
 	for _, k := range t.buf {

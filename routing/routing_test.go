@@ -330,3 +330,64 @@ func BenchmarkRepointChain(b *testing.B) {
 		}
 	})
 }
+
+// plainMatcher hides the index's MatchOnce: Recipients then reads every
+// match (the way before OnceMatcher).
+type plainMatcher struct{ ix *matching.Index }
+
+func (m plainMatcher) Insert(id uint64, f matching.Filter) error { return m.ix.Insert(id, f) }
+func (m plainMatcher) Delete(id uint64) bool                     { return m.ix.Delete(id) }
+func (m plainMatcher) Match(p *matching.Publication, dst []uint64) []uint64 {
+	return m.ix.Match(p, dst)
+}
+
+// TestRecipientsOnceSameAsMatch: Recipients through MatchOnce gives the
+// same recipients, and the same local entries in the same order, as
+// through Match, with from-pointers reached through several directions,
+// local entries, deletes, and (second round) more than 64 routes, whose
+// entries MatchOnce cannot leave out.
+func TestRecipientsOnceSameAsMatch(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	ops := []matching.Op{matching.OpLt, matching.OpLe, matching.OpGt, matching.OpGe, matching.OpNumEq, matching.OpNumNe}
+	for _, nf := range []int{12, 90} {
+		a, b := New(matching.NewIndex()), New(plainMatcher{matching.NewIndex()})
+		if a.om == nil || b.om != nil {
+			t.Fatal("want MatchOnce in a only")
+		}
+		for i := 0; i < 1500; i++ {
+			f := filter(fmt.Sprint("c", r.Intn(3)))
+			if r.Intn(4) != 0 {
+				f.Preds = append(f.Preds, matching.Predicate{Attr: "x", Op: ops[r.Intn(len(ops))], Value: ival(int64(r.Intn(10)))})
+			}
+			fr := r.Intn(nf)
+			e := Entry{Sub: sub("E", uint64(i)), Filter: f, From: message.BrokerID(fmt.Sprint("F", fr)), Dir: message.BrokerID(fmt.Sprint("N", (fr+r.Intn(2))%4))}
+			if r.Intn(8) == 0 {
+				e = Entry{Sub: e.Sub, Filter: f, From: "B", Local: true, Client: message.ClientID(i)}
+			}
+			a.Insert(e)
+			b.Insert(e)
+			if r.Intn(5) == 0 {
+				d := sub("E", uint64(r.Intn(i+1)))
+				a.Delete(d)
+				b.Delete(d)
+			}
+			if i%5 != 0 {
+				continue
+			}
+			p := pub(fmt.Sprint("c", r.Intn(3)), int64(r.Intn(10)))
+			ex := message.BrokerID(fmt.Sprint("N", r.Intn(5)))
+			if r.Intn(4) == 0 {
+				ex = ""
+			}
+			var la, lb []message.SubID
+			ra := a.Recipients(p, ex, nil, func(e *Entry) { la = append(la, e.Sub) })
+			rb := b.Recipients(p, ex, nil, func(e *Entry) { lb = append(lb, e.Sub) })
+			if !reflect.DeepEqual(ra, rb) || !reflect.DeepEqual(la, lb) {
+				t.Fatalf("froms %d, insert %d: recipients %v / %v, local %v / %v", nf, i, ra, rb, la, lb)
+			}
+		}
+		if nf > 64 && len(a.routes) <= 64 {
+			t.Fatalf("only %d routes", len(a.routes))
+		}
+	}
+}
