@@ -8,6 +8,7 @@ package routing
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sort"
 
@@ -75,10 +76,21 @@ type Table struct {
 	m  Matcher
 	om OnceMatcher // m, if it is one (else nil)
 	// remote has bit i set for each non-local route i below 64 (the
-	// routes whose matches Recipients needs once, see OnceMatcher).
-	remote uint64
-	buf    []uint64
-	routes []route
+	// routes whose matches Recipients needs once, see OnceMatcher);
+	// locals likewise for the local routes.
+	remote, locals uint64
+	// rrank is each route's from-pointer's rank (below 64 hops only: see
+	// Recipients' fast path) and byRank the interned names in rank order:
+	// with at most 64 names, Recipients collects the ranks of the
+	// recipients in a bit set, read in order, instead of marking froms and
+	// sorting them.
+	rrank  []uint8
+	byRank []message.BrokerID
+	// byRankIdx: the interned indices in rank order (RecipientIndices
+	// of the fast path).
+	byRankIdx []uint64
+	buf       []uint64
+	routes    []route
 	// froms interns the from-pointers so that Recipients deduplicates
 	// with a generation mark instead of a scan or a map per publication.
 	froms []fromInfo
@@ -390,6 +402,14 @@ func (t *Table) intern(b message.BrokerID) int32 {
 		for r, i := range order {
 			t.froms[i].rank = int32(r)
 		}
+		t.byRank, t.byRankIdx = t.byRank[:0], t.byRankIdx[:0]
+		for _, i := range order {
+			t.byRank = append(t.byRank, t.froms[i].name)
+			t.byRankIdx = append(t.byRankIdx, uint64(i))
+		}
+		for i := range t.routes {
+			t.rrank[i] = uint8(t.froms[t.routes[i].from].rank)
+		}
 	}
 	*c = fi + 1
 	return fi
@@ -466,8 +486,13 @@ func (t *Table) routeOf(r route) uint32 {
 		i = uint32(len(t.routes))
 		t.routeIdx[r] = i
 		t.routes = append(t.routes, r)
-		if !r.local && i < 64 {
-			t.remote |= 1 << i
+		t.rrank = append(t.rrank, uint8(t.froms[r.from].rank))
+		if i < 64 {
+			if r.local {
+				t.locals |= 1 << i
+			} else {
+				t.remote |= 1 << i
+			}
 		}
 	}
 	*c = i + 1
@@ -842,9 +867,11 @@ func (t *Table) reset() {
 	t.froms = t.froms[:0]
 	t.fromsGen++
 	t.npicked = 0
+	t.byRank, t.byRankIdx = t.byRank[:0], t.byRankIdx[:0]
+	t.rrank = t.rrank[:0]
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
-	t.remote = 0
+	t.remote, t.locals = 0, 0
 	t.exCache, t.exNext = [4]exEntry{}, 0
 	t.icache = [64]int32{}
 	t.rcache = [64]uint32{}
@@ -913,13 +940,6 @@ func SubLess(a, b message.SubID) bool {
 // each). Recipients never includes "" (local entries are reported through
 // local instead).
 func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst []message.BrokerID, local func(*Entry)) []message.BrokerID {
-	t.gen++
-	if t.gen == 0 { // wrapped: reset the marks
-		for i := range t.froms {
-			t.froms[i].mark = 0
-		}
-		t.gen = 1
-	}
 	ex := int32(-2) // matches no dir
 	var skip uint64 // the routes toward ex (below 64)
 	if except != "" {
@@ -949,6 +969,46 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 			}
 			skip = c.skip
 		}
+	}
+	if t.om != nil && len(t.routes) <= 64 && len(t.froms) <= 64 {
+		// Every route has its bit: MatchOnce leaves out the routes
+		// toward ex and returns each other route at most once; the
+		// recipients are the ranks of their from-pointers.
+		t.buf = t.om.MatchOnce(p, t.buf[:0], t.remote, skip)
+		var set uint64
+		for _, k := range t.buf {
+			ri := k >> 32
+			if ri >= uint64(len(t.rrank)) {
+				continue
+			}
+			if t.locals>>ri&1 != 0 {
+				if local != nil {
+					if e := t.slots[slotOf(k)]; e != nil {
+						local(e)
+					}
+				}
+				continue
+			}
+			set |= 1 << t.rrank[ri]
+		}
+		// The keys are read: buf now holds the recipients' interned
+		// indices (RecipientIndices), at most one per key.
+		n := 0
+		for ; set != 0; set &= set - 1 {
+			r := bits.TrailingZeros64(set)
+			dst = append(dst, t.byRank[r])
+			t.buf[n] = t.byRankIdx[r]
+			n++
+		}
+		t.npicked = n
+		return dst
+	}
+	t.gen++
+	if t.gen == 0 { // wrapped: reset the marks
+		for i := range t.froms {
+			t.froms[i].mark = 0
+		}
+		t.gen = 1
 	}
 	if t.om != nil {
 		t.buf = t.om.MatchOnce(p, t.buf[:0], t.remote, skip)
