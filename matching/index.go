@@ -178,8 +178,10 @@ type accessList struct {
 }
 
 // prog is an access list's groups for Match, in one array of 32-byte
-// entries: for each group a header, its rest list, then per attribute
-// with bounds a header and the four sorted lists (lower, upper, <>, =).
+// entries: for each group a header, its rest list (packed, three ids to
+// an entry, when none has predicates to check: header a = 1), then per
+// attribute with bounds a header and the four sorted lists (lower,
+// upper, <>, =).
 // A group header holds its range headers' count and its rest list's
 // length (bits, low and high half), its equalities other than the list's
 // own key (eqs[id low:id high]; every group of the list has the key's
@@ -729,12 +731,31 @@ func (al *accessList) compile() {
 				pr.eqs = append(pr.eqs, *c)
 			}
 		}
+		packed := len(g.rest) > 0
 		for _, r := range g.rest {
-			e := pent{id: r.id, slot: r.slot}
-			if r.resid {
-				e.a = 128
+			packed = packed && !r.resid
+		}
+		if packed {
+			// Nothing to check: only the ids, three to an entry.
+			for j := 0; j < len(g.rest); j += 3 {
+				e := pent{bits: g.rest[j].id}
+				if j+1 < len(g.rest) {
+					e.id = g.rest[j+1].id
+				}
+				if j+2 < len(g.rest) {
+					e.rbits = g.rest[j+2].id
+				}
+				pr.ents = append(pr.ents, e)
 			}
-			pr.ents = append(pr.ents, e)
+			pr.ents[gi].a = 1
+		} else {
+			for _, r := range g.rest {
+				e := pent{id: r.id, slot: r.slot}
+				if r.resid {
+					e.a = 128
+				}
+				pr.ents = append(pr.ents, e)
+			}
 		}
 		pr.ents[gi].bits = uint64(len(g.ranges)) | uint64(len(g.rest))<<32
 		pr.ents[gi].id = uint64(eq0) | uint64(len(pr.eqs))<<32
@@ -782,13 +803,28 @@ groups:
 			}
 		}
 		k := i + 1
-		for _, e := range ents[k : k+nrest] {
-			if !ix.skips(e.id) && (e.a&128 == 0 || ix.check(e.slot, pa)) {
-				dst = append(dst, e.id)
-				ix.taken(e.id)
+		if g.a&1 != 0 {
+			// The rest list packed: ids only, three to an entry.
+			for left := nrest; left > 0; left -= 3 {
+				e := &ents[k]
+				k++
+				ids := [3]uint64{e.bits, e.id, e.rbits}
+				for _, id := range ids[:min(left, 3)] {
+					if !ix.skips(id) {
+						dst = append(dst, id)
+						ix.taken(id)
+					}
+				}
 			}
+		} else {
+			for j := k; j < k+nrest; j++ {
+				if e := &ents[j]; !ix.skips(e.id) && (e.a&128 == 0 || ix.check(e.slot, pa)) {
+					dst = append(dst, e.id)
+					ix.taken(e.id)
+				}
+			}
+			k += nrest
 		}
-		k += nrest
 		for range nr {
 			h := &ents[k]
 			nl, nu, nn, ne := int(uint32(h.bits)), int(h.bits>>32), int(uint32(h.id)), int(h.id>>32)
