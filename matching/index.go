@@ -254,9 +254,12 @@ type attrRanges struct {
 	eq    sortedList // = operands: satisfied by an equal number
 }
 
+// pubAttr is an attribute of the publication being matched: its id and
+// its value in the publication (16 bytes; a copy of the value made the
+// scratch slice three cache lines to write per match).
 type pubAttr struct {
 	attr uint32
-	v    Value
+	v    *Value
 }
 
 // NewIndex returns an empty index.
@@ -655,7 +658,7 @@ func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 		for i := range p.Attrs {
 			for id, n := range ix.names {
 				if n == p.Attrs[i].Name {
-					pa = append(pa, pubAttr{attr: uint32(id), v: p.Attrs[i].Value})
+					pa = append(pa, pubAttr{attr: uint32(id), v: &p.Attrs[i].Value})
 					break
 				}
 			}
@@ -663,7 +666,7 @@ func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 	} else {
 		for i := range p.Attrs {
 			if id, ok := ix.attrIDs[p.Attrs[i].Name]; ok {
-				pa = append(pa, pubAttr{attr: id, v: p.Attrs[i].Value})
+				pa = append(pa, pubAttr{attr: id, v: &p.Attrs[i].Value})
 			}
 		}
 	}
@@ -673,7 +676,7 @@ func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
 			continue
 		}
 		if !compiled {
-			if al := ix.accessOf(eqKey(pa[i].attr, pa[i].v)); al != nil {
+			if al := ix.accessOf(eqKey(pa[i].attr, *pa[i].v)); al != nil {
 				dst = ix.matchGroups(al, pa, dst)
 			}
 			continue
@@ -891,7 +894,7 @@ groups:
 func lookup(pa []pubAttr, attr uint32) (Value, bool) {
 	for i := range pa {
 		if pa[i].attr == attr {
-			return pa[i].v, true
+			return *pa[i].v, true
 		}
 	}
 	return Value{}, false
