@@ -73,35 +73,41 @@ type Entry struct {
 // Table is the routing table. Not safe for concurrent use.
 type Table struct {
 	// What Recipients reads comes first (few cache lines per call).
-	m  Matcher
 	om OnceMatcher // m, if it is one (else nil)
+	// fast: om is set, and there are at most 64 routes and 64 interned
+	// names (Recipients' fast path; kept by intern, routeOf and reset).
+	fast   bool
+	exNext uint8
 	// remote has bit i set for each non-local route i below 64 (the
 	// routes whose matches Recipients needs once, see OnceMatcher);
 	// locals likewise for the local routes.
 	remote, locals uint64
+	buf            []uint64
 	// rrank is each route's from-pointer's rank (below 64 hops only: see
 	// Recipients' fast path) and byRank the interned names in rank order:
 	// with at most 64 names, Recipients collects the ranks of the
 	// recipients in a bit set, read in order, instead of marking froms and
 	// sorting them.
-	rrank  []uint8
-	byRank []message.BrokerID
+	rrank []uint8
+	// exNames holds Recipients' last except lookups (a broker sees
+	// publications from its few tree neighbours; comparing with the same
+	// string is cheaper than hashing it), replaced round robin (exNext),
+	// with the interned index (exIdx) and the routes toward it below 64
+	// (exSkip, kept by routeOf). Only interned names are cached, and
+	// interned indices hold until reset, which clears the cache.
+	exNames [4]message.BrokerID
+	exSkip  [4]uint64
+	exIdx   [4]int32
+	byRank  []message.BrokerID
 	// byRankIdx: the interned indices in rank order (RecipientIndices
 	// of the fast path).
 	byRankIdx []uint64
-	buf       []uint64
+	m         Matcher
 	routes    []route
 	// froms interns the from-pointers so that Recipients deduplicates
 	// with a generation mark instead of a scan or a map per publication.
 	froms []fromInfo
 	gen   uint32
-	// exCache holds Recipients' last except lookups (a broker sees
-	// publications from its few tree neighbours; comparing with the same
-	// string is cheaper than hashing it), replaced round robin (exNext).
-	// Only interned names are cached, and interned indices hold until
-	// reset, which clears the cache.
-	exCache [4]exEntry
-	exNext  uint8
 	// npicked is how many recipients the last Recipients call found
 	// (their interned indices lead buf: RecipientIndices); fromsGen
 	// increases whenever interned indices are given anew (reset).
@@ -308,15 +314,6 @@ func (t *Table) removeBucket(i int) {
 	t.bn--
 }
 
-type exEntry struct {
-	name message.BrokerID
-	idx  int32
-	// nr is len(routes) when skip was computed: the non-local routes
-	// (below 64) whose direction is idx.
-	nr   int32
-	skip uint64
-}
-
 // OnceMatcher is a Matcher that can leave out matches by the ids' tags
 // (their high 32 bits: the route, see Table.slots), as
 // matching.Index.MatchOnce: ids tagged in skip are not reported, and of
@@ -392,6 +389,7 @@ func (t *Table) intern(b message.BrokerID) int32 {
 		fi = int32(len(t.froms))
 		t.fromIdx[b] = fi
 		t.froms = append(t.froms, fromInfo{name: b})
+		t.fast = t.om != nil && len(t.routes) <= 64 && len(t.froms) <= 64
 		// Ranks of all names again (a new from-pointer is rare: bounded by
 		// the brokers within δ+1 hops).
 		order := make([]int32, len(t.froms))
@@ -492,8 +490,14 @@ func (t *Table) routeOf(r route) uint32 {
 				t.locals |= 1 << i
 			} else {
 				t.remote |= 1 << i
+				for k := range t.exNames {
+					if t.exNames[k] != "" && t.exIdx[k] == r.dir {
+						t.exSkip[k] |= 1 << i
+					}
+				}
 			}
 		}
+		t.fast = t.om != nil && len(t.routes) <= 64 && len(t.froms) <= 64
 	}
 	*c = i + 1
 	return i
@@ -506,7 +510,7 @@ func New(m Matcher) *Table {
 	}
 	mv, _ := m.(validInserter)
 	om, _ := m.(OnceMatcher)
-	return &Table{m: m, mv: mv, om: om, Max: 1 << 22,
+	return &Table{m: m, mv: mv, om: om, fast: om != nil, Max: 1 << 22,
 		fromIdx: map[message.BrokerID]int32{}, routeIdx: map[route]uint32{}}
 }
 
@@ -872,7 +876,8 @@ func (t *Table) reset() {
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
 	t.remote, t.locals = 0, 0
-	t.exCache, t.exNext = [4]exEntry{}, 0
+	t.exNames, t.exSkip, t.exIdx, t.exNext = [4]message.BrokerID{}, [4]uint64{}, [4]int32{}, 0
+	t.fast = t.om != nil
 	t.icache = [64]int32{}
 	t.rcache = [64]uint32{}
 	t.local = 0
@@ -943,34 +948,30 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 	ex := int32(-2) // matches no dir
 	var skip uint64 // the routes toward ex (below 64)
 	if except != "" {
-		var c *exEntry
-		for k := range t.exCache {
-			if t.exCache[k].name == except {
-				c = &t.exCache[k]
+		c := -1
+		for k := range t.exNames {
+			if t.exNames[k] == except {
+				c = k
 				break
 			}
 		}
-		if c == nil {
+		if c < 0 {
 			if i, ok := t.fromIdx[except]; ok {
-				c = &t.exCache[t.exNext%4]
-				*c = exEntry{name: except, idx: i, nr: -1}
+				c = int(t.exNext % 4)
 				t.exNext++
-			}
-		}
-		if c != nil {
-			ex = c.idx
-			if c.nr != int32(len(t.routes)) {
-				c.nr, c.skip = int32(len(t.routes)), 0
-				for i := range min(len(t.routes), 64) {
-					if r := &t.routes[i]; !r.local && r.dir == ex {
-						c.skip |= 1 << i
+				t.exNames[c], t.exIdx[c], t.exSkip[c] = except, i, 0
+				for r := range min(len(t.routes), 64) {
+					if rt := &t.routes[r]; !rt.local && rt.dir == i {
+						t.exSkip[c] |= 1 << r
 					}
 				}
 			}
-			skip = c.skip
+		}
+		if c >= 0 {
+			ex, skip = t.exIdx[c], t.exSkip[c]
 		}
 	}
-	if t.om != nil && len(t.routes) <= 64 && len(t.froms) <= 64 {
+	if t.fast {
 		// Every route has its bit: MatchOnce leaves out the routes
 		// toward ex and returns each other route at most once; the
 		// recipients are the ranks of their from-pointers.
