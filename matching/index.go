@@ -1339,9 +1339,10 @@ func scanAboveP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint
 
 // scanNeP is scanNe over compiled entries.
 func scanNeP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	intFast := v.Kind == KindInt
 	for k := range b {
 		e := &b[k]
-		if cmpNum(e.value(), v) == 0 {
+		if e.cmpTo(v, intFast) == 0 {
 			continue
 		}
 		if !ix.skips(e.id) && ix.acceptP(e, pa) {
@@ -1355,10 +1356,11 @@ func scanNeP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 
 // scanEqP is scanEq over compiled entries: from the first bound not below
 // v (where scanEq's probe lands), the bounds equal to v.
 func scanEqP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 {
+	intFast := v.Kind == KindInt
 	lo, hi := 0, len(b)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if cmpNum(b[m].value(), v) < 0 {
+		if b[m].cmpTo(v, intFast) < 0 {
 			lo = m + 1
 		} else {
 			hi = m
@@ -1366,7 +1368,7 @@ func scanEqP(b []pent, v Value, ix *Index, pa []pubAttr, dst []uint64) []uint64 
 	}
 	for k := lo; k < len(b); k++ {
 		e := &b[k]
-		if cmpNum(e.value(), v) != 0 {
+		if e.cmpTo(v, intFast) != 0 {
 			return dst
 		}
 		if !ix.skips(e.id) && ix.acceptP(e, pa) {
