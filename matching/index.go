@@ -186,8 +186,10 @@ type accessList struct {
 // length (bits, low and high half), its equalities other than the list's
 // own key (eqs[id low:id high]; every group of the list has the key's
 // equality, which Match checks once for the list) and its length after
-// the header (rbits). A range header holds the attribute (slot) and the
-// four lists' lengths (bits and id, low and high halves).
+// the header (rbits). A range header holds the attribute (slot), the
+// four lists' lengths (bits and id, low and high halves) and the set of
+// their ids' tags (rbits, see tagBit: MatchOnce skips the lists when it
+// leaves out every one).
 type prog struct {
 	ents []pent
 	eqs  []cpred
@@ -648,6 +650,15 @@ func (ix *Index) skips(id uint64) bool { return ix.done>>(id>>32)&1 != 0 }
 
 func (ix *Index) taken(id uint64) { ix.done |= ix.once & (1 << (id >> 32)) }
 
+// tagBit is id's tag as a set (see MatchOnce): every tag for an id whose
+// tag is 64 or more (never left out).
+func tagBit(id uint64) uint64 {
+	if t := id >> 32; t < 64 {
+		return 1 << t
+	}
+	return ^uint64(0)
+}
+
 // match is Match; with compiled false it walks the groups of every access
 // list, compiled or not (the tests compare both).
 func (ix *Index) match(p *Publication, dst []uint64, compiled bool) []uint64 {
@@ -770,8 +781,10 @@ func (al *accessList) compile() {
 					ln[k] += len(b)
 				}
 			}
+			hi := len(pr.ents)
 			pr.ents = append(pr.ents, pent{slot: ar.attr,
 				bits: uint64(ln[0]) | uint64(ln[1])<<32, id: uint64(ln[2]) | uint64(ln[3])<<32})
+			var tags uint64
 			for _, l := range [4]*sortedList{&ar.lower, &ar.upper, &ar.ne, &ar.eq} {
 				for _, b := range l.blocks {
 					for k := range b {
@@ -780,9 +793,11 @@ func (al *accessList) compile() {
 							return
 						}
 						pr.ents = append(pr.ents, packEntry(&b[k]))
+						tags |= tagBit(b[k].id)
 					}
 				}
 			}
+			pr.ents[hi].rbits = tags
 		}
 		pr.ents[gi].rbits = uint64(len(pr.ents) - gi - 1)
 	}
@@ -834,6 +849,9 @@ groups:
 			k++
 			lo := k
 			k += nl + nu + nn + ne
+			if h.rbits&^ix.done == 0 {
+				continue // every entry's tag is left out (MatchOnce)
+			}
 			v, ok := lookup(pa, h.slot)
 			if !ok || !v.IsNumber() {
 				continue
