@@ -945,10 +945,9 @@ func SubLess(a, b message.SubID) bool {
 // each). Recipients never includes "" (local entries are reported through
 // local instead).
 func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst []message.BrokerID, local func(*Entry)) []message.BrokerID {
-	ex := int32(-2) // matches no dir
-	var skip uint64 // the routes toward ex (below 64)
+	var skip uint64 // the routes toward except (below 64)
+	c := -1         // except's slot in exNames
 	if except != "" {
-		c := -1
 		for k := range t.exNames {
 			if t.exNames[k] == except {
 				c = k
@@ -968,12 +967,12 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 			}
 		}
 		if c >= 0 {
-			ex, skip = t.exIdx[c], t.exSkip[c]
+			skip = t.exSkip[c]
 		}
 	}
 	if t.fast {
 		// Every route has its bit: MatchOnce leaves out the routes
-		// toward ex and returns each other route at most once; the
+		// toward except and returns each other route at most once; the
 		// recipients are the ranks of their from-pointers.
 		t.buf = t.om.MatchOnce(p, t.buf[:0], t.remote, skip)
 		var set uint64
@@ -1003,6 +1002,10 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 		}
 		t.npicked = n
 		return dst
+	}
+	ex := int32(-2) // matches no dir
+	if c >= 0 {
+		ex = t.exIdx[c]
 	}
 	t.gen++
 	if t.gen == 0 { // wrapped: reset the marks
