@@ -209,7 +209,22 @@ func (s *Sim) scheduleFor(at time.Duration, b *broker, fn func()) {
 	s.enqueue(at, b, fn, nil)
 }
 
+// scheduleOn queues fn, an event of broker b's own (its clock, its
+// clients), at virtual time at. It is schedule in the serial engine; the
+// parallel engine runs it in b's partition.
+func (s *Sim) scheduleOn(at time.Duration, b *broker, fn func()) {
+	if s.pmode {
+		s.enqueuePar(at, b, fn, nil, true)
+		return
+	}
+	s.enqueue(at, nil, fn, nil)
+}
+
 func (s *Sim) enqueue(at time.Duration, b *broker, fn func(), d *delivery) {
+	if s.pmode {
+		s.enqueuePar(at, b, fn, d, false)
+		return
+	}
 	if at < s.now {
 		at = s.now
 	}

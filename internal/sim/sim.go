@@ -70,6 +70,18 @@ type Config struct {
 	// 0: no limit.
 	MaxFrame int
 
+	// Workers > 0 selects the parallel engine (par.go): the brokers are
+	// split into Workers partitions (Partition) that process the events of
+	// a window of LinkDelay virtual time in parallel, one goroutine each.
+	// Its results do not depend on Workers (events are ordered by a key
+	// independent of the partitioning; link jitter has a random stream
+	// per broker) but differ from the serial engine's (0). It needs
+	// LinkDelay > 0 and neither Trace, Wire nor a notice hook.
+	Workers int
+	// Partition, with Workers > 0, places a broker in a partition (taken
+	// modulo Workers); nil: round robin by creation order.
+	Partition func(id message.BrokerID) int
+
 	NewNode NodeFactory
 	// Trace, when set, receives one readable line per message, fault,
 	// delivery and notice.
@@ -115,6 +127,10 @@ func (c *Config) validate() error {
 		return errors.New("sim: MaxEvents must be > 0")
 	case c.MaxFrame < 0:
 		return fmt.Errorf("sim: MaxFrame must be ≥ 0, got %d", c.MaxFrame)
+	case c.Workers < 0:
+		return fmt.Errorf("sim: Workers must be ≥ 0, got %d", c.Workers)
+	case c.Workers > 0 && (c.LinkDelay <= 0 || c.Trace != nil || c.Wire):
+		return errors.New("sim: the parallel engine (Workers > 0) needs LinkDelay > 0, no Trace and no Wire")
 	}
 	return nil
 }
@@ -153,6 +169,14 @@ type broker struct {
 	// (send looks a link up per message: one small, hot map by name
 	// instead of hashing the pair). Set where Sim.links is.
 	linkTo map[message.BrokerID]*link
+
+	// The parallel engine's (par.go): the creation index, the partition,
+	// the counter that orders the events this broker (or its clients)
+	// schedules, and the random stream of the jitter of its messages.
+	idx  int
+	part int
+	ctr  uint64
+	rng  *rand.Rand
 }
 
 type linkKey struct{ a, b message.BrokerID }
@@ -181,6 +205,10 @@ type link struct {
 	// q holds the messages in flight in each direction behind the one in
 	// the event heap (see fifo).
 	q [2]fifo
+	// shut (parallel engine only) is set by an end that closed the link:
+	// it neither sends nor receives on it any more; the link breaks for
+	// both ends one link delay later (par.go, closeLinkPar).
+	shut [2]bool
 }
 
 // Stats counts what happened in a run.
@@ -251,6 +279,18 @@ type Sim struct {
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
 	onNotice func(b message.BrokerID, n Notice)
+
+	// The parallel engine (Config.Workers > 0, par.go). The main Sim has
+	// par; each partition is a Sim of its own (shard set) sharing the
+	// brokers, links and log with the main one and having its own clock,
+	// event heap, counters and buffers. pmode is set on both; main is
+	// the main Sim (itself in the serial engine); cur is the broker whose
+	// event a partition runs (its events are keyed by its counter).
+	par   *parEngine
+	shard *shardState
+	pmode bool
+	main  *Sim
+	cur   *broker
 }
 
 // New creates an empty simulator.
@@ -270,7 +310,11 @@ func New(cfg Config) (*Sim, error) {
 
 		firstViolation: -1,
 	}
+	s.main = s
 	s.stats.Notices = map[string]int64{}
+	if cfg.Workers > 0 {
+		s.initPar()
+	}
 	if cfg.SampleEvery > 0 {
 		s.schedule(cfg.SampleEvery, s.sample)
 	}
@@ -293,6 +337,9 @@ func (s *Sim) Stats() Stats {
 		if n > 0 {
 			st.Messages[s.typeNames[t]] = n
 		}
+	}
+	if s.par != nil {
+		s.par.addStats(&st)
 	}
 	return st
 }
@@ -339,6 +386,9 @@ func (s *Sim) At(t time.Duration, fn func()) { s.schedule(t, fn) }
 // RunUntil processes events up to and including virtual time t, then sets
 // the clock to t. It stops early on a fatal error.
 func (s *Sim) RunUntil(t time.Duration) error {
+	if s.par != nil {
+		return s.runUntilPar(t)
+	}
 	for s.err == nil && (len(s.q) > 0 && s.q[0].at <= t || s.ticks.n > 0 && s.ticks.buf[s.ticks.head].at <= t) {
 		s.stepOne()
 	}
@@ -401,7 +451,7 @@ func (s *Sim) stepTick() {
 // followed by the processing of the node's outputs.
 func (s *Sim) run(e *event) {
 	b := e.target
-	if b == nil {
+	if b == nil || e.inc < 0 { // inc < 0: a broker's own event (parallel engine: scheduleOn)
 		e.fn()
 		return
 	}
@@ -506,7 +556,10 @@ func (s *Sim) AddBroker(id message.BrokerID) error {
 	if _, dup := s.brokers[id]; dup {
 		return fmt.Errorf("sim: broker %s already exists", id)
 	}
-	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0}
+	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0, idx: len(s.order)}
+	if s.par != nil {
+		s.par.place(b)
+	}
 	s.brokers[id] = b
 	s.order = append(s.order, b)
 	return s.start(b)
@@ -540,7 +593,24 @@ func (s *Sim) start(b *broker) error {
 		phase = time.Duration(s.rng.Int64N(int64(s.cfg.Tick)))
 	}
 	inc := b.inc
-	s.schedule(s.now+phase+s.cfg.Tick, func() { s.tick(b, inc) })
+	if !s.pmode {
+		s.schedule(s.now+phase+s.cfg.Tick, func() { s.tick(b, inc) })
+		return nil
+	}
+	// The parallel engine: ticks are b's own events, in b's partition.
+	x := s.execFor(b) // the Sim that runs b's events: s, or b's partition
+	var tick func()
+	tick = func() {
+		if b.inc != inc {
+			return // crashed: this incarnation's clock stops
+		}
+		if b.state == stateUp {
+			b.node.Tick()
+			x.flush(b)
+		}
+		x.scheduleOn(x.now+x.cfg.Tick, b, tick)
+	}
+	s.scheduleOn(s.now+phase+s.cfg.Tick, b, tick)
 	return nil
 }
 
@@ -806,10 +876,14 @@ func (s *Sim) alive(l *link) bool {
 	return a.inc == l.incA && b.inc == l.incB && a.state != stateCrashed && b.state != stateCrashed
 }
 
-func (s *Sim) delay() time.Duration {
+func (s *Sim) delay(b *broker) time.Duration {
 	d := s.cfg.LinkDelay
 	if s.cfg.LinkJitter > 0 {
-		d += time.Duration(s.rng.Int64N(int64(s.cfg.LinkJitter)))
+		r := s.rng
+		if s.pmode {
+			r = b.rng // the sender's own stream: independent of the interleaving
+		}
+		d += time.Duration(r.Int64N(int64(s.cfg.LinkJitter)))
 	}
 	return d
 }
@@ -827,7 +901,14 @@ func (s *Sim) dial(b *broker, to message.BrokerID) {
 	}
 	k := keyOf(b.id, to)
 	rtt := 2 * s.cfg.LinkDelay
-	s.schedule(s.now+rtt, func() {
+	// The completion touches both ends: a global event of the main Sim
+	// (in the parallel engine, s may be a partition).
+	s.schedule(s.now+rtt, s.main.dialDone(b, t, to, inc, reqAt, k))
+}
+
+// dialDone is the completion of b's dial to t (to) requested at reqAt.
+func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Duration, k linkKey) func() {
+	return func() {
 		if b.inc != inc {
 			return
 		}
@@ -869,13 +950,17 @@ func (s *Sim) dial(b *broker, to message.BrokerID) {
 		s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
 		s.scheduleFor(s.now, b, func() { b.node.LinkUp(to) })
 		s.scheduleFor(s.now, t, func() { t.node.LinkUp(b.id) })
-	})
+	}
 }
 
 func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 	k := keyOf(b.id, to)
 	l := s.links[k]
 	if l == nil || !l.up || l.incOf(b.id) != b.inc {
+		return
+	}
+	if s.pmode {
+		s.closeLinkPar(b, to, l)
 		return
 	}
 	s.tracef("%s close %s", b.id, to)
@@ -904,13 +989,13 @@ func (s *Sim) send(b *broker, env Envelope) {
 			dir, inc = 1, l.incB
 		}
 	}
-	if l == nil || !l.up || inc != b.inc {
+	if l == nil || !l.up || inc != b.inc || l.shut[dir] {
 		s.stats.NoLinkDrops++
 		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
 		return
 	}
 	s.msgCount[typ]++
-	at := s.now + s.delay()
+	at := s.now + s.delay(b)
 	if at < l.last[dir] {
 		at = l.last[dir] // FIFO per link direction
 	}
@@ -950,7 +1035,7 @@ func (s *Sim) deliver(t *broker, d *delivery) {
 	if d.dir == 1 {
 		from = d.l.k.b
 	}
-	if d.l.replaced || !s.alive(d.l) { // d.l was s.links[keyOf(from, t.id)] when sent
+	if d.l.replaced || !s.alive(d.l) || d.l.shut[1-d.dir] { // d.l was s.links[keyOf(from, t.id)] when sent
 		s.stats.InFlightLost++
 		s.tracef("%s -> %s LOST in flight %s", from, t.id, s.countType(msg.Type()))
 		s.releaseDelivery(d)

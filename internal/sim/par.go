@@ -1,0 +1,561 @@
+package sim
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// The parallel engine (Config.Workers > 0): conservative, window-based
+// parallel discrete-event simulation.
+//
+// A message between brokers arrives no earlier than LinkDelay after it is
+// sent (jitter and FIFO clamping only delay it). Within a window [T, T+L),
+// L = LinkDelay, no broker therefore receives anything another broker
+// sends in that window: the brokers, split into partitions, process their
+// own events of the window (ticks, client traffic, messages sent in
+// earlier windows) in parallel, one goroutine per partition, and exchange
+// what they sent at the barrier that ends the window. A broker's clients
+// live in its partition (they talk to no other broker). Global events
+// (driver callbacks such as faults, dial completions that touch two
+// brokers, samples) run alone between windows, the window ending before
+// them.
+//
+// The results do not depend on the number of partitions: every event is
+// ordered by (time, key) where the key names the broker that scheduled it
+// and that broker's own counter (events scheduled by global events: a
+// global counter, which sorts first), not by a global sequence number;
+// the jitter of a broker's messages comes from its own random stream; what
+// partitions record in the shared log (publications, deliveries, gaps) is
+// buffered and merged at the barrier in (time, key) order of the events
+// that recorded it; counters are summed. A close of a link takes effect
+// at once for the closing end and for both ends one link delay later
+// (closeLinkPar).
+//
+// Each partition is a Sim of its own (Sim.shard set) sharing the brokers,
+// links and log with the main Sim; closures that run in a partition use
+// that partition's Sim (execFor).
+
+// parEngine is the main Sim's part of the parallel engine.
+type parEngine struct {
+	shards []*Sim
+	// The barrier: the main goroutine publishes a window's end and bumps
+	// epoch; each worker runs its partition's window and counts itself
+	// in done. Idle workers spin on epoch (a window carries ~15 µs of work
+	// per partition: parking goroutines would cost more), yielding after
+	// a bounded spin.
+	epoch   atomic.Uint64
+	done    atomic.Int64
+	stop    atomic.Bool
+	end     atomic.Int64
+	running bool
+	windows int64
+	// cursors of the merge of the partitions' buffers (reused).
+	cur []int
+}
+
+// shardState is a partition's part of the parallel engine.
+type shardState struct {
+	part int
+	end  time.Duration // end of the current window (exclusive)
+	out  [][]event     // events for other partitions, by partition
+	outG []event       // global events
+	// The current event's time and key: they order what it records.
+	curAt  time.Duration
+	curSeq uint64
+	pubs   []bufPub
+	dels   []bufDel
+	gaps   []bufGap
+}
+
+type bufPub struct {
+	at  time.Duration
+	seq uint64
+	rec *PubRecord
+}
+
+type bufDel struct {
+	at    time.Duration
+	seq   uint64
+	r     clientRoute
+	d     message.Deliver
+	recvd time.Duration
+}
+
+type bufGap struct {
+	at  time.Duration
+	seq uint64
+	g   GapRecord
+}
+
+func (s *Sim) initPar() {
+	w := s.cfg.Workers
+	p := &parEngine{shards: make([]*Sim, w), cur: make([]int, w)}
+	for i := range p.shards {
+		sh := &Sim{
+			cfg: s.cfg, brokers: s.brokers, links: s.links, cuts: s.cuts, log: s.log,
+			clients: s.clients, routes: s.routes,
+			shard:          &shardState{part: i, out: make([][]event, w)},
+			pmode:          true,
+			main:           s,
+			firstViolation: -1,
+		}
+		sh.stats.Notices = map[string]int64{}
+		p.shards[i] = sh
+	}
+	s.par = p
+	s.pmode = true
+}
+
+// place puts a new broker in its partition and gives it its random stream.
+func (p *parEngine) place(b *broker) {
+	w := len(p.shards)
+	s := p.shards[0]
+	part := b.idx % w
+	if f := s.cfg.Partition; f != nil {
+		part = ((f(b.id) % w) + w) % w
+	}
+	b.part = part
+	b.rng = rand.New(rand.NewPCG(uint64(s.cfg.Seed), 0x6a09e667f3bcc908^uint64(b.idx)))
+}
+
+// execFor returns the Sim that runs b's events: s in the serial engine,
+// b's partition in the parallel one.
+func (s *Sim) execFor(b *broker) *Sim {
+	if p := s.main.par; p != nil {
+		return p.shards[b.part]
+	}
+	return s
+}
+
+// enqueuePar queues an event in the parallel engine: for b's partition
+// (own: an event of b's own, not an input, see scheduleOn), or global if b
+// is nil. A partition queues its own events in its heap and the others'
+// (never within the current window: they are at least a link delay away)
+// in its out-boxes, handed over at the barrier.
+func (s *Sim) enqueuePar(at time.Duration, b *broker, fn func(), d *delivery, own bool) {
+	if at < s.now {
+		at = s.now
+	}
+	var seq uint64
+	if c := s.cur; c != nil {
+		c.ctr++
+		seq = uint64(c.idx+1)<<40 | c.ctr
+	} else {
+		s.seq++
+		seq = s.seq
+	}
+	e := event{at: at, seq: seq, target: b, fn: fn, d: d}
+	if b != nil {
+		e.inc = b.inc
+		if own {
+			e.inc = -1
+		}
+	}
+	sh := s.shard
+	if sh == nil { // the main Sim, between windows
+		if b == nil {
+			s.q.push(e)
+		} else {
+			s.par.shards[b.part].q.push(e)
+		}
+		return
+	}
+	switch {
+	case b == nil:
+		if at < sh.end {
+			panic("sim: parallel engine: a global event inside the window")
+		}
+		sh.outG = append(sh.outG, e)
+	case b.part == sh.part:
+		s.q.push(e)
+	default:
+		if at < sh.end {
+			panic("sim: parallel engine: an event for another partition inside the window")
+		}
+		sh.out[b.part] = append(sh.out[b.part], e)
+	}
+}
+
+// closeLinkPar is closeLink in the parallel engine: b stops sending and
+// receiving on l at once (l.shut), and the link breaks for both ends one
+// link delay later, when the peer would learn of the close (a global
+// event: the peer may be in another partition). Messages b sent before
+// the close still arrive (as over a real connection).
+func (s *Sim) closeLinkPar(b *broker, to message.BrokerID, l *link) {
+	end := 0
+	if l.bA != b {
+		end = 1
+	}
+	if l.shut[end] {
+		return
+	}
+	l.shut[end] = true
+	m := s.main
+	k := l.k
+	s.schedule(s.now+s.cfg.LinkDelay, func() {
+		if !l.up {
+			return // broken meanwhile (crash) or closed by the peer too
+		}
+		wasAlive := m.alive(l)
+		l.broken = true
+		l.up = false
+		if t := m.brokers[to]; wasAlive {
+			m.input(t, 0, func() {
+				if m.links[k] == l {
+					t.node.LinkDown(b.id)
+				}
+			})
+		}
+	})
+}
+
+// addPub records a new publication (Log.AddPub): buffered in a partition.
+func (s *Sim) addPub(p PubRecord) *PubRecord {
+	sh := s.shard
+	if sh == nil {
+		return s.log.AddPub(p)
+	}
+	rec := new(PubRecord)
+	*rec = p
+	sh.pubs = append(sh.pubs, bufPub{sh.curAt, sh.curSeq, rec})
+	return rec
+}
+
+func (sh *shardState) addDelivery(r *clientRoute, d *message.Deliver, at time.Duration) {
+	sh.dels = append(sh.dels, bufDel{at: sh.curAt, seq: sh.curSeq, r: *r, d: *d, recvd: at})
+}
+
+func (sh *shardState) addGap(g GapRecord) {
+	sh.gaps = append(sh.gaps, bufGap{sh.curAt, sh.curSeq, g})
+}
+
+var errParHook = errors.New("sim: the parallel engine (Workers > 0) runs without a notice hook")
+
+// runUntilPar is RunUntil in the parallel engine.
+func (s *Sim) runUntilPar(t time.Duration) error {
+	p := s.par
+	if s.onNotice != nil && s.err == nil {
+		s.err = errParHook
+	}
+	defer p.stopWorkers()
+	for s.err == nil {
+		tg := time.Duration(math.MaxInt64)
+		if len(s.q) > 0 {
+			tg = s.q[0].at
+		}
+		tp := time.Duration(math.MaxInt64)
+		for _, sh := range p.shards {
+			if len(sh.q) > 0 && sh.q[0].at < tp {
+				tp = sh.q[0].at
+			}
+		}
+		if tg <= tp { // global events first at the same instant
+			if tg > t {
+				break
+			}
+			e := s.q.pop()
+			s.now = e.at
+			s.stats.Events++
+			if s.stats.Events > s.cfg.MaxEvents {
+				s.err = ErrEventBound
+				break
+			}
+			s.run(&e)
+			continue
+		}
+		if tp > t {
+			break
+		}
+		end := min(tp+s.cfg.LinkDelay, tg, t+1)
+		s.window(end)
+		s.barrier()
+	}
+	if s.err == nil && s.now < t {
+		s.now = t
+	}
+	return s.err
+}
+
+// window runs every partition's events before end, in parallel.
+func (s *Sim) window(end time.Duration) {
+	p := s.par
+	p.windows++
+	for _, sh := range p.shards {
+		sh.clients, sh.routes = s.clients, s.routes // appended between windows
+	}
+	if len(p.shards) == 1 {
+		p.shards[0].runWindow(end)
+		return
+	}
+	if !p.running {
+		p.startWorkers()
+	}
+	p.end.Store(int64(end))
+	p.done.Store(0)
+	p.epoch.Add(1)
+	p.shards[0].runWindow(end)
+	want := int64(len(p.shards) - 1)
+	for i := 0; p.done.Load() != want; i++ {
+		if i >= spinLimit {
+			runtime.Gosched()
+		}
+	}
+}
+
+// spinLimit is how many times a waiting goroutine polls before it yields
+// its thread.
+const spinLimit = 2000
+
+func (p *parEngine) startWorkers() {
+	p.running = true
+	p.stop.Store(false)
+	seen := p.epoch.Load()
+	for i := 1; i < len(p.shards); i++ {
+		go p.worker(p.shards[i], seen)
+	}
+}
+
+func (p *parEngine) worker(sh *Sim, seen uint64) {
+	for {
+		for i := 0; p.epoch.Load() == seen; i++ {
+			if i >= spinLimit {
+				runtime.Gosched()
+			}
+		}
+		seen = p.epoch.Load()
+		if p.stop.Load() {
+			p.done.Add(1)
+			return
+		}
+		sh.runWindow(time.Duration(p.end.Load()))
+		p.done.Add(1)
+	}
+}
+
+// stopWorkers ends the workers (at the end of RunUntil) and waits for them.
+func (p *parEngine) stopWorkers() {
+	if !p.running {
+		return
+	}
+	p.running = false
+	p.stop.Store(true)
+	p.done.Store(0)
+	p.epoch.Add(1)
+	want := int64(len(p.shards) - 1)
+	for i := 0; p.done.Load() != want; i++ {
+		if i >= spinLimit {
+			runtime.Gosched()
+		}
+	}
+}
+
+// runWindow runs the partition's events before end.
+func (s *Sim) runWindow(end time.Duration) {
+	sh := s.shard
+	sh.end = end
+	for len(s.q) > 0 && s.q[0].at < end {
+		e := s.q.pop()
+		s.now = e.at
+		s.stats.Events++
+		s.cur = e.target
+		sh.curAt, sh.curSeq = e.at, e.seq
+		s.run(&e)
+	}
+	s.cur = nil
+}
+
+// barrier hands the events the partitions scheduled for others over and
+// merges what they recorded into the log, in (time, key) order.
+func (s *Sim) barrier() {
+	p := s.par
+	var events int64
+	for _, sh := range p.shards {
+		st := sh.shard
+		for j, out := range st.out {
+			if len(out) == 0 {
+				continue
+			}
+			q := &p.shards[j].q
+			for i := range out {
+				q.push(out[i])
+				out[i] = event{}
+			}
+			st.out[j] = out[:0]
+		}
+		for i := range st.outG {
+			s.q.push(st.outG[i])
+			st.outG[i] = event{}
+		}
+		st.outG = st.outG[:0]
+		if sh.now > s.now {
+			s.now = sh.now
+		}
+		events += sh.stats.Events
+	}
+	if s.stats.Events+events > s.cfg.MaxEvents {
+		s.err = ErrEventBound
+	}
+	s.mergePubs()
+	s.mergeDels()
+	s.mergeGaps()
+}
+
+// next returns the partition whose buffered record comes first among the
+// cursors (at, seq of each partition's next record; ok false: none left).
+func (p *parEngine) next(key func(sh *shardState, i int) (time.Duration, uint64, bool)) int {
+	best := -1
+	var ba time.Duration
+	var bs uint64
+	for j, sh := range p.shards {
+		a, q, ok := key(sh.shard, p.cur[j])
+		if !ok {
+			continue
+		}
+		if best < 0 || a < ba || a == ba && q < bs {
+			best, ba, bs = j, a, q
+		}
+	}
+	return best
+}
+
+func (s *Sim) mergePubs() {
+	p := s.par
+	n := 0
+	for j, sh := range p.shards {
+		p.cur[j] = 0
+		n += len(sh.shard.pubs)
+	}
+	if n == 0 {
+		return
+	}
+	key := func(sh *shardState, i int) (time.Duration, uint64, bool) {
+		if i >= len(sh.pubs) {
+			return 0, 0, false
+		}
+		return sh.pubs[i].at, sh.pubs[i].seq, true
+	}
+	l := s.log
+	for j := p.next(key); j >= 0; j = p.next(key) {
+		sh := p.shards[j].shard
+		rec := sh.pubs[p.cur[j]].rec
+		p.cur[j]++
+		if _, dup := l.pubIdx[rec.ID]; !dup {
+			l.pubIdx[rec.ID] = len(l.Pubs)
+			l.Pubs = append(l.Pubs, rec)
+		}
+	}
+	for _, sh := range p.shards {
+		clear(sh.shard.pubs)
+		sh.shard.pubs = sh.shard.pubs[:0]
+	}
+}
+
+func (s *Sim) mergeDels() {
+	p := s.par
+	n, only := 0, -1
+	for j, sh := range p.shards {
+		p.cur[j] = 0
+		if k := len(sh.shard.dels); k > 0 {
+			n += k
+			only = j
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if n == len(p.shards[only].shard.dels) { // one partition delivered: its order
+		ds := p.shards[only].shard.dels
+		for i := range ds {
+			s.recordDelivery(&ds[i].r, &ds[i].d, ds[i].recvd)
+		}
+	} else {
+		key := func(sh *shardState, i int) (time.Duration, uint64, bool) {
+			if i >= len(sh.dels) {
+				return 0, 0, false
+			}
+			return sh.dels[i].at, sh.dels[i].seq, true
+		}
+		for j := p.next(key); j >= 0; j = p.next(key) {
+			sh := p.shards[j].shard
+			d := &sh.dels[p.cur[j]]
+			// The deliveries of one event come in a row.
+			for {
+				s.recordDelivery(&d.r, &d.d, d.recvd)
+				p.cur[j]++
+				if p.cur[j] >= len(sh.dels) {
+					break
+				}
+				nd := &sh.dels[p.cur[j]]
+				if nd.at != d.at || nd.seq != d.seq {
+					break
+				}
+				d = nd
+			}
+		}
+	}
+	for _, sh := range p.shards {
+		clear(sh.shard.dels)
+		sh.shard.dels = sh.shard.dels[:0]
+	}
+}
+
+func (s *Sim) mergeGaps() {
+	p := s.par
+	n := 0
+	for j, sh := range p.shards {
+		p.cur[j] = 0
+		n += len(sh.shard.gaps)
+	}
+	if n == 0 {
+		return
+	}
+	key := func(sh *shardState, i int) (time.Duration, uint64, bool) {
+		if i >= len(sh.gaps) {
+			return 0, 0, false
+		}
+		return sh.gaps[i].at, sh.gaps[i].seq, true
+	}
+	for j := p.next(key); j >= 0; j = p.next(key) {
+		sh := p.shards[j].shard
+		s.log.Gaps = append(s.log.Gaps, sh.gaps[p.cur[j]].g)
+		p.cur[j]++
+	}
+	for _, sh := range p.shards {
+		clear(sh.shard.gaps)
+		sh.shard.gaps = sh.shard.gaps[:0]
+	}
+}
+
+// addStats adds the partitions' counters to st.
+func (p *parEngine) addStats(st *Stats) {
+	notices := make(map[string]int64, len(st.Notices))
+	for k, v := range st.Notices {
+		notices[k] = v
+	}
+	st.Notices = notices
+	for _, sh := range p.shards {
+		x := &sh.stats
+		st.Events += x.Events
+		st.NoLinkDrops += x.NoLinkDrops
+		st.InFlightLost += x.InFlightLost
+		st.ClientMisses += x.ClientMisses
+		st.Dials += x.Dials
+		st.DialsFailed += x.DialsFailed
+		st.PublishErrors += x.PublishErrors
+		for k, v := range x.Notices {
+			st.Notices[k] += v
+		}
+		for t, n := range sh.msgCount {
+			if n > 0 {
+				st.Messages[sh.typeNames[t]] += n
+			}
+		}
+	}
+}
+

@@ -1,0 +1,71 @@
+package sim
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// The parallel engine's results do not depend on the number of workers
+// (partitions) nor on the run: a scaled-down srds09, without and with a
+// crash, gives byte-identical reports and timelines for 1, 2 and 4
+// workers and twice with 2, and keeps every guarantee. Run it under
+// `go test -race` too: the partitions share the brokers, links and log.
+func TestParallelDeterministic(t *testing.T) {
+	for _, k := range []int{0, 1} {
+		var want string
+		for i, w := range []int{1, 2, 4, 2} {
+			o := DefaultSRDSOptions()
+			o.Brokers, o.Subs, o.Publishers, o.Crashes = 20, 200, 5, k
+			o.Warmup, o.After = 700*time.Millisecond, 500*time.Millisecond
+			o.Workers = w
+			r := RunSRDS09(o)
+			if r.Err != nil {
+				t.Fatalf("crashes=%d workers=%d: %v", k, w, r.Err)
+			}
+			var b bytes.Buffer
+			b.WriteString(r.Text())
+			if err := r.TimelineCSV(&b); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				want = b.String()
+				t.Log(r.Text())
+				if r.Report.Failed(false) || r.Report.Guaranteed == 0 {
+					t.Fatalf("crashes=%d workers=%d: %s", k, w, r.Text())
+				}
+				continue
+			}
+			if got := b.String(); got != want {
+				t.Errorf("crashes=%d: workers=%d differs from workers=1:\n%s\nwant\n%s", k, w, got, want)
+			}
+		}
+	}
+}
+
+// The serial and parallel engines run the same experiment to the same
+// verdicts (not the same figures: tie-breaking and random streams differ).
+func TestParallelSRDS09Small(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	for _, k := range []int{0, 1} {
+		o := DefaultSRDSOptions()
+		o.Brokers, o.Subs, o.Publishers, o.Crashes = 20, 200, 5, k
+		o.Warmup, o.After = 1500*time.Millisecond, time.Second
+		o.Workers = 2
+		r := RunSRDS09(o)
+		if r.Err != nil {
+			t.Fatalf("crashes=%d: %v", k, r.Err)
+		}
+		if r.Report.Failed(false) || r.Report.Guaranteed == 0 {
+			t.Fatalf("crashes=%d: %s", k, r.Text())
+		}
+		if k > 0 && r.Recovery > r.Bound+10*time.Millisecond {
+			t.Errorf("crashes=%d: recovery %v > bound %v + a tick\n%s", k, r.Recovery, r.Bound, r.Text())
+		}
+		if k == 0 && (r.DrainTime < 0 || r.DrainTime > 3*r.DACKPeriod) {
+			t.Errorf("queues drained in %v, want ≤ 3 DACK periods", r.DrainTime)
+		}
+	}
+}
