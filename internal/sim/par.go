@@ -558,4 +558,3 @@ func (p *parEngine) addStats(st *Stats) {
 		}
 	}
 }
-
