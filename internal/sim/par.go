@@ -46,14 +46,19 @@ type parEngine struct {
 	shards []*Sim
 	// The barrier: the main goroutine publishes a window's end and bumps
 	// epoch; each worker runs its partition's window and counts itself
-	// in done. Idle workers spin on epoch (a window carries ~15 µs of work
-	// per partition: parking goroutines would cost more), yielding after
-	// a bounded spin.
+	// in done. A waiting goroutine spins (a window carries ~15 µs of work
+	// per partition: parking goroutines at every window would cost more
+	// than it saves), then yields, and parks only after a long wait (a
+	// loaded machine took its thread away, or a long serial phase).
 	epoch   atomic.Uint64
 	done    atomic.Int64
 	stop    atomic.Bool
 	end     atomic.Int64
 	running bool
+	// parked[i] is set by a parked goroutine (0: the main one, i: worker
+	// i) whose wake channel the other side then signals.
+	parked  []atomic.Bool
+	wake    []chan struct{}
 	windows int64
 	// cursors of the merge of the partitions' buffers (reused).
 	cur []int
@@ -95,9 +100,20 @@ type bufGap struct {
 
 func (s *Sim) initPar() {
 	w := s.cfg.Workers
-	p := &parEngine{shards: make([]*Sim, w), cur: make([]int, w)}
+	p := &parEngine{shards: make([]*Sim, w), cur: make([]int, w), parked: make([]atomic.Bool, w), wake: make([]chan struct{}, w)}
+	for i := range p.wake {
+		p.wake[i] = make(chan struct{}, 1)
+	}
 	for i := range p.shards {
-		sh := &Sim{
+		// Padded: the partitions' Sims are written all the time by
+		// different threads, and must not share cache lines.
+		ps := &struct {
+			_ [128]byte
+			s Sim
+			_ [128]byte
+		}{}
+		sh := &ps.s
+		*sh = Sim{
 			cfg: s.cfg, brokers: s.brokers, links: s.links, cuts: s.cuts, log: s.log,
 			clients: s.clients, routes: s.routes,
 			shard:          &shardState{part: i, out: make([][]event, w)},
@@ -299,42 +315,85 @@ func (s *Sim) window(end time.Duration) {
 	p.end.Store(int64(end))
 	p.done.Store(0)
 	p.epoch.Add(1)
+	p.wakeWorkers()
 	p.shards[0].runWindow(end)
-	want := int64(len(p.shards) - 1)
-	for i := 0; p.done.Load() != want; i++ {
-		if i >= spinLimit {
-			runtime.Gosched()
-		}
-	}
+	p.waitWorkers()
 }
 
 // spinLimit is how many times a waiting goroutine polls before it yields
-// its thread.
-const spinLimit = 2000
+// its thread; parkLimit, before it parks.
+const (
+	spinLimit = 1000
+	parkLimit = 20000
+)
+
+// await waits until cond holds: spinning, yielding, then parked (parked
+// flag i, woken through p.wake[i] by whoever makes cond true).
+func (p *parEngine) await(i int, cond func() bool) {
+	for n := 0; !cond(); n++ {
+		if n < spinLimit {
+			continue
+		}
+		if n < parkLimit {
+			runtime.Gosched()
+			continue
+		}
+		p.parked[i].Store(true)
+		if cond() && p.parked[i].CompareAndSwap(true, false) {
+			return
+		}
+		<-p.wake[i] // the waker cleared the flag
+		return
+	}
+}
+
+// wakeUp wakes goroutine i if it is parked.
+func (p *parEngine) wakeUp(i int) {
+	if p.parked[i].Load() && p.parked[i].CompareAndSwap(true, false) {
+		p.wake[i] <- struct{}{}
+	}
+}
+
+func (p *parEngine) wakeWorkers() {
+	for i := 1; i < len(p.shards); i++ {
+		p.wakeUp(i)
+	}
+}
+
+// waitWorkers waits until every worker is done with the window.
+func (p *parEngine) waitWorkers() {
+	want := int64(len(p.shards) - 1)
+	p.await(0, func() bool { return p.done.Load() == want })
+}
+
+// workerDone counts a worker in done and wakes the main goroutine if it
+// was the last.
+func (p *parEngine) workerDone() {
+	if p.done.Add(1) == int64(len(p.shards)-1) {
+		p.wakeUp(0)
+	}
+}
 
 func (p *parEngine) startWorkers() {
 	p.running = true
 	p.stop.Store(false)
 	seen := p.epoch.Load()
 	for i := 1; i < len(p.shards); i++ {
-		go p.worker(p.shards[i], seen)
+		go p.worker(i, seen)
 	}
 }
 
-func (p *parEngine) worker(sh *Sim, seen uint64) {
+func (p *parEngine) worker(i int, seen uint64) {
+	sh := p.shards[i]
 	for {
-		for i := 0; p.epoch.Load() == seen; i++ {
-			if i >= spinLimit {
-				runtime.Gosched()
-			}
-		}
+		p.await(i, func() bool { return p.epoch.Load() != seen })
 		seen = p.epoch.Load()
 		if p.stop.Load() {
-			p.done.Add(1)
+			p.workerDone()
 			return
 		}
 		sh.runWindow(time.Duration(p.end.Load()))
-		p.done.Add(1)
+		p.workerDone()
 	}
 }
 
@@ -347,12 +406,8 @@ func (p *parEngine) stopWorkers() {
 	p.stop.Store(true)
 	p.done.Store(0)
 	p.epoch.Add(1)
-	want := int64(len(p.shards) - 1)
-	for i := 0; p.done.Load() != want; i++ {
-		if i >= spinLimit {
-			runtime.Gosched()
-		}
-	}
+	p.wakeWorkers()
+	p.waitWorkers()
 }
 
 // runWindow runs the partition's events before end.
