@@ -178,7 +178,7 @@ func (s *Sim) enqueuePar(at time.Duration, b *broker, fn func(), d *delivery, ow
 		if b == nil {
 			s.q.push(e)
 		} else {
-			s.par.shards[b.part].q.push(e)
+			s.par.shards[b.part].q.pushEvent(e)
 		}
 		return
 	}
@@ -189,13 +189,31 @@ func (s *Sim) enqueuePar(at time.Duration, b *broker, fn func(), d *delivery, ow
 		}
 		sh.outG = append(sh.outG, e)
 	case b.part == sh.part:
-		s.q.push(e)
+		s.q.pushEvent(e)
 	default:
 		if at < sh.end {
 			panic("sim: parallel engine: an event for another partition inside the window")
 		}
 		sh.out[b.part] = append(sh.out[b.part], e)
 	}
+}
+
+// pushEvent queues e; a message waits behind the earlier ones of its link
+// direction (fifo, as in enqueue). The messages of a link between two
+// partitions are handed over at the barrier (the receiving partition
+// alone touches the fifo during a window); those of a link within a
+// partition are queued at once.
+func (q *eventHeap) pushEvent(e event) {
+	if d := e.d; d != nil {
+		f := &d.l.q[d.dir]
+		if p := f.tail; p != nil {
+			p.next, p.nextAt, p.nextSeq, p.nextInc = d, e.at, e.seq, int32(e.inc)
+			f.tail = d
+			return
+		}
+		f.tail = d
+	}
+	q.push(e)
 }
 
 // closeLinkPar is closeLink in the parallel engine: b stops sending and
@@ -415,7 +433,7 @@ func (s *Sim) runWindow(end time.Duration) {
 	sh := s.shard
 	sh.end = end
 	for len(s.q) > 0 && s.q[0].at < end {
-		e := s.q.pop()
+		e := s.next()
 		s.now = e.at
 		s.stats.Events++
 		s.cur = e.target
@@ -438,7 +456,7 @@ func (s *Sim) barrier() {
 			}
 			q := &p.shards[j].q
 			for i := range out {
-				q.push(out[i])
+				q.pushEvent(out[i])
 				out[i] = event{}
 			}
 			st.out[j] = out[:0]
