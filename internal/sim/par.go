@@ -339,30 +339,41 @@ func (s *Sim) window(end time.Duration) {
 }
 
 // spinLimit is how many times a waiting goroutine polls before it yields
-// its thread; parkLimit, before it parks.
+// its thread between polls; parkAfter, how long it waits so before it
+// parks (longer than a window's work: parking and waking cost ~10 µs).
 const (
 	spinLimit = 1000
-	parkLimit = 20000
+	parkAfter = 200 * time.Microsecond
 )
 
 // await waits until cond holds: spinning, yielding, then parked (parked
 // flag i, woken through p.wake[i] by whoever makes cond true).
 func (p *parEngine) await(i int, cond func() bool) {
+	var since time.Time
 	for n := 0; !cond(); n++ {
 		if n < spinLimit {
 			continue
 		}
-		if n < parkLimit {
-			runtime.Gosched()
-			continue
+		if n&31 == 0 { // read the clock now and then only
+			if since.IsZero() {
+				since = time.Now()
+			} else if time.Since(since) > parkAfter {
+				p.park(i, cond)
+				return
+			}
 		}
-		p.parked[i].Store(true)
-		if cond() && p.parked[i].CompareAndSwap(true, false) {
-			return
-		}
-		<-p.wake[i] // the waker cleared the flag
+		runtime.Gosched()
+	}
+}
+
+// park blocks goroutine i until cond holds: whoever makes it true after
+// the flag is set clears the flag and signals the channel.
+func (p *parEngine) park(i int, cond func() bool) {
+	p.parked[i].Store(true)
+	if cond() && p.parked[i].CompareAndSwap(true, false) {
 		return
 	}
+	<-p.wake[i] // the waker cleared the flag
 }
 
 // wakeUp wakes goroutine i if it is parked.
