@@ -347,7 +347,9 @@ const (
 )
 
 // await waits until cond holds: spinning, yielding, then parked (parked
-// flag i, woken through p.wake[i] by whoever makes cond true).
+// flag i, woken through p.wake[i] by whoever makes cond true). A wake-up
+// can be stale (a waker that saw the flag of an earlier wait late): cond
+// is checked again after each.
 func (p *parEngine) await(i int, cond func() bool) {
 	var since time.Time
 	for n := 0; !cond(); n++ {
@@ -359,15 +361,16 @@ func (p *parEngine) await(i int, cond func() bool) {
 				since = time.Now()
 			} else if time.Since(since) > parkAfter {
 				p.park(i, cond)
-				return
+				n, since = 0, time.Time{}
+				continue
 			}
 		}
 		runtime.Gosched()
 	}
 }
 
-// park blocks goroutine i until cond holds: whoever makes it true after
-// the flag is set clears the flag and signals the channel.
+// park blocks goroutine i until cond holds or a waker signals: whoever
+// clears the flag set here (with a compare-and-swap) signals the channel.
 func (p *parEngine) park(i int, cond func() bool) {
 	p.parked[i].Store(true)
 	if cond() && p.parked[i].CompareAndSwap(true, false) {

@@ -17,7 +17,7 @@ func TestParallelDeterministic(t *testing.T) {
 		for i, w := range []int{1, 2, 4, 2} {
 			o := DefaultSRDSOptions()
 			o.Brokers, o.Subs, o.Publishers, o.Crashes = 20, 200, 5, k
-			o.Warmup, o.After = 700*time.Millisecond, 500*time.Millisecond
+			o.Warmup, o.After = 1200*time.Millisecond, 600*time.Millisecond
 			o.Workers = w
 			r := RunSRDS09(o)
 			if r.Err != nil {
