@@ -55,11 +55,13 @@ type parEngine struct {
 	stop    atomic.Bool
 	end     atomic.Int64
 	running bool
+	adapt   adapt
 	// parked[i] is set by a parked goroutine (0: the main one, i: worker
 	// i) whose wake channel the other side then signals.
 	parked  []atomic.Bool
 	wake    []chan struct{}
 	windows int64
+	events  int64 // the partitions' events so far
 	// cursors of the merge of the partitions' buffers (reused).
 	cur []int
 }
@@ -327,6 +329,17 @@ func (s *Sim) window(end time.Duration) {
 		p.shards[0].runWindow(end)
 		return
 	}
+	if !p.adapt.step(p) {
+		// One goroutine runs the partitions one after the other: the same
+		// results (they do not depend on the order of the partitions).
+		if p.running {
+			p.stopWorkers()
+		}
+		for _, sh := range p.shards {
+			sh.runWindow(end)
+		}
+		return
+	}
 	if !p.running {
 		p.startWorkers()
 	}
@@ -336,6 +349,55 @@ func (s *Sim) window(end time.Duration) {
 	p.wakeWorkers()
 	p.shards[0].runWindow(end)
 	p.waitWorkers()
+}
+
+// adapt chooses, from the wall time per event, between running the
+// partitions' windows in parallel and one after the other on the main
+// goroutine (on a machine whose cores other jobs take, waiting for a
+// worker that has no core costs more than parallelism gains). It alternates
+// short trials of both with long runs of the faster. The choice changes
+// the speed only, never a result.
+type adapt struct {
+	seq     bool      // the current mode
+	phase   int       // 0, 1: trials (parallel, then sequential); 2: the better one
+	left    int       // windows left in the phase
+	t0      time.Time // start of the phase
+	ev0     int64     // events at the start of the phase
+	cost    [2]float64
+	started bool
+}
+
+const (
+	adaptTrial   = 200  // windows per trial (~0.2 s of virtual time)
+	adaptExploit = 3000 // windows between trials
+)
+
+// step accounts for the previous window and tells whether the next one
+// runs in parallel.
+func (a *adapt) step(p *parEngine) bool {
+	if !a.started {
+		a.started, a.phase, a.left, a.seq = true, 0, adaptTrial, false
+		a.t0, a.ev0 = time.Now(), p.events
+		return true
+	}
+	if a.left--; a.left > 0 {
+		return !a.seq
+	}
+	now := time.Now()
+	if a.phase < 2 {
+		n := p.events - a.ev0
+		a.cost[a.phase] = float64(now.Sub(a.t0)) / float64(max(n, 1))
+	}
+	switch a.phase {
+	case 0:
+		a.phase, a.left, a.seq = 1, adaptTrial, true
+	case 1:
+		a.phase, a.left, a.seq = 2, adaptExploit, a.cost[1] < a.cost[0]
+	default:
+		a.phase, a.left, a.seq = 0, adaptTrial, false
+	}
+	a.t0, a.ev0 = now, p.events
+	return !a.seq
 }
 
 // spinLimit is how many times a waiting goroutine polls before it yields
@@ -485,6 +547,7 @@ func (s *Sim) barrier() {
 		}
 		events += sh.stats.Events
 	}
+	p.events = events
 	if s.stats.Events+events > s.cfg.MaxEvents {
 		s.err = ErrEventBound
 	}
