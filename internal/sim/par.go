@@ -329,7 +329,19 @@ func (s *Sim) window(end time.Duration) {
 		p.shards[0].runWindow(end)
 		return
 	}
-	if !p.adapt.step(p) {
+	par := p.adapt.step(p)
+	t0 := time.Now()
+	if par {
+		if !p.running {
+			p.startWorkers()
+		}
+		p.end.Store(int64(end))
+		p.done.Store(0)
+		p.epoch.Add(1)
+		p.wakeWorkers()
+		p.shards[0].runWindow(end)
+		p.waitWorkers()
+	} else {
 		// One goroutine runs the partitions one after the other: the same
 		// results (they do not depend on the order of the partitions).
 		if p.running {
@@ -338,17 +350,8 @@ func (s *Sim) window(end time.Duration) {
 		for _, sh := range p.shards {
 			sh.runWindow(end)
 		}
-		return
 	}
-	if !p.running {
-		p.startWorkers()
-	}
-	p.end.Store(int64(end))
-	p.done.Store(0)
-	p.epoch.Add(1)
-	p.wakeWorkers()
-	p.shards[0].runWindow(end)
-	p.waitWorkers()
+	p.adapt.spent += time.Since(t0)
 }
 
 // adapt chooses, from the wall time per event, between running the
@@ -358,11 +361,11 @@ func (s *Sim) window(end time.Duration) {
 // short trials of both with long runs of the faster. The choice changes
 // the speed only, never a result.
 type adapt struct {
-	seq     bool      // the current mode
-	phase   int       // 0, 1: trials (parallel, then sequential); 2: the better one
-	left    int       // windows left in the phase
-	t0      time.Time // start of the phase
-	ev0     int64     // events at the start of the phase
+	seq     bool          // the current mode
+	phase   int           // 0, 1: trials (parallel, then sequential); 2: the better one
+	left    int           // windows left in the phase
+	spent   time.Duration // in windows since the start of the phase
+	ev0     int64         // events at the start of the phase
 	cost    [2]float64
 	started bool
 }
@@ -377,16 +380,15 @@ const (
 func (a *adapt) step(p *parEngine) bool {
 	if !a.started {
 		a.started, a.phase, a.left, a.seq = true, 0, adaptTrial, false
-		a.t0, a.ev0 = time.Now(), p.events
+		a.spent, a.ev0 = 0, p.events
 		return true
 	}
 	if a.left--; a.left > 0 {
 		return !a.seq
 	}
-	now := time.Now()
 	if a.phase < 2 {
 		n := p.events - a.ev0
-		a.cost[a.phase] = float64(now.Sub(a.t0)) / float64(max(n, 1))
+		a.cost[a.phase] = float64(a.spent) / float64(max(n, 1))
 	}
 	switch a.phase {
 	case 0:
@@ -396,7 +398,7 @@ func (a *adapt) step(p *parEngine) bool {
 	default:
 		a.phase, a.left, a.seq = 0, adaptTrial, false
 	}
-	a.t0, a.ev0 = now, p.events
+	a.spent, a.ev0 = 0, p.events
 	return !a.seq
 }
 
