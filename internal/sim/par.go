@@ -329,7 +329,14 @@ func (s *Sim) window(end time.Duration) {
 		p.shards[0].runWindow(end)
 		return
 	}
-	par := p.adapt.step(p)
+	var par bool
+	switch p.shards[0].cfg.parMode {
+	case parAlways:
+		par = true
+	case parNever:
+	default:
+		par = p.adapt.step(p)
+	}
 	t0 := time.Now()
 	if par {
 		if !p.running {
@@ -369,6 +376,13 @@ type adapt struct {
 	cost    [2]float64
 	started bool
 }
+
+// Config.parMode values.
+const (
+	parAdaptive = iota
+	parAlways
+	parNever
+)
 
 const (
 	adaptTrial   = 200  // windows per trial (~0.2 s of virtual time)

@@ -7,18 +7,23 @@ import (
 )
 
 // The parallel engine's results do not depend on the number of workers
-// (partitions) nor on the run: a scaled-down srds09, without and with a
+// (partitions), on whether windows run in parallel or one partition after
+// the other, nor on the run: a scaled-down srds09, without and with a
 // crash, gives byte-identical reports and timelines for 1, 2 and 4
-// workers and twice with 2, and keeps every guarantee. Run it under
-// `go test -race` too: the partitions share the brokers, links and log.
+// workers (always in parallel, never, adaptive) and twice with 2, and
+// keeps every guarantee. Run it under `go test -race` too: the partitions
+// share the brokers, links and log.
 func TestParallelDeterministic(t *testing.T) {
+	type run struct{ workers, mode int }
+	runs := []run{{1, parAdaptive}, {2, parAlways}, {4, parAlways}, {2, parAlways}, {2, parNever}, {4, parAdaptive}}
 	for _, k := range []int{0, 1} {
 		var want string
-		for i, w := range []int{1, 2, 4, 2} {
+		for i, x := range runs {
+			w := x.workers
 			o := DefaultSRDSOptions()
 			o.Brokers, o.Subs, o.Publishers, o.Crashes = 20, 200, 5, k
 			o.Warmup, o.After = 1200*time.Millisecond, 600*time.Millisecond
-			o.Workers = w
+			o.Workers, o.parMode = w, x.mode
 			r := RunSRDS09(o)
 			if r.Err != nil {
 				t.Fatalf("crashes=%d workers=%d: %v", k, w, r.Err)
@@ -37,7 +42,7 @@ func TestParallelDeterministic(t *testing.T) {
 				continue
 			}
 			if got := b.String(); got != want {
-				t.Errorf("crashes=%d: workers=%d differs from workers=1:\n%s\nwant\n%s", k, w, got, want)
+				t.Errorf("crashes=%d: workers=%d (mode %d) differs from workers=1:\n%s\nwant\n%s", k, w, x.mode, got, want)
 			}
 		}
 	}
@@ -53,7 +58,7 @@ func TestParallelSRDS09Small(t *testing.T) {
 		o := DefaultSRDSOptions()
 		o.Brokers, o.Subs, o.Publishers, o.Crashes = 20, 200, 5, k
 		o.Warmup, o.After = 1500*time.Millisecond, time.Second
-		o.Workers = 2
+		o.Workers, o.parMode = 2, parAlways
 		r := RunSRDS09(o)
 		if r.Err != nil {
 			t.Fatalf("crashes=%d: %v", k, r.Err)

@@ -81,6 +81,9 @@ type Config struct {
 	// Partition, with Workers > 0, places a broker in a partition (taken
 	// modulo Workers); nil: round robin by creation order.
 	Partition func(id message.BrokerID) int
+	// parMode (tests) overrides the parallel engine's adaptive choice:
+	// parAlways runs every window in parallel, parNever none.
+	parMode int
 
 	NewNode NodeFactory
 	// Trace, when set, receives one readable line per message, fault,

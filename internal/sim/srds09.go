@@ -44,6 +44,8 @@ type SRDSOptions struct {
 	CPU func() time.Duration
 	// onLog, when set, sees the run's log after the checkers (tests).
 	onLog func(*Log)
+	// parMode (tests) is Config.parMode.
+	parMode int
 }
 
 // DefaultSRDSOptions is the slides' setup.
@@ -148,7 +150,7 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	tree := RandomTree(pr, o.Brokers, 4)
 	if o.Workers > 0 {
 		part := PartitionTree(tree, o.Workers)
-		cfg.Workers = o.Workers
+		cfg.Workers, cfg.parMode = o.Workers, o.parMode
 		cfg.Partition = func(id message.BrokerID) int { return part[id] }
 	}
 	s, err := New(cfg)
