@@ -279,7 +279,6 @@ func (s *Sim) runUntilPar(t time.Duration) error {
 	if s.onNotice != nil && s.err == nil {
 		s.err = errParHook
 	}
-	defer p.stopWorkers()
 	for s.err == nil {
 		tg := time.Duration(math.MaxInt64)
 		if len(s.q) > 0 {
@@ -316,6 +315,16 @@ func (s *Sim) runUntilPar(t time.Duration) error {
 		s.now = t
 	}
 	return s.err
+}
+
+// Close ends the parallel engine's worker goroutines, which otherwise
+// wait (parked) for the next RunUntil between calls. A Sim may be used
+// again after Close (the workers start again). Nothing to do for the serial
+// engine.
+func (s *Sim) Close() {
+	if s.par != nil {
+		s.par.stopWorkers()
+	}
 }
 
 // window runs every partition's events before end, in parallel.

@@ -158,6 +158,7 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 		res.Err = err
 		return res
 	}
+	defer s.Close()
 	// R1..Rk: adjacent brokers in the middle of the longest path.
 	var long []message.BrokerID
 	for _, a := range tree.Order {
