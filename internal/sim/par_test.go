@@ -74,3 +74,25 @@ func TestParallelSRDS09Small(t *testing.T) {
 		}
 	}
 }
+
+// The parallel engine refuses what it cannot do: a trace, the wire
+// format, no link delay (it is the lookahead).
+func TestParallelConfig(t *testing.T) {
+	for _, f := range []func(*Config){
+		func(c *Config) { c.Trace = &bytes.Buffer{} },
+		func(c *Config) { c.Wire = true },
+		func(c *Config) { c.LinkDelay, c.DialTimeout = 0, time.Second },
+	} {
+		c := DefaultConfig()
+		c.NewNode, c.Workers = DefaultFactory, 2
+		f(&c)
+		if _, err := New(c); err == nil {
+			t.Errorf("New accepted %+v", c)
+		}
+	}
+	c := DefaultConfig()
+	c.NewNode, c.Workers = DefaultFactory, 2
+	if _, err := New(c); err != nil {
+		t.Fatal(err)
+	}
+}
