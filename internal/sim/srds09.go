@@ -462,9 +462,13 @@ func (res SRDSResult) Text() string {
 	}
 	fmt.Fprintf(&b, "queues empty after publishing stops: %s; max queue seen=%d\n", drain, res.MaxQueue)
 	if res.Wall > 0 {
-		fmt.Fprintf(&b, "virtual=%v wall=%v (simulation; checkers %v) speed=%.1fx real time (%.1fx with the checkers)\n",
+		engine := "serial engine"
+		if o.Workers > 0 {
+			engine = fmt.Sprintf("parallel engine, %d workers", o.Workers)
+		}
+		fmt.Fprintf(&b, "virtual=%v wall=%v (simulation; checkers %v) speed=%.1fx real time (%.1fx with the checkers; %s)\n",
 			res.Virtual.Round(time.Millisecond), res.Wall.Round(time.Millisecond), res.CheckWall.Round(time.Millisecond),
-			ratio(res.Virtual, res.Wall), ratio(res.Virtual, res.Wall+res.CheckWall))
+			ratio(res.Virtual, res.Wall), ratio(res.Virtual, res.Wall+res.CheckWall), engine)
 		fmt.Fprintf(&b, "setup (tree and %d subscriptions confirmed): virtual=%v wall=%v speed=%.1fx\n",
 			o.Subs, res.SetupVirtual.Round(time.Millisecond), res.SetupWall.Round(time.Millisecond), ratio(res.SetupVirtual, res.SetupWall))
 	}
