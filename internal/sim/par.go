@@ -570,6 +570,13 @@ func (s *Sim) barrier() {
 		if sh.now > s.now {
 			s.now = sh.now
 		}
+		// A message's record is taken from its sender's free list and
+		// returned to its receiver's: a list that only grows (more
+		// traffic into the partition than out of it) is cut back.
+		if n := len(sh.freeDeliv); n > maxFreeDeliv {
+			clear(sh.freeDeliv[maxFreeDeliv/2:])
+			sh.freeDeliv = sh.freeDeliv[:maxFreeDeliv/2]
+		}
 		events += sh.stats.Events
 	}
 	p.events = events
@@ -580,6 +587,9 @@ func (s *Sim) barrier() {
 	s.mergeDels()
 	s.mergeGaps()
 }
+
+// maxFreeDeliv bounds a partition's free list of message records.
+const maxFreeDeliv = 1 << 15
 
 // next returns the partition whose buffered record comes first among the
 // cursors (at, seq of each partition's next record; ok false: none left).
