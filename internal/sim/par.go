@@ -384,6 +384,10 @@ type adapt struct {
 	ev0     int64         // events at the start of the phase
 	cost    [2]float64
 	started bool
+	// exploit is the length of the next run of the better mode: doubled
+	// (up to adaptMaxExploit) each time the trials confirm the last choice.
+	exploit int
+	last    bool
 }
 
 // Config.parMode values.
@@ -394,8 +398,9 @@ const (
 )
 
 const (
-	adaptTrial   = 200  // windows per trial (~0.2 s of virtual time)
-	adaptExploit = 3000 // windows between trials
+	adaptTrial      = 200   // windows per trial (~0.2 s of virtual time)
+	adaptExploit    = 3000  // windows between trials, at first
+	adaptMaxExploit = 24000 // windows between trials when the choice holds
 )
 
 // step accounts for the previous window and tells whether the next one
@@ -417,7 +422,14 @@ func (a *adapt) step(p *parEngine) bool {
 	case 0:
 		a.phase, a.left, a.seq = 1, adaptTrial, true
 	case 1:
-		a.phase, a.left, a.seq = 2, adaptExploit, a.cost[1] < a.cost[0]
+		seq := a.cost[1] < a.cost[0]
+		if a.exploit == 0 || seq != a.last {
+			a.exploit = adaptExploit
+		} else {
+			a.exploit = min(2*a.exploit, adaptMaxExploit)
+		}
+		a.last = seq
+		a.phase, a.left, a.seq = 2, a.exploit, seq
 	default:
 		a.phase, a.left, a.seq = 0, adaptTrial, false
 	}
