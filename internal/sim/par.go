@@ -360,9 +360,7 @@ func (s *Sim) window(end time.Duration) {
 	} else {
 		// One goroutine runs the partitions one after the other: the same
 		// results (they do not depend on the order of the partitions).
-		if p.running {
-			p.stopWorkers()
-		}
+		// The workers, if any, park after a while.
 		for _, sh := range p.shards {
 			sh.runWindow(end)
 		}
@@ -377,15 +375,18 @@ func (s *Sim) window(end time.Duration) {
 // short trials of both with long runs of the faster. The choice changes
 // the speed only, never a result.
 type adapt struct {
-	seq     bool          // the current mode
-	phase   int           // 0, 1: trials (parallel, then sequential); 2: the better one
-	left    int           // windows left in the phase
-	spent   time.Duration // in windows since the start of the phase
-	ev0     int64         // events at the start of the phase
-	cost    [2]float64
+	seq     bool // the mode of the current window
+	trial   bool // in a trial (else running the better mode)
+	left    int  // windows left in the trial or run
 	started bool
+	spent   time.Duration // in the last window (window adds it)
+	ev0     int64         // events before the last window
+	// The trial's wall time and events by mode (0: parallel, 1: one
+	// after the other).
+	accT [2]time.Duration
+	accN [2]int64
 	// exploit is the length of the next run of the better mode: doubled
-	// (up to adaptMaxExploit) each time the trials confirm the last choice.
+	// (up to adaptMaxExploit) each time a trial confirms the last choice.
 	exploit int
 	last    bool
 }
@@ -398,7 +399,11 @@ const (
 )
 
 const (
-	adaptTrial      = 200   // windows per trial (~0.2 s of virtual time)
+	// A trial alternates the modes every adaptSwitch windows (the load
+	// of the simulation changes: tree, subscription floods, publishing)
+	// over adaptTrial windows (~0.4 s of virtual time).
+	adaptTrial      = 400
+	adaptSwitch     = 20
 	adaptExploit    = 3000  // windows between trials, at first
 	adaptMaxExploit = 24000 // windows between trials when the choice holds
 )
@@ -407,33 +412,39 @@ const (
 // runs in parallel.
 func (a *adapt) step(p *parEngine) bool {
 	if !a.started {
-		a.started, a.phase, a.left, a.seq = true, 0, adaptTrial, false
+		a.started, a.trial, a.left, a.seq = true, true, adaptTrial, false
 		a.spent, a.ev0 = 0, p.events
 		return true
 	}
-	if a.left--; a.left > 0 {
-		return !a.seq
-	}
-	if a.phase < 2 {
-		n := p.events - a.ev0
-		a.cost[a.phase] = float64(a.spent) / float64(max(n, 1))
-	}
-	switch a.phase {
-	case 0:
-		a.phase, a.left, a.seq = 1, adaptTrial, true
-	case 1:
-		seq := a.cost[1] < a.cost[0]
-		if a.exploit == 0 || seq != a.last {
-			a.exploit = adaptExploit
-		} else {
-			a.exploit = min(2*a.exploit, adaptMaxExploit)
+	if a.trial {
+		m := 0
+		if a.seq {
+			m = 1
 		}
-		a.last = seq
-		a.phase, a.left, a.seq = 2, a.exploit, seq
-	default:
-		a.phase, a.left, a.seq = 0, adaptTrial, false
+		a.accT[m] += a.spent
+		a.accN[m] += p.events - a.ev0
 	}
 	a.spent, a.ev0 = 0, p.events
+	if a.left--; a.left > 0 {
+		if a.trial && a.left%adaptSwitch == 0 {
+			a.seq = !a.seq
+		}
+		return !a.seq
+	}
+	if !a.trial {
+		a.trial, a.left, a.seq = true, adaptTrial, false
+		a.accT, a.accN = [2]time.Duration{}, [2]int64{}
+		return true
+	}
+	// The cost per event of each mode: the faster runs next.
+	seq := float64(a.accT[1])*float64(max(a.accN[0], 1)) < float64(a.accT[0])*float64(max(a.accN[1], 1))
+	if a.exploit == 0 || seq != a.last {
+		a.exploit = adaptExploit
+	} else {
+		a.exploit = min(2*a.exploit, adaptMaxExploit)
+	}
+	a.last = seq
+	a.trial, a.left, a.seq = false, a.exploit, seq
 	return !a.seq
 }
 
