@@ -375,10 +375,12 @@ func (s *Sim) window(end time.Duration) {
 // short trials of both with long runs of the faster. The choice changes
 // the speed only, never a result.
 type adapt struct {
-	seq     bool // the mode of the current window
-	trial   bool // in a trial (else running the better mode)
-	left    int  // windows left in the trial or run
+	seq     bool  // the mode of the current window
+	trial   bool  // in a trial (else running the better mode)
+	left    int64 // events left in the run of the better mode
+	chunk   int64 // events left before the trial switches modes
 	started bool
+	warm    bool          // the last window is not counted
 	spent   time.Duration // in the last window (window adds it)
 	ev0     int64         // events before the last window
 	// The trial's wall time and events by mode (0: parallel, 1: one
@@ -387,7 +389,7 @@ type adapt struct {
 	accN [2]int64
 	// exploit is the length of the next run of the better mode: doubled
 	// (up to adaptMaxExploit) each time a trial confirms the last choice.
-	exploit int
+	exploit int64
 	last    bool
 }
 
@@ -398,41 +400,51 @@ const (
 	parNever
 )
 
+// The adaptive choice's periods, in events (windows carry from a few
+// events, while brokers join, to thousands, in subscription floods): a
+// trial alternates the modes every adaptSwitch events until each ran
+// adaptTrial/2, so that both see the same phase of the run.
 const (
-	// A trial alternates the modes every adaptSwitch windows (the load
-	// of the simulation changes: tree, subscription floods, publishing)
-	// over adaptTrial windows (~0.4 s of virtual time).
-	adaptTrial      = 400
-	adaptSwitch     = 20
-	adaptExploit    = 3000  // windows between trials, at first
-	adaptMaxExploit = 24000 // windows between trials when the choice holds
+	adaptTrial      = 24000
+	adaptSwitch     = 4000
+	adaptExploit    = 100000 // events between trials, at first
+	adaptMaxExploit = 800000 // events between trials when the choice holds
 )
 
 // step accounts for the previous window and tells whether the next one
 // runs in parallel.
 func (a *adapt) step(p *parEngine) bool {
 	if !a.started {
-		a.started, a.trial, a.left, a.seq = true, true, adaptTrial, false
+		a.started, a.trial, a.chunk, a.seq = true, true, adaptSwitch, false
 		a.spent, a.ev0 = 0, p.events
 		return true
 	}
-	if a.trial {
+	n := p.events - a.ev0
+	if a.trial && !a.warm {
 		m := 0
 		if a.seq {
 			m = 1
 		}
 		a.accT[m] += a.spent
-		a.accN[m] += p.events - a.ev0
+		a.accN[m] += n
 	}
+	a.warm = false
 	a.spent, a.ev0 = 0, p.events
-	if a.left--; a.left > 0 {
-		if a.trial && a.left%adaptSwitch == 0 {
-			a.seq = !a.seq
+	if a.trial {
+		// Until each mode has run half the trial's events.
+		if a.accN[0] < adaptTrial/2 || a.accN[1] < adaptTrial/2 {
+			if a.chunk -= n; a.chunk <= 0 {
+				// The first window after a switch is not counted: the
+				// workers wake up, the caches warm up.
+				a.chunk, a.seq, a.warm = adaptSwitch, !a.seq, true
+			}
+			return !a.seq
 		}
+	} else if a.left -= n; a.left > 0 {
 		return !a.seq
 	}
 	if !a.trial {
-		a.trial, a.left, a.seq = true, adaptTrial, false
+		a.trial, a.chunk, a.seq, a.warm = true, adaptSwitch, false, true
 		a.accT, a.accN = [2]time.Duration{}, [2]int64{}
 		return true
 	}
