@@ -407,8 +407,8 @@ const (
 const (
 	adaptTrial      = 24000
 	adaptSwitch     = 4000
-	adaptExploit    = 100000 // events between trials, at first
-	adaptMaxExploit = 800000 // events between trials when the choice holds
+	adaptExploit    = 200000  // events between trials, at first
+	adaptMaxExploit = 1600000 // events between trials when the choice holds
 )
 
 // step accounts for the previous window and tells whether the next one
