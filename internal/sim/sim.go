@@ -7,7 +7,10 @@
 //
 // Everything runs in one goroutine from one seed: no wall clock, no
 // goroutines, no global randomness. A run is replayed exactly from its seed.
-// See docs/simulator.md.
+// The opt-in parallel engine (Config.Workers, par.go) runs partitions of
+// the brokers on several goroutines, and reads the wall clock to choose
+// between running them in parallel or one after the other; its results
+// depend on neither. See docs/simulator.md.
 package sim
 
 import (
