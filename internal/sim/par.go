@@ -380,7 +380,8 @@ type adapt struct {
 	left    int64 // events left in the run of the better mode
 	chunk   int64 // events left before the trial switches modes
 	started bool
-	warm    bool          // the last window is not counted
+	warm    bool          // the last window is the first after a switch: not counted if small
+	trialN  int64         // events of the trial so far
 	spent   time.Duration // in the last window (window adds it)
 	ev0     int64         // events before the last window
 	// The trial's wall time and events by mode (0: parallel, 1: one
@@ -420,7 +421,10 @@ func (a *adapt) step(p *parEngine) bool {
 		return true
 	}
 	n := p.events - a.ev0
-	if a.trial && !a.warm {
+	if a.trial {
+		a.trialN += n
+	}
+	if a.trial && !(a.warm && n < adaptSwitch/8) {
 		m := 0
 		if a.seq {
 			m = 1
@@ -431,11 +435,12 @@ func (a *adapt) step(p *parEngine) bool {
 	a.warm = false
 	a.spent, a.ev0 = 0, p.events
 	if a.trial {
-		// Until each mode has run half the trial's events.
-		if a.accN[0] < adaptTrial/2 || a.accN[1] < adaptTrial/2 {
+		// Until each mode has run half the trial's events (or the trial
+		// ran long: windows of thousands of events in floods).
+		if (a.accN[0] < adaptTrial/2 || a.accN[1] < adaptTrial/2) && a.trialN < 4*adaptTrial {
 			if a.chunk -= n; a.chunk <= 0 {
-				// The first window after a switch is not counted: the
-				// workers wake up, the caches warm up.
+				// The first window after a switch is not counted if
+				// small: the workers wake up, the caches warm up.
 				a.chunk, a.seq, a.warm = adaptSwitch, !a.seq, true
 			}
 			return !a.seq
@@ -445,11 +450,13 @@ func (a *adapt) step(p *parEngine) bool {
 	}
 	if !a.trial {
 		a.trial, a.chunk, a.seq, a.warm = true, adaptSwitch, false, true
-		a.accT, a.accN = [2]time.Duration{}, [2]int64{}
+		a.accT, a.accN, a.trialN = [2]time.Duration{}, [2]int64{}, 0
 		return true
 	}
-	// The cost per event of each mode: the faster runs next.
-	seq := float64(a.accT[1])*float64(max(a.accN[0], 1)) < float64(a.accT[0])*float64(max(a.accN[1], 1))
+	// The cost per event of each mode: the faster runs next (parallel if
+	// either is unknown).
+	seq := a.accN[0] > 0 && a.accN[1] > 0 &&
+		float64(a.accT[1])*float64(a.accN[0]) < float64(a.accT[0])*float64(a.accN[1])
 	if a.exploit == 0 || seq != a.last {
 		a.exploit = adaptExploit
 	} else {
