@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -78,6 +80,13 @@ type shardState struct {
 	pubs   []bufPub
 	dels   []bufDel
 	gaps   []bufGap
+	// brokers are the partition's brokers, in creation order.
+	brokers []*broker
+	// Scratch of sortRecords.
+	keys    []recKey
+	pubsTmp []bufPub
+	delsTmp []bufDel
+	gapsTmp []bufGap
 }
 
 type bufPub struct {
@@ -139,6 +148,7 @@ func (p *parEngine) place(b *broker) {
 		part = ((f(b.id) % w) + w) % w
 	}
 	b.part = part
+	p.shards[part].shard.brokers = append(p.shards[part].shard.brokers, b)
 	b.rng = rand.New(rand.NewPCG(uint64(s.cfg.Seed), 0x6a09e667f3bcc908^uint64(b.idx)))
 }
 
@@ -180,7 +190,7 @@ func (s *Sim) enqueuePar(at time.Duration, b *broker, fn func(), d *delivery, ow
 		if b == nil {
 			s.q.push(e)
 		} else {
-			s.par.shards[b.part].q.pushEvent(e)
+			b.q.pushEvent(e)
 		}
 		return
 	}
@@ -191,7 +201,12 @@ func (s *Sim) enqueuePar(at time.Duration, b *broker, fn func(), d *delivery, ow
 		}
 		sh.outG = append(sh.outG, e)
 	case b.part == sh.part:
-		s.q.pushEvent(e)
+		if at < sh.end && b != s.cur {
+			// runWindow runs a window broker by broker: an input for
+			// another broker within the window would come too late.
+			panic("sim: parallel engine: an event for another broker inside the window")
+		}
+		b.q.pushEvent(e)
 	default:
 		if at < sh.end {
 			panic("sim: parallel engine: an event for another partition inside the window")
@@ -286,8 +301,10 @@ func (s *Sim) runUntilPar(t time.Duration) error {
 		}
 		tp := time.Duration(math.MaxInt64)
 		for _, sh := range p.shards {
-			if len(sh.q) > 0 && sh.q[0].at < tp {
-				tp = sh.q[0].at
+			for _, b := range sh.shard.brokers {
+				if len(b.q) > 0 && b.q[0].at < tp {
+					tp = b.q[0].at
+				}
 			}
 		}
 		if tg <= tp { // global events first at the same instant
@@ -572,18 +589,78 @@ func (p *parEngine) stopWorkers() {
 }
 
 // runWindow runs the partition's events before end.
+//
+// It runs them broker by broker, each broker's in (time, key) order: within
+// a window no broker hears from another, so only each broker's own order
+// matters (the results are those of time order), and a broker's state
+// stays in the cache for all its events of the window (the subscription
+// floods of the setup bring hundreds per broker and window). What the
+// events recorded is put back in (time, key) order for the merge.
 func (s *Sim) runWindow(end time.Duration) {
 	sh := s.shard
 	sh.end = end
-	for len(s.q) > 0 && s.q[0].at < end {
-		e := s.next()
-		s.now = e.at
-		s.stats.Events++
-		s.cur = e.target
-		sh.curAt, sh.curSeq = e.at, e.seq
-		s.run(&e)
+	last := s.now
+	for _, b := range sh.brokers {
+		q := &b.q
+		for len(*q) > 0 && (*q)[0].at < end {
+			e := q.popNext()
+			s.now = e.at
+			s.stats.Events++
+			s.cur = e.target
+			sh.curAt, sh.curSeq = e.at, e.seq
+			s.run(&e)
+		}
+		last = max(last, s.now)
 	}
+	s.now = last
 	s.cur = nil
+	sh.sortRecords()
+}
+
+// sortRecords puts the records of a window in (time, key) order, those
+// of one event in the order it made them.
+func (sh *shardState) sortRecords() {
+	sh.pubs, sh.pubsTmp = sortByKey(sh.pubs, sh.pubsTmp, &sh.keys, func(r *bufPub) (time.Duration, uint64) { return r.at, r.seq })
+	sh.dels, sh.delsTmp = sortByKey(sh.dels, sh.delsTmp, &sh.keys, func(r *bufDel) (time.Duration, uint64) { return r.at, r.seq })
+	sh.gaps, sh.gapsTmp = sortByKey(sh.gaps, sh.gapsTmp, &sh.keys, func(r *bufGap) (time.Duration, uint64) { return r.at, r.seq })
+}
+
+// recKey is a record's place in sortByKey.
+type recKey struct {
+	at  time.Duration
+	seq uint64
+	i   int
+}
+
+// sortByKey returns rs in (time, key) order, stable, and the scratch
+// slice to use next time (the records are large: a sorted list of keys
+// is applied once, by copying into tmp, which then becomes rs).
+func sortByKey[T any](rs, tmp []T, keys *[]recKey, key func(*T) (time.Duration, uint64)) ([]T, []T) {
+	sorted := true
+	ks := (*keys)[:0]
+	for i := range rs {
+		at, seq := key(&rs[i])
+		if n := len(ks); n > 0 && (at < ks[n-1].at || at == ks[n-1].at && seq < ks[n-1].seq) {
+			sorted = false
+		}
+		ks = append(ks, recKey{at, seq, i})
+	}
+	*keys = ks
+	if sorted {
+		return rs, tmp
+	}
+	slices.SortStableFunc(ks, func(x, y recKey) int {
+		if x.at != y.at {
+			return cmp.Compare(x.at, y.at)
+		}
+		return cmp.Compare(x.seq, y.seq)
+	})
+	tmp = tmp[:0]
+	for _, k := range ks {
+		tmp = append(tmp, rs[k.i])
+	}
+	clear(rs)
+	return tmp, rs[:0]
 }
 
 // barrier hands the events the partitions scheduled for others over and
@@ -597,9 +674,8 @@ func (s *Sim) barrier() {
 			if len(out) == 0 {
 				continue
 			}
-			q := &p.shards[j].q
 			for i := range out {
-				q.pushEvent(out[i])
+				out[i].target.q.pushEvent(out[i])
 				out[i] = event{}
 			}
 			st.out[j] = out[:0]

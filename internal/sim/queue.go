@@ -189,14 +189,18 @@ func (q *tickQueue) pop() tickEntry {
 
 // next removes and returns the next event: the heap's smallest, replaced
 // by the next message of its link direction when it is a message.
-func (s *Sim) next() event {
-	if d := s.q[0].d; d != nil {
+func (s *Sim) next() event { return s.q.popNext() }
+
+// popNext removes the first event of q; a message's successor on its link
+// direction (fifo) takes its place in q.
+func (q *eventHeap) popNext() event {
+	if d := (*q)[0].d; d != nil {
 		if n := d.next; n != nil {
-			return s.q.replaceTop(event{at: d.nextAt, seq: d.nextSeq, target: d.to, inc: int(d.nextInc), d: n})
+			return q.replaceTop(event{at: d.nextAt, seq: d.nextSeq, target: d.to, inc: int(d.nextInc), d: n})
 		}
 		d.l.q[d.dir].tail = nil
 	}
-	return s.q.pop()
+	return q.pop()
 }
 
 // schedule queues fn at virtual time at (never earlier than now).

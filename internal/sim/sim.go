@@ -183,6 +183,9 @@ type broker struct {
 	part int
 	ctr  uint64
 	rng  *rand.Rand
+	// q holds this broker's events in the parallel engine (its partition
+	// runs a window broker by broker: see runWindow).
+	q eventHeap
 }
 
 type linkKey struct{ a, b message.BrokerID }
