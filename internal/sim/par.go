@@ -80,8 +80,12 @@ type shardState struct {
 	pubs   []bufPub
 	dels   []bufDel
 	gaps   []bufGap
-	// brokers are the partition's brokers, in creation order.
+	// brokers are the partition's brokers, in creation order; head is
+	// no later than the first of their events (kept by every push and by
+	// runWindow), so that finding the next window reads one value per
+	// partition instead of every broker's heap.
 	brokers []*broker
+	head    time.Duration
 	// Scratch of sortRecords.
 	keys    []recKey
 	pubsTmp []bufPub
@@ -127,7 +131,7 @@ func (s *Sim) initPar() {
 		*sh = Sim{
 			cfg: s.cfg, brokers: s.brokers, links: s.links, cuts: s.cuts, log: s.log,
 			clients: s.clients, routes: s.routes,
-			shard:          &shardState{part: i, out: make([][]event, w)},
+			shard:          &shardState{part: i, out: make([][]event, w), head: math.MaxInt64},
 			pmode:          true,
 			main:           s,
 			firstViolation: -1,
@@ -191,6 +195,8 @@ func (s *Sim) enqueuePar(at time.Duration, b *broker, fn func(), d *delivery, ow
 			s.q.push(e)
 		} else {
 			b.q.pushEvent(e)
+			bs := s.par.shards[b.part].shard
+			bs.head = min(bs.head, at)
 		}
 		return
 	}
@@ -207,6 +213,7 @@ func (s *Sim) enqueuePar(at time.Duration, b *broker, fn func(), d *delivery, ow
 			panic("sim: parallel engine: an event for another broker inside the window")
 		}
 		b.q.pushEvent(e)
+		sh.head = min(sh.head, at)
 	default:
 		if at < sh.end {
 			panic("sim: parallel engine: an event for another partition inside the window")
@@ -301,11 +308,7 @@ func (s *Sim) runUntilPar(t time.Duration) error {
 		}
 		tp := time.Duration(math.MaxInt64)
 		for _, sh := range p.shards {
-			for _, b := range sh.shard.brokers {
-				if len(b.q) > 0 && b.q[0].at < tp {
-					tp = b.q[0].at
-				}
-			}
+			tp = min(tp, sh.shard.head)
 		}
 		if tg <= tp { // global events first at the same instant
 			if tg > t {
@@ -600,6 +603,7 @@ func (s *Sim) runWindow(end time.Duration) {
 	sh := s.shard
 	sh.end = end
 	last := s.now
+	sh.head = math.MaxInt64 // pushes while the window runs lower it too
 	for _, b := range sh.brokers {
 		q := &b.q
 		for len(*q) > 0 && (*q)[0].at < end {
@@ -609,6 +613,9 @@ func (s *Sim) runWindow(end time.Duration) {
 			s.cur = e.target
 			sh.curAt, sh.curSeq = e.at, e.seq
 			s.run(&e)
+		}
+		if len(*q) > 0 {
+			sh.head = min(sh.head, (*q)[0].at)
 		}
 		last = max(last, s.now)
 	}
@@ -674,8 +681,10 @@ func (s *Sim) barrier() {
 			if len(out) == 0 {
 				continue
 			}
+			ts := p.shards[j].shard
 			for i := range out {
 				out[i].target.q.pushEvent(out[i])
+				ts.head = min(ts.head, out[i].at)
 				out[i] = event{}
 			}
 			st.out[j] = out[:0]
