@@ -315,10 +315,7 @@ func (s *Sim) runUntilPar(t time.Duration) error {
 				break
 			}
 			e := s.q.pop()
-			s.now = e.at
-			s.stats.Events++
-			if s.stats.Events > s.cfg.MaxEvents {
-				s.err = ErrEventBound
+			if !s.advance(e.at) {
 				break
 			}
 			s.run(&e)

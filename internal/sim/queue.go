@@ -237,18 +237,7 @@ func (s *Sim) enqueue(at time.Duration, b *broker, fn func(), d *delivery) {
 	if b != nil {
 		e.inc = b.inc
 	}
-	if d != nil {
-		// A message waits behind the earlier ones of its link direction
-		// (fifo): it is never before them.
-		f := &d.l.q[d.dir]
-		if p := f.tail; p != nil {
-			p.next, p.nextAt, p.nextSeq, p.nextInc = d, e.at, e.seq, int32(e.inc)
-			f.tail = d
-			return
-		}
-		f.tail = d
-	}
-	s.q.push(e)
+	s.q.pushEvent(e)
 }
 
 // newDelivery returns a recycled (or new) delivery record. The free list

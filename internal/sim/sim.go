@@ -435,25 +435,30 @@ func (s *Sim) stepOne() {
 		return
 	}
 	e := s.next()
-	s.now = e.at
-	s.stats.Events++
-	if s.stats.Events > s.cfg.MaxEvents {
-		s.err = ErrEventBound
-		return
+	if s.advance(e.at) {
+		s.run(&e)
 	}
-	s.run(&e)
 }
 
 // stepTick is stepOne for the first tick of s.ticks.
 func (s *Sim) stepTick() {
 	t := s.ticks.pop()
-	s.now = t.at
+	if s.advance(t.at) {
+		s.tick(t.b, t.inc)
+	}
+}
+
+// advance sets the clock to an event's time and counts the event; past
+// Config.MaxEvents it sets ErrEventBound and reports false (the event is
+// not run).
+func (s *Sim) advance(at time.Duration) bool {
+	s.now = at
 	s.stats.Events++
 	if s.stats.Events > s.cfg.MaxEvents {
 		s.err = ErrEventBound
-		return
+		return false
 	}
-	s.tick(t.b, t.inc)
+	return true
 }
 
 // run executes one event: a global action, or an input to a broker's node
