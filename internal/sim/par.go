@@ -3,9 +3,11 @@ package sim
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -52,12 +54,20 @@ type parEngine struct {
 	// per partition: parking goroutines at every window would cost more
 	// than it saves), then yields, and parks only after a long wait (a
 	// loaded machine took its thread away, or a long serial phase).
-	epoch   atomic.Uint64
-	done    atomic.Int64
-	stop    atomic.Bool
-	end     atomic.Int64
-	running bool
-	adapt   adapt
+	epoch atomic.Uint64
+	done  atomic.Int64
+	stop  atomic.Bool
+	// inWindow: the workers may be running a window (set by window until
+	// they are all done; a panic on the main goroutine leaves it set, and
+	// stopWorkers then waits for them first). fault is the first panic
+	// of a worker, raised again on the main goroutine after the window,
+	// where the drivers report a panic as an error (as in the serial
+	// engine) instead of the process dying.
+	inWindow bool
+	fault    atomic.Pointer[workerFault]
+	end      atomic.Int64
+	running  bool
+	adapt    adapt
 	// parked[i] is set by a parked goroutine (0: the main one, i: worker
 	// i) whose wake channel the other side then signals.
 	parked  []atomic.Bool
@@ -370,10 +380,15 @@ func (s *Sim) window(end time.Duration) {
 		}
 		p.end.Store(int64(end))
 		p.done.Store(0)
+		p.inWindow = true
 		p.epoch.Add(1)
 		p.wakeWorkers()
 		p.shards[0].runWindow(end)
 		p.waitWorkers()
+		p.inWindow = false
+		if f := p.fault.Load(); f != nil {
+			panic(fmt.Sprintf("sim: parallel engine, partition %d: %v\n%s", f.part, f.v, f.stack))
+		}
 	} else {
 		// One goroutine runs the partitions one after the other: the same
 		// results (they do not depend on the order of the partitions).
@@ -570,15 +585,35 @@ func (p *parEngine) worker(i int, seen uint64) {
 			p.workerDone()
 			return
 		}
-		sh.runWindow(time.Duration(p.end.Load()))
+		p.runWorkerWindow(i, sh)
 		p.workerDone()
 	}
+}
+
+// workerFault is a panic of a worker's window.
+type workerFault struct {
+	part  int
+	v     any
+	stack []byte
+}
+
+func (p *parEngine) runWorkerWindow(i int, sh *Sim) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.fault.CompareAndSwap(nil, &workerFault{part: i, v: v, stack: debug.Stack()})
+		}
+	}()
+	sh.runWindow(time.Duration(p.end.Load()))
 }
 
 // stopWorkers ends the workers (at the end of RunUntil) and waits for them.
 func (p *parEngine) stopWorkers() {
 	if !p.running {
 		return
+	}
+	if p.inWindow { // the main goroutine panicked in a window
+		p.waitWorkers()
+		p.inWindow = false
 	}
 	p.running = false
 	p.stop.Store(true)

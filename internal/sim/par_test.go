@@ -2,8 +2,12 @@ package sim
 
 import (
 	"bytes"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/deltapub/deltapub/message"
 )
 
 // The parallel engine's results do not depend on the number of workers
@@ -94,5 +98,50 @@ func TestParallelConfig(t *testing.T) {
 	c.NewNode, c.Workers = DefaultFactory, 2
 	if _, err := New(c); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// panicky is a node that panics at its n-th tick.
+type panicky struct {
+	Node
+	n int
+}
+
+func (p *panicky) Tick() {
+	if p.n--; p.n == 0 {
+		panic("boom")
+	}
+	p.Node.Tick()
+}
+
+// A panic in a partition's window, on a worker or on the main goroutine,
+// ends the run with an error naming it, as in the serial engine, instead
+// of killing the process or leaving the workers waiting.
+func TestParallelPanicIsAnError(t *testing.T) {
+	o := DefaultSRDSOptions()
+	o.Brokers, o.Subs, o.Publishers = 20, 50, 2
+	o.Warmup, o.After = 300*time.Millisecond, 300*time.Millisecond
+	o.Workers, o.parMode = 2, parAlways
+	// The tree and partitions RunSRDS09 makes (its random stream draws the
+	// tree first).
+	part := PartitionTree(RandomTree(rand.New(rand.NewPCG(uint64(o.Seed), 0x5d5)), o.Brokers, 4), 2)
+	for p := 0; p < 2; p++ {
+		var victim message.BrokerID
+		for id, q := range part {
+			if q == p && (victim == "" || id < victim) {
+				victim = id
+			}
+		}
+		o.Factory = func(c NodeConfig) (Node, error) {
+			n, err := DefaultFactory(c)
+			if err != nil || c.ID != victim {
+				return n, err
+			}
+			return &panicky{Node: n, n: 30}, nil
+		}
+		r := RunSRDS09(o)
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "boom") {
+			t.Errorf("partition %d (%s panics): err %v, want the panic", p, victim, r.Err)
+		}
 	}
 }
