@@ -942,9 +942,24 @@ func SubLess(a, b message.SubID) bool {
 // Recipients appends to dst the distinct from-pointers of the entries
 // matching p whose direction is not except (the direction p came from),
 // sorted, and reports whether a local entry matched (via local, called for
-// each). Recipients never includes "" (local entries are reported through
-// local instead).
+// each, once). Recipients never includes "" (local entries are reported
+// through local instead).
 func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst []message.BrokerID, local func(*Entry)) []message.BrokerID {
+	if local != nil && repeatsName(p.Attrs) {
+		// The index reports an entry once per copy of a repeated
+		// attribute: each local entry once, or a subscriber gets the
+		// publication twice. Edges refuse such publications
+		// (matching.ValidateAttrs); a peer running older code may still
+		// forward one.
+		var done []*Entry
+		inner := local
+		local = func(e *Entry) {
+			if !slices.Contains(done, e) {
+				done = append(done, e)
+				inner(e)
+			}
+		}
+	}
 	var skip uint64 // the routes toward except (below 64)
 	c := -1         // except's slot in exNames
 	if except != "" {
@@ -1069,6 +1084,18 @@ func (t *Table) RecipientIndices() []uint64 { return t.buf[:t.npicked] }
 // FromsGen changes whenever RecipientIndices' numbering of names may
 // change.
 func (t *Table) FromsGen() uint32 { return t.fromsGen }
+
+// repeatsName reports whether two attributes have the same name.
+func repeatsName(attrs []matching.Attr) bool {
+	for i := 1; i < len(attrs); i++ {
+		for j := 0; j < i; j++ {
+			if attrs[i].Name == attrs[j].Name {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // linearMatcher is the brute-force Matcher: a scan over every filter.
 type linearMatcher struct {

@@ -391,3 +391,32 @@ func TestRecipientsOnceSameAsMatch(t *testing.T) {
 		}
 	}
 }
+
+// A publication that names an attribute twice (refused at the edge since
+// session 4, but a peer running older code could still forward one) is
+// reported to each matching local entry once: the index finds such an
+// entry once per copy of the attribute.
+func TestRecipientsLocalOncePerPublication(t *testing.T) {
+	forEachMatcher(t, func(t *testing.T, tab *Table) {
+		for i, e := range []Entry{
+			{Sub: sub("L", 1), Filter: filter("a", matching.Predicate{Attr: "x", Op: matching.OpGt, Value: ival(0)}), From: "L", Local: true, Client: 7},
+			{Sub: sub("L", 2), Filter: filter("a"), From: "L", Local: true, Client: 8},
+			{Sub: sub("E", 1), Filter: filter("a", matching.Predicate{Attr: "x", Op: matching.OpGt, Value: ival(0)}), From: "F", Dir: "N"},
+		} {
+			if ok, err := tab.Insert(e); !ok || err != nil {
+				t.Fatalf("insert %d: %v %v", i, ok, err)
+			}
+		}
+		p := &matching.Publication{Attrs: []matching.Attr{
+			{Name: "class", Value: str("a")}, {Name: "x", Value: ival(1)}, {Name: "x", Value: ival(2)}, {Name: "class", Value: str("a")},
+		}}
+		got := map[message.SubID]int{}
+		recips := tab.Recipients(p, "", nil, func(e *Entry) { got[e.Sub]++ })
+		if got[sub("L", 1)] != 1 || got[sub("L", 2)] != 1 || len(got) != 2 {
+			t.Errorf("local deliveries %v, want each local entry once", got)
+		}
+		if !reflect.DeepEqual(recips, []message.BrokerID{"F"}) {
+			t.Errorf("recipients %v, want [F]", recips)
+		}
+	})
+}
