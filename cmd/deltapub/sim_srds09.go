@@ -81,8 +81,12 @@ func simSRDS09(args []string) int {
 			rc = 1
 		}
 		if res.Err == nil {
-			summary = append(summary, fmt.Sprintf("crashes=%d lost=%d dup=%d reord=%d recovery=%v (bound %v) pre_mean=%v peak=%v drain=%v control/delivery=%.3f speed=%.1fx (wall) %.1fx (cpu) steady=%.1fx (cpu)",
-				k, res.Report.Lost, res.Report.Duplicates, res.Report.Reordered, res.Recovery.Round(time.Millisecond), res.Bound,
+			recovery := res.Recovery.Round(time.Millisecond).String()
+			if res.Recovery < 0 {
+				recovery = "n/a"
+			}
+			summary = append(summary, fmt.Sprintf("crashes=%d lost=%d dup=%d reord=%d recovery=%s (bound %v) pre_mean=%v peak=%v drain=%v control/delivery=%.3f speed=%.1fx (wall) %.1fx (cpu) steady=%.1fx (cpu)",
+				k, res.Report.Lost, res.Report.Duplicates, res.Report.Reordered, recovery, res.Bound,
 				res.PreMean.Round(10*time.Microsecond), res.PeakMax.Round(time.Millisecond), res.DrainTime, res.ControlPerDeliv, float64(res.Virtual)/float64(res.Wall), float64(res.Virtual)/float64(max(cpu, 1)), float64(res.SteadyVirtual)/float64(max(res.SteadyCPU, 1))))
 		}
 		if *timeline != "" {

@@ -74,7 +74,8 @@ type SRDSResult struct {
 	PreMax         time.Duration // max delay of deliveries before the crash
 	PeakMax        time.Duration // max delay of deliveries after the crash
 	// Recovery is the time from the crash after which every publication is
-	// delivered with a delay no higher than before the crash (+10%).
+	// delivered with a delay no higher than before the crash (+10%); -1
+	// when nothing was delivered before the crash to set that level.
 	Recovery time.Duration
 	Bound    time.Duration // failure timeout + 2 × link delay
 
@@ -370,9 +371,11 @@ func (res *SRDSResult) timeline(l *Log, start, crashAt time.Duration, bucket tim
 	var preSum time.Duration
 	var preN int
 	pts := map[time.Duration]*TimelinePoint{}
+	// Skip the first second of publishing (joins of publishers settle),
+	// or the first half of a shorter warmup.
+	settle := min(time.Second, (crashAt-start)/2)
 	for _, d := range ds {
-		// Skip the first second of publishing (joins of publishers settle).
-		if d.Published < start+time.Second {
+		if d.Published < start+settle {
 			continue
 		}
 		// Before the crash: delivered before it (a publication published
@@ -416,9 +419,12 @@ func (res *SRDSResult) timeline(l *Log, start, crashAt time.Duration, bucket tim
 			last = d.Published - crashAt
 		}
 	}
-	if last < 0 {
+	switch {
+	case preN == 0:
+		res.Recovery = -1 // no level to return to
+	case last < 0:
 		res.Recovery = 0
-	} else {
+	default:
 		res.Recovery = last + 1 // the first instant after it
 	}
 }
@@ -437,7 +443,9 @@ func (res SRDSResult) Text() string {
 	fmt.Fprintf(&b, "published=%d deliveries=%d guaranteed=%d lost=%d duplicates=%d reordered=%d undrained=%d stuck=%d\n",
 		res.Published, res.Deliveries, res.Report.Guaranteed, res.Report.Lost, res.Report.Duplicates, res.Report.Reordered, res.Report.Undrained, res.Report.Stuck)
 	fmt.Fprintf(&b, "delay before crash: mean=%v max=%v; after crash: max=%v\n", res.PreMean.Round(time.Microsecond), res.PreMax.Round(time.Microsecond), res.PeakMax.Round(time.Microsecond))
-	if o.Crashes > 0 {
+	if o.Crashes > 0 && res.Recovery < 0 {
+		fmt.Fprintf(&b, "recovery: not measured (no publication delivered before the crash after the warmup's settling time: use a longer --warmup)\n")
+	} else if o.Crashes > 0 {
 		verdict := "within"
 		if res.Recovery > res.Bound {
 			verdict = "EXCEEDS"
