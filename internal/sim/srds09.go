@@ -473,6 +473,9 @@ func (res SRDSResult) Text() string {
 		engine := "serial engine"
 		if o.Workers > 0 {
 			engine = fmt.Sprintf("parallel engine, %d workers", o.Workers)
+			if o.Workers == 1 {
+				engine = "parallel engine, 1 worker"
+			}
 		}
 		fmt.Fprintf(&b, "virtual=%v wall=%v (simulation; checkers %v) speed=%.1fx real time (%.1fx with the checkers; %s)\n",
 			res.Virtual.Round(time.Millisecond), res.Wall.Round(time.Millisecond), res.CheckWall.Round(time.Millisecond),
