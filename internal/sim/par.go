@@ -659,10 +659,15 @@ func (s *Sim) runWindow(end time.Duration) {
 // sortRecords puts the records of a window in (time, key) order, those
 // of one event in the order it made them.
 func (sh *shardState) sortRecords() {
-	sh.pubs, sh.pubsTmp = sortByKey(sh.pubs, sh.pubsTmp, &sh.keys, func(r *bufPub) (time.Duration, uint64) { return r.at, r.seq })
-	sh.dels, sh.delsTmp = sortByKey(sh.dels, sh.delsTmp, &sh.keys, func(r *bufDel) (time.Duration, uint64) { return r.at, r.seq })
-	sh.gaps, sh.gapsTmp = sortByKey(sh.gaps, sh.gapsTmp, &sh.keys, func(r *bufGap) (time.Duration, uint64) { return r.at, r.seq })
+	sh.pubs, sh.pubsTmp = sortByKey(sh.pubs, sh.pubsTmp, &sh.keys, pubKey)
+	sh.dels, sh.delsTmp = sortByKey(sh.dels, sh.delsTmp, &sh.keys, delKey)
+	sh.gaps, sh.gapsTmp = sortByKey(sh.gaps, sh.gapsTmp, &sh.keys, gapKey)
 }
+
+// The (time, key) of the event that made a record.
+func pubKey(r *bufPub) (time.Duration, uint64) { return r.at, r.seq }
+func delKey(r *bufDel) (time.Duration, uint64) { return r.at, r.seq }
+func gapKey(r *bufGap) (time.Duration, uint64) { return r.at, r.seq }
 
 // recKey is a record's place in sortByKey.
 type recKey struct {
@@ -750,129 +755,60 @@ func (s *Sim) barrier() {
 // maxFreeDeliv bounds a partition's free list of message records.
 const maxFreeDeliv = 1 << 15
 
-// next returns the partition whose buffered record comes first among the
-// cursors (at, seq of each partition's next record; ok false: none left).
-func (p *parEngine) next(key func(sh *shardState, i int) (time.Duration, uint64, bool)) int {
-	best := -1
-	var ba time.Duration
-	var bs uint64
-	for j, sh := range p.shards {
-		a, q, ok := key(sh.shard, p.cur[j])
-		if !ok {
-			continue
-		}
-		if best < 0 || a < ba || a == ba && q < bs {
-			best, ba, bs = j, a, q
-		}
-	}
-	return best
-}
-
+// mergePubs, mergeDels and mergeGaps record in the log what the
+// partitions buffered in the window, in (time, key) order across them.
 func (s *Sim) mergePubs() {
-	p := s.par
-	n := 0
-	for j, sh := range p.shards {
-		p.cur[j] = 0
-		n += len(sh.shard.pubs)
-	}
-	if n == 0 {
-		return
-	}
-	key := func(sh *shardState, i int) (time.Duration, uint64, bool) {
-		if i >= len(sh.pubs) {
-			return 0, 0, false
-		}
-		return sh.pubs[i].at, sh.pubs[i].seq, true
-	}
 	l := s.log
-	for j := p.next(key); j >= 0; j = p.next(key) {
-		sh := p.shards[j].shard
-		rec := sh.pubs[p.cur[j]].rec
-		p.cur[j]++
-		if _, dup := l.pubIdx[rec.ID]; !dup {
-			l.pubIdx[rec.ID] = len(l.Pubs)
-			l.Pubs = append(l.Pubs, rec)
+	mergeRecords(s.par, func(sh *shardState) *[]bufPub { return &sh.pubs }, pubKey, func(r *bufPub) {
+		if _, dup := l.pubIdx[r.rec.ID]; !dup {
+			l.pubIdx[r.rec.ID] = len(l.Pubs)
+			l.Pubs = append(l.Pubs, r.rec)
 		}
-	}
-	for _, sh := range p.shards {
-		clear(sh.shard.pubs)
-		sh.shard.pubs = sh.shard.pubs[:0]
-	}
+	})
 }
 
 func (s *Sim) mergeDels() {
-	p := s.par
-	n, only := 0, -1
-	for j, sh := range p.shards {
-		p.cur[j] = 0
-		if k := len(sh.shard.dels); k > 0 {
-			n += k
-			only = j
-		}
-	}
-	if n == 0 {
-		return
-	}
-	if n == len(p.shards[only].shard.dels) { // one partition delivered: its order
-		ds := p.shards[only].shard.dels
-		for i := range ds {
-			s.recordDelivery(&ds[i].r, &ds[i].d, ds[i].recvd)
-		}
-	} else {
-		key := func(sh *shardState, i int) (time.Duration, uint64, bool) {
-			if i >= len(sh.dels) {
-				return 0, 0, false
-			}
-			return sh.dels[i].at, sh.dels[i].seq, true
-		}
-		for j := p.next(key); j >= 0; j = p.next(key) {
-			sh := p.shards[j].shard
-			d := &sh.dels[p.cur[j]]
-			// The deliveries of one event come in a row.
-			for {
-				s.recordDelivery(&d.r, &d.d, d.recvd)
-				p.cur[j]++
-				if p.cur[j] >= len(sh.dels) {
-					break
-				}
-				nd := &sh.dels[p.cur[j]]
-				if nd.at != d.at || nd.seq != d.seq {
-					break
-				}
-				d = nd
-			}
-		}
-	}
-	for _, sh := range p.shards {
-		clear(sh.shard.dels)
-		sh.shard.dels = sh.shard.dels[:0]
-	}
+	mergeRecords(s.par, func(sh *shardState) *[]bufDel { return &sh.dels }, delKey, func(r *bufDel) {
+		s.recordDelivery(&r.r, &r.d, r.recvd)
+	})
 }
 
 func (s *Sim) mergeGaps() {
-	p := s.par
-	n := 0
-	for j, sh := range p.shards {
-		p.cur[j] = 0
-		n += len(sh.shard.gaps)
-	}
-	if n == 0 {
-		return
-	}
-	key := func(sh *shardState, i int) (time.Duration, uint64, bool) {
-		if i >= len(sh.gaps) {
-			return 0, 0, false
+	mergeRecords(s.par, func(sh *shardState) *[]bufGap { return &sh.gaps }, gapKey, func(r *bufGap) {
+		s.log.Gaps = append(s.log.Gaps, r.g)
+	})
+}
+
+// mergeRecords hands the records of every partition's buffer (each in
+// (time, key) order: sortRecords) to apply in (time, key) order across
+// the partitions, then empties the buffers. Two partitions never share
+// a key (it names the scheduling broker); a partition's records of one
+// event keep their order.
+func mergeRecords[T any](p *parEngine, buf func(*shardState) *[]T, key func(*T) (time.Duration, uint64), apply func(*T)) {
+	clear(p.cur)
+	for {
+		best := -1
+		var ba time.Duration
+		var bs uint64
+		for j, sh := range p.shards {
+			b := *buf(sh.shard)
+			if p.cur[j] >= len(b) {
+				continue
+			}
+			if a, q := key(&b[p.cur[j]]); best < 0 || a < ba || a == ba && q < bs {
+				best, ba, bs = j, a, q
+			}
 		}
-		return sh.gaps[i].at, sh.gaps[i].seq, true
-	}
-	for j := p.next(key); j >= 0; j = p.next(key) {
-		sh := p.shards[j].shard
-		s.log.Gaps = append(s.log.Gaps, sh.gaps[p.cur[j]].g)
-		p.cur[j]++
+		if best < 0 {
+			break
+		}
+		apply(&(*buf(p.shards[best].shard))[p.cur[best]])
+		p.cur[best]++
 	}
 	for _, sh := range p.shards {
-		clear(sh.shard.gaps)
-		sh.shard.gaps = sh.shard.gaps[:0]
+		b := buf(sh.shard)
+		clear(*b)
+		*b = (*b)[:0]
 	}
 }
 
