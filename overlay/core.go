@@ -116,7 +116,7 @@ type Node struct {
 	rtab    *[rtSlots]routeSlot
 	seenTab *[seenSlots]seenSlot
 	// fslots: route data by the routing table's interned from-pointer
-	// index (sendNewIdx), for its numbering fslotsOf.
+	// index (sendNew), for its numbering fslotsOf.
 	fslots   []fromSlot
 	fslotsOf uint32
 

@@ -486,32 +486,43 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, id
 	if n.minqOK {
 		n.mergeMinq(e.pub.Stamps[1:])
 	}
-	if idx != nil {
-		n.sendNewIdx(e, st, idx)
-		return
-	}
-	n.sendNew(e, st)
+	n.sendNew(e, st, idx)
 }
 
 // sendNew is sendEntry(e, "") for a new entry, which also marks each
-// recipient's direction in st first (each recipient's route slot is
-// looked up once for both).
-func (n *Node) sendNew(e *qentry, st *srcState) {
+// recipient's direction in st first (each recipient's route is looked up
+// once for both). With idx (idx[i] names e.recips[i] by its interned
+// index in the routing table) the route data is read from a dense array
+// by index instead of the route slots by name: no hashing, no name
+// comparisons while the generation holds.
+func (n *Node) sendNew(e *qentry, st *srcState, idx []uint64) {
 	n.geometry()
+	if idx != nil {
+		if g := n.table.FromsGen(); g != n.fslotsOf {
+			clear(n.fslots)
+			n.fslotsOf = g
+		}
+	}
 	seq := e.pub.ID.Seq
 	var sent [8]*peer
 	done := sent[:0]
 	var last message.BrokerID
 	for i, r := range e.recips {
-		s := n.hopSlot(r)
+		var f fromSlot
+		if idx != nil {
+			f = n.fromSlotOf(idx[i], r)
+		} else {
+			s := n.hopSlot(r)
+			f = fromSlot{side: s.side, hopP: s.hopP, hopOK: s.hopOK}
+		}
 		// Recipients in one direction mostly come together: marking the
 		// same direction again with the same number changes nothing.
-		if d := s.side; i == 0 || d != last {
+		if d := f.side; i == 0 || d != last {
 			st.mark(d, seq)
 			last = d
 		}
-		p := s.hopP
-		if !s.hopOK || p == nil || !p.up {
+		p := f.hopP
+		if !f.hopOK || p == nil || !p.up {
 			continue
 		}
 		var first bool
@@ -531,44 +542,17 @@ type fromSlot struct {
 	hopOK bool
 }
 
-// sendNewIdx is sendNew for recipients named by their interned indices
-// in the routing table as well (idx[i] names e.recips[i]): their route
-// data is read from a dense array by index instead of the route slots
-// by name (no hashing, no name comparisons while the generation holds).
-func (n *Node) sendNewIdx(e *qentry, st *srcState, idx []uint64) {
-	n.geometry()
-	if g := n.table.FromsGen(); g != n.fslotsOf {
-		clear(n.fslots)
-		n.fslotsOf = g
+// fromSlotOf returns the fromSlot of interned index x, naming r.
+func (n *Node) fromSlotOf(x uint64, r message.BrokerID) fromSlot {
+	if x >= uint64(len(n.fslots)) {
+		n.fslots = append(n.fslots, make([]fromSlot, x+1-uint64(len(n.fslots)))...)
 	}
-	seq := e.pub.ID.Seq
-	var sent [8]*peer
-	done := sent[:0]
-	var last message.BrokerID
-	for i, x := range idx {
-		if x >= uint64(len(n.fslots)) {
-			n.fslots = append(n.fslots, make([]fromSlot, x+1-uint64(len(n.fslots)))...)
-		}
-		f := &n.fslots[x]
-		if f.gen != n.rtGen+1 {
-			s := n.hopSlot(e.recips[i]) // may start a new generation
-			*f = fromSlot{gen: n.rtGen + 1, side: s.side, hopP: s.hopP, hopOK: s.hopOK}
-		}
-		// Recipients in one direction mostly come together: marking the
-		// same direction again with the same number changes nothing.
-		if d := f.side; i == 0 || d != last {
-			st.mark(d, seq)
-			last = d
-		}
-		p := f.hopP
-		if !f.hopOK || p == nil || !p.up {
-			continue
-		}
-		var first bool
-		if done, first = addOnce(done, p); first {
-			n.sendPub(p, p.id, &e.pub)
-		}
+	f := &n.fslots[x]
+	if f.gen != n.rtGen+1 {
+		s := n.hopSlot(r) // may start a new generation
+		*f = fromSlot{gen: n.rtGen + 1, side: s.side, hopP: s.hopP, hopOK: s.hopOK}
 	}
+	return *f
 }
 
 // addOnce appends p to done unless it is already there, and reports
