@@ -444,7 +444,7 @@ func (s *Sim) stepOne() {
 func (s *Sim) stepTick() {
 	t := s.ticks.pop()
 	if s.advance(t.at) {
-		s.tick(t.b, t.inc)
+		s.tick(t.b, t.inc, nil)
 	}
 }
 
@@ -608,36 +608,32 @@ func (s *Sim) start(b *broker) error {
 	}
 	inc := b.inc
 	if !s.pmode {
-		s.schedule(s.now+phase+s.cfg.Tick, func() { s.tick(b, inc) })
+		s.schedule(s.now+phase+s.cfg.Tick, func() { s.tick(b, inc, nil) })
 		return nil
 	}
 	// The parallel engine: ticks are b's own events, in b's partition.
 	x := s.execFor(b) // the Sim that runs b's events: s, or b's partition
-	var tick func()
-	tick = func() {
-		if b.inc != inc {
-			return // crashed: this incarnation's clock stops
-		}
-		if b.state == stateUp {
-			b.node.Tick()
-			x.flush(b)
-		}
-		x.scheduleOn(x.now+x.cfg.Tick, b, tick)
-	}
-	s.scheduleOn(s.now+phase+s.cfg.Tick, b, tick)
+	var again func()
+	again = func() { x.tick(b, inc, again) }
+	s.scheduleOn(s.now+phase+s.cfg.Tick, b, again)
 	return nil
 }
 
 // tick is a tick of incarnation inc of b: delivered to its node if b is
-// up, then the next one is queued, Tick later (in s.ticks), unless that
-// incarnation crashed: its clock stops.
-func (s *Sim) tick(b *broker, inc int) {
+// up, then the next one is queued, Tick later, unless that incarnation
+// crashed: its clock stops. The serial engine queues it in s.ticks; the
+// parallel engine (again: this tick's event) as b's own event.
+func (s *Sim) tick(b *broker, inc int, again func()) {
 	if b.inc != inc {
 		return
 	}
 	if b.state == stateUp {
 		b.node.Tick()
 		s.flush(b)
+	}
+	if again != nil {
+		s.scheduleOn(s.now+s.cfg.Tick, b, again)
+		return
 	}
 	s.seq++
 	s.ticks.push(tickEntry{at: s.now + s.cfg.Tick, seq: s.seq, b: b, inc: inc})
