@@ -107,6 +107,18 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		n.send(from, &message.JoinReply{Rejoin: true, Parent: known.Parent, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
 		return
 	}
+	if !ok && !n.topo.Removed(j.ID) && n.topo.Dangling(j.ID) {
+		// Not in our map, but an entry names it as its parent (our own
+		// entry, typically: our map was rebuilt from partial ones after we
+		// restarted, more than δ of us in a row): it has a place in the
+		// tree that we cannot give it. Admitted as our new child it would
+		// close a cycle (it under us, and we, or a broker beyond us, under
+		// it: fuzz seeds 60031, 60117, 60174 beyond δ), the two sides
+		// disagreeing on its place for good. Refused, it tries its other
+		// joinpoints (its former neighbours), one of which holds its place.
+		n.send(from, &message.JoinReply{Err: "joinpoint " + string(n.cfg.ID) + " does not hold the place of " + string(j.ID) + " (named as a parent only)"})
+		return
+	}
 	retry := ok
 	n.admitting[j.ID] = j.Epoch
 	j.Parent = n.cfg.ID
@@ -211,9 +223,14 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		n.send(from, r)
 		return
 	}
-	if !n.topo.Has(from) && m.Node.Parent != "" && (m.Node.Parent == n.cfg.ID || n.topo.Has(m.Node.Parent)) {
+	if !n.topo.Has(from) && m.Node.Parent != "" && (m.Node.Parent == n.cfg.ID || n.topo.Has(m.Node.Parent) || n.topo.Dangling(from)) {
 		// A restarted neighbour our (partial) map did not show: learn its
 		// place, and re-learn its side's subscriptions once it is joined.
+		// Also when its parent is unknown to us but our map names it as a
+		// parent (our own, typically: after more than δ restarts in a row
+		// our map can hold the edge to it without its entry): left out, the
+		// edge is missing on our side only, and neither side routes
+		// through it (fuzz seed 60174).
 		n.topo.Put(m.Node)
 		n.resyncDirs[from] = true
 	}

@@ -129,6 +129,22 @@ func (m *Map) adjacency() map[BrokerID][]BrokerID {
 // Neighbours returns the tree neighbours of id known to the map, sorted.
 func (m *Map) Neighbours(id BrokerID) []BrokerID { return m.adjacency()[id] }
 
+// Dangling reports whether id is not in the map while some entry names it
+// as its parent: a broker with a place in the tree that this map does not
+// hold (a map rebuilt from others' partial ones after a restart can name
+// its owner's parent without holding it).
+func (m *Map) Dangling(id BrokerID) bool {
+	if id == "" || m.Has(id) {
+		return false
+	}
+	for _, n := range m.nodes {
+		if n.Parent == id {
+			return true
+		}
+	}
+	return false
+}
+
 // Parent returns the parent of id ("" for the root or when unknown).
 func (m *Map) Parent(id BrokerID) BrokerID { return m.nodes[id].Parent }
 

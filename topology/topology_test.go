@@ -193,3 +193,27 @@ func TestValidate(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Dangling: a broker not in the map that some entry names as its parent
+// (the owner's own parent, in a map rebuilt from partial ones after a
+// restart); not a broker in the map, not one nobody names.
+func TestDangling(t *testing.T) {
+	m := New(message.MapNode{ID: "C", Epoch: 2, Parent: "B"}, 1)
+	m.Put(message.MapNode{ID: "D", Epoch: 1, Parent: "C"})
+	m.Put(message.MapNode{ID: "E", Epoch: 1, Parent: "D"})
+	for id, want := range map[BrokerID]bool{"B": true, "C": false, "D": false, "A": false, "": false} {
+		if got := m.Dangling(id); got != want {
+			t.Errorf("Dangling(%q) = %v, want %v", id, got, want)
+		}
+	}
+	if nb := m.Neighbours("C"); !reflect.DeepEqual(nb, []BrokerID{"D"}) {
+		t.Errorf("Neighbours(C) = %v: a parent not in the map is no edge", nb)
+	}
+	m.Put(message.MapNode{ID: "B", Epoch: 2, Parent: "A"})
+	if m.Dangling("B") {
+		t.Error("Dangling(B) after B was put")
+	}
+	if nb := m.Neighbours("C"); !reflect.DeepEqual(nb, []BrokerID{"B", "D"}) {
+		t.Errorf("Neighbours(C) = %v, want [B D]", nb)
+	}
+}

@@ -1,0 +1,93 @@
+package overlay
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// childOfUnknownParent returns node C, joined, whose map holds its own
+// entry under parent B and its child D, but not B itself: the map of a
+// broker that restarted after more than δ of its neighbours in a row and
+// rebuilt it from the partial maps of brokers farther away (fuzz seeds
+// 60031, 60117, 60174 beyond δ). B's link is up.
+func childOfUnknownParent(t *testing.T) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "C", "addr-C", 1
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	n.self.Parent = "B"
+	n.topo.Put(n.self)
+	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"})
+	linked(n, "D")
+	p := n.peer("B")
+	p.up, p.heardHB, p.epoch = true, true, 2
+	n.Ready()
+	return n
+}
+
+// A restarted broker that our map names as our parent, without its entry,
+// asks us to join: it is refused (its place is not ours to give), never
+// admitted as our child (a cycle: it under us, we under it).
+func TestJoinRequestFromParentNotInMapIsRefused(t *testing.T) {
+	n := childOfUnknownParent(t)
+	n.Step("B", &message.JoinRequest{Node: message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2}})
+	var reply *message.JoinReply
+	for _, e := range n.Ready().Messages {
+		if r, ok := e.Msg.(*message.JoinReply); ok && e.To == "B" {
+			reply = r
+		}
+	}
+	if reply == nil || reply.Err == "" || !strings.Contains(reply.Err, "does not hold the place") {
+		t.Fatalf("JoinReply to B = %+v, want a refusal", reply)
+	}
+	if n.topo.Has("B") || n.topo.Parent("C") != "B" {
+		t.Fatalf("map after the refusal: B present=%v, parent of C=%q", n.topo.Has("B"), n.topo.Parent("C"))
+	}
+	// A broker nobody names is still admitted as a new child.
+	p := n.peer("X")
+	p.up, p.heardHB, p.epoch = true, true, 1
+	n.Step("X", &message.JoinRequest{Node: message.MapNode{ID: "X", Addr: "addr-X", Epoch: 1}})
+	if n.topo.Parent("X") != "C" {
+		t.Fatalf("X not admitted as C's child: parent %q", n.topo.Parent("X"))
+	}
+}
+
+// The same restarted parent, rejoined at its old place elsewhere, asks us
+// for our state naming its own parent (A), unknown to us: we learn its
+// place (the edge to it exists on our side again), answer with our side,
+// and re-learn its side once it is joined.
+func TestStateRequestFromParentNotInMapLearnsItsPlace(t *testing.T) {
+	n := childOfUnknownParent(t)
+	n.Step("B", &message.StateRequest{Node: message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "A"}})
+	if e, ok := n.topo.Get("B"); !ok || e.Parent != "A" || e.Epoch != 2 {
+		t.Fatalf("B's entry after its StateRequest: %+v, %v", e, ok)
+	}
+	if d := n.direction("B"); d != "B" {
+		t.Fatalf("direction of B = %q, want B (the edge C-B)", d)
+	}
+	if !n.resyncDirs["B"] {
+		t.Error("B's side not marked for a resync")
+	}
+	var reply *message.StateReply
+	for _, e := range n.Ready().Messages {
+		if r, ok := e.Msg.(*message.StateReply); ok && e.To == "B" {
+			reply = r
+		}
+	}
+	if reply == nil || reply.NotMember {
+		t.Fatalf("StateReply to B = %+v", reply)
+	}
+	has := map[message.BrokerID]message.BrokerID{}
+	for _, e := range reply.Map {
+		has[e.ID] = e.Parent
+	}
+	if has["C"] != "B" || has["D"] != "C" {
+		t.Errorf("StateReply map %v: want C under B and D under C", reply.Map)
+	}
+}
