@@ -79,6 +79,7 @@ type Node struct {
 	askedBehind  map[message.BrokerID]bool             // recovery: awaited peers whose back side was asked
 	askedFor     map[message.BrokerID]message.BrokerID // recovery: a broker asked behind an awaited one -> that one (member.go dropLeft)
 	stateless    map[message.BrokerID]bool             // recovery: peers that answered NotMember (no state to give)
+	namedBlind   map[message.BrokerID]bool             // recovery: peers named by a NotMember answer whose side our map does not show (member.go unplaced)
 	stateWaitT   int
 	assembling   map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
 
@@ -228,6 +229,7 @@ func NewNode(cfg Config) (*Node, error) {
 		askedBehind:  map[message.BrokerID]bool{},
 		askedFor:     map[message.BrokerID]message.BrokerID{},
 		stateless:    map[message.BrokerID]bool{},
+		namedBlind:   map[message.BrokerID]bool{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},
 		clients:      map[message.ClientID]*clientState{},
