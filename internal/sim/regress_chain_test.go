@@ -6,7 +6,8 @@ import "testing"
 // one after the other: `deltapub sim fuzz --brokers 10-60 --delta 1
 // --faults 3`, 63349 with --delta 1-2) that lost publications silently:
 // a restarted broker recovered without the state of a side its partial map
-// did not show, and so did not pass on the subscriptions made meanwhile.
+// did not show (or that a tree repair gave it), and so did not route
+// publications toward the subscriptions of that side.
 func TestFuzzRegressionsRestartChain(t *testing.T) {
 	cases := []struct {
 		seed     int64
@@ -28,6 +29,12 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// rejoined through it and dropped B33 too: S7 confirmed without the
 		// far side of B33.
 		{66249, 1, "a former neighbour of a restarted neighbour, not in the map, taken for a leaver"},
+		// B5, B9, B7 (B3-B5-B7-B9 in a row). B7 restarted under its
+		// crashed parent B5 with a map that did not show B5's parent B3
+		// (nobody to ask behind B5) and waited for B5; B5 was declared
+		// gone and removed, B7 put under B3, and B7 joined without B3's
+		// side: P1's publications for S1 (behind B3) stopped at B7.
+		{66055, 1, "an awaited neighbour removed from the tree, its replacement never asked"},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
