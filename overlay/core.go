@@ -79,7 +79,8 @@ type Node struct {
 	askedBehind  map[message.BrokerID]bool             // recovery: awaited peers whose back side was asked
 	askedFor     map[message.BrokerID]message.BrokerID // recovery: a broker asked behind an awaited one -> that one (member.go dropLeft)
 	stateless    map[message.BrokerID]bool             // recovery: peers that answered NotMember (no state to give)
-	namedBlind   map[message.BrokerID]bool             // recovery: peers named by a NotMember answer whose side our map does not show (member.go unplaced)
+	namedBy      map[message.BrokerID]message.BrokerID // recovery: a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (member.go unplaced)
+	mapFrom      map[message.BrokerID]bool             // recovery: brokers whose map we merged (JoinReply, StateReply)
 	stateWaitT   int
 	assembling   map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
 
@@ -229,7 +230,8 @@ func NewNode(cfg Config) (*Node, error) {
 		askedBehind:  map[message.BrokerID]bool{},
 		askedFor:     map[message.BrokerID]message.BrokerID{},
 		stateless:    map[message.BrokerID]bool{},
-		namedBlind:   map[message.BrokerID]bool{},
+		namedBy:      map[message.BrokerID]message.BrokerID{},
+		mapFrom:      map[message.BrokerID]bool{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},
 		clients:      map[message.ClientID]*clientState{},

@@ -180,7 +180,9 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 	if n.rejoin {
 		n.stateWait = map[message.BrokerID]bool{}
 		clear(n.stateless)
-		clear(n.namedBlind)
+		clear(n.namedBy)
+		clear(n.mapFrom)
+		n.mapFrom[from] = true
 		// Ask every tree neighbour, and every joinpoint too: the runtime
 		// gives a restarted broker its former neighbours, and the
 		// joinpoint's map may not show all of them (it may be recovering
@@ -322,17 +324,15 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		// no subscriptions to give: they died with its brokers, and a
 		// not-joined broker accepts no new ones).
 		n.stateless[from] = true
-		// A former neighbour of a tree neighbour of ours is within 2 hops:
-		// our map should hold it; with nobody behind that neighbour in our
-		// map, it does not show that side at all (unplaced).
-		blind := n.askBehind(from) == 0 && n.isNeighbour(from)
+		n.askBehind(from)
+		nb := n.isNeighbour(from)
 		for _, jp := range m.Joinpoints {
 			if jp.ID == n.cfg.ID || jp.ID == from || n.stateless[jp.ID] || n.stateWait[jp.ID] {
 				continue
 			}
 			n.stateWait[jp.ID] = true
-			if blind && !n.topo.Has(jp.ID) {
-				n.namedBlind[jp.ID] = true
+			if nb && !n.topo.Has(jp.ID) {
+				n.namedBy[jp.ID] = from // 2 hops from us (unplaced)
 			}
 			if n.peer(jp.ID).up {
 				n.send(jp.ID, &message.StateRequest{Node: n.self})
@@ -357,6 +357,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		}
 		n.topo.Merge(m.Map)
 		n.topo.Put(self)
+		n.mapFrom[from] = true
 	}
 	n.installSubs(from, m.Subs)
 	delete(n.stateWait, from)
@@ -429,18 +430,31 @@ func (n *Node) checkRecovery() {
 // still be a member that our map merely does not show (beyond δ: our map
 // was rebuilt from the partial maps of brokers that restarted in a row), so
 // that its silence is no sign that it left: our map names it as a parent
-// (Map.Dangling), or a restarted tree neighbour named it as its former
-// neighbour (NotMember) and our map shows nobody behind that neighbour. It
-// is then waited for like a suspected neighbour with nobody to ask behind
-// it (until it answers, or gone_after). Dropped, we became routable
-// without its side: a subscription flood ended here as at a leaf and was
-// confirmed while that side never got it, and the publications from there
-// were lost silently (fuzz seeds 63349, 66001, 66249 of --brokers 10-60
-// --delta 1 --faults 3). Within δ the map holds both (the joinpoint's map
-// and the brokers behind a restarted neighbour are complete within δ+1):
-// a leaver is still dropped at once.
+// (Map.Dangling), or a restarted tree neighbour y named it as its former
+// neighbour (NotMember) and no broker whose map we merged in this recovery
+// is within δ hops of y (its map, complete within δ+1, would hold id, 2
+// hops from us, if id were a member). It is then waited for like a
+// suspected neighbour with nobody to ask behind it (until it answers, or
+// gone_after). Dropped, we became routable without its side: a
+// subscription flood ended here as at a leaf and was confirmed while that
+// side never got it, and the publications from there were lost silently
+// (fuzz seeds 63349, 66001, 66249 of --brokers 10-60 --delta 1 --faults
+// 3). A leaver is still dropped at once where such a map shows it absent
+// (fuzz seed 2300316: δ = 3, a leaf's neighbour that had left).
 func (n *Node) unplaced(id message.BrokerID) bool {
-	return n.topo.Dangling(id) || n.namedBlind[id]
+	if n.topo.Dangling(id) {
+		return true
+	}
+	y, ok := n.namedBy[id]
+	if !ok {
+		return false
+	}
+	for s := range n.mapFrom {
+		if d := n.topo.Dist(s, y); d >= 0 && d <= n.cfg.Delta {
+			return false
+		}
+	}
+	return true
 }
 
 // askBehind sends a StateRequest to the closest usable brokers behind id

@@ -48,3 +48,18 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		}
 	}
 }
+
+// Within δ the rule above must not hold a recovery: a broker named by a
+// restarted neighbour and absent from a map that would show it has left.
+func TestFuzzRegressionRestartNextToLeaver(t *testing.T) {
+	// δ = 3: B54 left, then B28 and its child B47 crashed and restarted,
+	// B47 with the departed B54 among its former neighbours. B47 answered
+	// B28 NotMember naming B54; B28, its map from a joinpoint 2 hops from
+	// B47 (which would have shown B54), waited for B54 as for a member its
+	// map did not show, and B47 (refused by the unjoined B28) never
+	// rejoined: a subscription was never confirmed.
+	r := FuzzRun(2300316, DefaultFuzzOptions())
+	if r.Beyond || r.Failed() {
+		t.Errorf("seed 2300316: %s\n%v", r.Summary(), r.Report.Details)
+	}
+}
