@@ -107,6 +107,7 @@ type Node struct {
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64
+	heldFloods map[message.BrokerID][]message.SubFlood // floods from senders the map cannot place, until a StateReply does (flood.go holdUnplaced)
 	gapSeen    map[gapKey]bool
 	gapOrder   []gapKey
 	// The publication path's caches (forward.go): route slots by broker

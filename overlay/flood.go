@@ -437,7 +437,13 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	}
 	dir := n.floodDirection(from)
 	if dir == "" {
-		dir = n.placeUnknown(from)
+		if dir = n.placeUnknown(from); dir == "" {
+			if !m.Unsub {
+				n.holdUnplaced(from, m)
+				return
+			}
+			dir = from // a withdrawal: removing the entry everywhere is right
+		}
 	}
 	if m.Unsub && m.Mark {
 		if _, ok := n.table.Get(m.Sub); !ok {
@@ -529,7 +535,12 @@ func (n *Node) placeUnknown(from message.BrokerID) message.BrokerID {
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if n.unusable(nb) {
 			if cand != "" {
-				return from
+				// Behind one of several: taken as a direction of its own,
+				// the flood went on to every neighbour, the sender's side
+				// included, with us as its from-pointer, and a broker
+				// there routed toward us, away from the subscriber (fuzz
+				// seed 62324 beyond δ).
+				return ""
 			}
 			cand = nb
 		}
@@ -538,6 +549,54 @@ func (n *Node) placeUnknown(from message.BrokerID) message.BrokerID {
 		return from
 	}
 	return cand
+}
+
+// maxUnplaced bounds the floods held per sender (holdUnplaced).
+const maxUnplaced = 4096
+
+// holdUnplaced keeps a subscription flood from a sender we cannot place
+// (placeUnknown) unanswered until our map places it: the resync it asked
+// for, or a recovery's state, brings its part of the map (replayUnplaced).
+// Unanswered, the sender keeps waiting for us, so the subscription is not
+// confirmed meanwhile; and on a new link it sends the flood again.
+func (n *Node) holdUnplaced(from message.BrokerID, m *message.SubFlood) {
+	if n.heldFloods == nil {
+		n.heldFloods = map[message.BrokerID][]message.SubFlood{}
+	}
+	l := n.heldFloods[from]
+	for i := range l {
+		if l[i].Sub == m.Sub {
+			return
+		}
+	}
+	if len(l) < maxUnplaced {
+		n.heldFloods[from] = append(l, *m) // (the filter is shared as in the routing table)
+	}
+}
+
+// replayUnplaced handles again the floods held by holdUnplaced, in the
+// order they came, per sender in id order; one whose sender still cannot
+// be placed is held again, one whose sender's link went down is dropped
+// (the sender sends it again on the next link).
+func (n *Node) replayUnplaced() {
+	if len(n.heldFloods) == 0 {
+		return
+	}
+	ids := make([]message.BrokerID, 0, len(n.heldFloods))
+	for id := range n.heldFloods {
+		ids = append(ids, id)
+	}
+	sortIDs(ids)
+	for _, id := range ids {
+		l := n.heldFloods[id]
+		delete(n.heldFloods, id)
+		if p := n.peers[id]; p == nil || !p.up {
+			continue
+		}
+		for i := range l {
+			n.onSubFlood(id, &l[i])
+		}
+	}
 }
 
 // withdrawFlood removes sub here and floods its withdrawal away from

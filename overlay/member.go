@@ -307,6 +307,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 			}
 		}
 		n.routesChanged()
+		n.replayUnplaced() // floods from brokers the map may place now
 		return
 	}
 	if !n.member || n.stateWait == nil || !n.stateWait[from] {
@@ -364,6 +365,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 	n.checkRecovery()
 	n.routesChanged()
 	n.answerStateRequests()
+	n.replayUnplaced()
 }
 
 // checkRecovery replaces awaited peers that turned out failed by the live

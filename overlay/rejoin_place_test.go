@@ -91,3 +91,63 @@ func TestStateRequestFromParentNotInMapLearnsItsPlace(t *testing.T) {
 		t.Errorf("StateReply map %v: want C under B and D under C", reply.Map)
 	}
 }
+
+// A subscription flood from a broker our map does not hold, with two
+// neighbours unusable (either could hide it): held unanswered, neither
+// installed nor sent on; once a resync's map places the sender, it is
+// handled as from that side (not sent back there, the sender's broker as
+// its from-pointer).
+func TestFloodFromUnplacedSenderIsHeld(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "C", "addr-C", 2
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	n.self.Parent = "B"
+	n.topo.Put(n.self)
+	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 1, Parent: ""})
+	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"})
+	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "C"})
+	for _, id := range []message.BrokerID{"B", "D", "E", "G"} {
+		linked(n, id)
+	}
+	n.peer("B").suspected = true
+	n.peer("D").suspected = true
+	n.routesChanged()
+	n.Ready()
+
+	sub := message.SubID{Edge: "H", Epoch: 1, N: 1}
+	n.Step("G", &message.SubFlood{Sub: sub, Filter: classFilter("stock"), From: "G"})
+	if _, ok := n.table.Get(sub); ok {
+		t.Fatal("the flood of an unplaced sender was installed")
+	}
+	for _, e := range n.Ready().Messages {
+		if f, ok := e.Msg.(*message.SubFlood); ok {
+			t.Fatalf("the flood of an unplaced sender was sent on to %s: %+v", e.To, f)
+		}
+		if _, ok := e.Msg.(*message.SubConfirm); ok {
+			t.Fatalf("the flood of an unplaced sender was answered (to %s)", e.To)
+		}
+	}
+	// G answers the resync: it is behind D (C-D-F-G).
+	n.Step("G", &message.StateReply{Map: []message.MapNode{
+		{ID: "C", Addr: "addr-C", Epoch: 1, Parent: "B"},
+		{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"},
+		{ID: "F", Addr: "addr-F", Epoch: 1, Parent: "D"},
+		{ID: "G", Addr: "addr-G", Epoch: 1, Parent: "F"},
+	}})
+	e, ok := n.table.Get(sub)
+	if !ok {
+		t.Fatal("the held flood was not handled once its sender was placed")
+	}
+	if e.Dir != "D" || e.From != "G" {
+		t.Errorf("entry dir=%s from=%s, want dir=D from=G", e.Dir, e.From)
+	}
+	for _, m := range n.Ready().Messages {
+		if f, ok := m.Msg.(*message.SubFlood); ok && f.Sub == sub && (m.To == "D" || m.To == "F" || m.To == "G") {
+			t.Errorf("the flood went back toward its sender's side, to %s", m.To)
+		}
+	}
+}

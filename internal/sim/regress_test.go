@@ -104,10 +104,11 @@ func TestFuzzRegressions(t *testing.T) {
 // silent loss, duplicates and reordering fail the run.
 func TestFuzzRegressionsBeyondDelta(t *testing.T) {
 	o := DefaultFuzzOptions()
-	o.BrokersMin, o.BrokersMax, o.Faults = 10, 60, 4
+	o.BrokersMin, o.BrokersMax = 10, 60
 	cases := []struct {
-		seed int64
-		why  string
+		seed   int64
+		why    string
+		faults int
 	}{
 		// δ = 1, four adjacent brokers crashed and restarted one after
 		// the other, each rebuilding its map from the partial maps of
@@ -119,11 +120,29 @@ func TestFuzzRegressionsBeyondDelta(t *testing.T) {
 		// publications for S5 (confirmed after its restart) for good:
 		// silent loss, a queue never drained. In 60031 B36 admitted its
 		// parent B35, in 60117 B19 its parent B18.
-		{60031, "a restarted broker admitted its own parent as a new child"},
-		{60117, "a restarted broker admitted its own parent as a new child"},
-		{60174, "a restarted broker admitted its own parent as a new child"},
+		{60031, "a restarted broker admitted its own parent as a new child", 4},
+		{60117, "a restarted broker admitted its own parent as a new child", 4},
+		{60174, "a restarted broker admitted its own parent as a new child", 4},
+		// δ = 1, B5, B6 and B19 in a row crashed; B5 and B6 restarted
+		// first, each with a map rebuilt from its joinpoint's, which did
+		// not hold B19: both dropped B19 as a joinpoint that had left and
+		// were joined without a direction toward it. S7 subscribed on
+		// their side and was confirmed there; P2's edge B26 beyond B19,
+		// whose hole healed when B6 came back, bypassed B19 to B6 but
+		// waited for B19 to re-learn that side, and did not route P2's
+		// publications for S7 meanwhile.
+		{61292, "restarted brokers dropped a crashed neighbour their maps did not hold", 3},
+		// δ = 2, B1, B4, B6 and B9 in a row crashed. B12 bypassed B9 and
+		// B6 to the restarted B4 with S10's flood; B4's rebuilt map did
+		// not hold B12, and with two neighbours unusable it could not
+		// place it: it took B12 as a direction of its own, sent the flood
+		// on to every neighbour (B6's side, where it came from, included)
+		// with itself as the from-pointer, and the restarted B9 routed
+		// S10's publications toward B4, away from S10.
+		{62324, "a flood from a sender that could not be placed went back with a wrong from-pointer", 4},
 	}
 	for _, c := range cases {
+		o.Faults = c.faults
 		r := FuzzRun(c.seed, o)
 		if !r.Beyond {
 			t.Errorf("seed %d: not beyond δ any more (the options changed?)", c.seed)
