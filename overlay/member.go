@@ -124,6 +124,12 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	n.admitting[j.ID] = j.Epoch
 	j.Parent = n.cfg.ID
 	n.topo.Put(j)
+	// A broker removed from the tree as gone (or a leaver) that restarts
+	// and joins here anew is a member again: left marked gone (the removal
+	// cleared its suspicion, so no unsuspect clears it), it stayed
+	// unusable for good, and publications for its side stayed queued here
+	// (fuzz seed 72106 beyond δ).
+	p.gone = false
 	p.epoch, p.joined, p.heardHB = j.Epoch, false, true
 	n.routesChanged()
 	n.send(from, &message.JoinReply{Parent: n.cfg.ID, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
@@ -563,7 +569,15 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 			if old, ok := n.topo.Get(a.ID); ok && old.Epoch > a.Epoch {
 				continue
 			}
+			removed := n.topo.Removed(a.ID)
 			n.topo.Put(a)
+			if p := n.peers[a.ID]; p != nil && removed && !n.topo.Removed(a.ID) {
+				// Removed before (a leaver, a gone broker), joined anew
+				// under a larger epoch: a member again, not gone (see
+				// onJoinRequest); its next heartbeat says whether it is
+				// routable.
+				p.gone, p.joined, p.heardHB = false, false, false
+			}
 		}
 	}
 	if m.Leaver == "" {

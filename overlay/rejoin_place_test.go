@@ -151,3 +151,64 @@ func TestFloodFromUnplacedSenderIsHeld(t *testing.T) {
 		}
 	}
 }
+
+// A broker removed from the tree as gone that restarts and joins us anew is
+// routable again once it says it is joined (fuzz seed 72106 beyond δ: it
+// stayed marked gone, and what we queued for its side stayed queued).
+func TestGoneBrokerJoiningAnewIsRoutable(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 1, Parent: "A"})
+	linked(n, "B")
+	n.routesChanged()
+	n.Ready()
+	p := n.peer("B")
+	n.suspect(p, "test")
+	n.declareGone(p)
+	n.Ready()
+	if !n.topo.Removed("B") {
+		t.Fatal("setup: B was not removed from the tree")
+	}
+	p.up = true
+	n.Step("B", &message.Heartbeat{Epoch: 2})
+	n.Step("B", &message.JoinRequest{Node: message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2}})
+	n.Step("B", &message.Heartbeat{Epoch: 2, Joined: true})
+	if !n.topo.Has("B") || n.unusable("B") {
+		t.Errorf("B joined anew: in map %v, unusable %v (gone %v)", n.topo.Has("B"), n.unusable("B"), n.peers["B"].gone)
+	}
+}
+
+// The same broker joining anew elsewhere (a topology change adds it under a
+// larger epoch) is not gone for us either.
+func TestGoneBrokerAddedAnewIsNotGone(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 1, Parent: "A"})
+	n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 1, Parent: "A"})
+	linked(n, "B")
+	linked(n, "C")
+	n.routesChanged()
+	n.Ready()
+	p := n.peer("B")
+	n.suspect(p, "test")
+	n.declareGone(p)
+	n.Ready()
+	if !n.topo.Removed("B") {
+		t.Fatal("setup: B was not removed from the tree")
+	}
+	n.Step("C", &message.TopoChange{Origin: "C", Seq: 1 << 40, Hops: 1,
+		Add: []message.MapNode{{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "C"}}})
+	if !n.topo.Has("B") || n.unusable("B") {
+		t.Errorf("B added anew: in map %v, unusable %v (gone %v)", n.topo.Has("B"), n.unusable("B"), n.peers["B"].gone)
+	}
+}

@@ -35,6 +35,14 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// gone and removed, B7 put under B3, and B7 joined without B3's
 		// side: P1's publications for S1 (behind B3) stopped at B7.
 		{66055, 1, "an awaited neighbour removed from the tree, its replacement never asked"},
+		// B1, B2, B25 in a row (B1 the root, P1 and P2 behind B3). B1
+		// restarted first and, B2 silent, removed it from the tree as
+		// gone; B2 restarted last and joined B1 anew. B1 kept B2's peer
+		// entry marked gone (the removal had cleared its suspicion, so
+		// nothing cleared it) and never routed to it: P1's and P2's
+		// publications for S13 (behind B2, confirmed after B2 joined)
+		// stayed queued at B1 for good.
+		{72106, 1, "a gone broker that joined anew stayed marked gone"},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
