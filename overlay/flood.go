@@ -533,7 +533,14 @@ func (n *Node) placeUnknown(from message.BrokerID) message.BrokerID {
 	}
 	var cand message.BrokerID
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		if n.unusable(nb) {
+		// A neighbour we have no link to counts too, suspected or not
+		// yet: the sender may have bypassed it. Not counted, a recovering
+		// broker whose dial to its crashed neighbour had just failed took
+		// a bypass flood from behind it as coming from behind its other,
+		// recovering neighbour, and sent it on with that one as its
+		// from-pointer, away from the publishers' side (fuzz seed 72406
+		// beyond δ).
+		if p := n.peers[nb]; n.unusable(nb) || p == nil || !p.up {
 			if cand != "" {
 				// Behind one of several: taken as a direction of its own,
 				// the flood went on to every neighbour, the sender's side

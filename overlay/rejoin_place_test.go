@@ -152,6 +152,55 @@ func TestFloodFromUnplacedSenderIsHeld(t *testing.T) {
 	}
 }
 
+// A flood from a broker our map does not hold, with one neighbour unusable
+// (recovering) and another one we have no link to, not yet suspected (our
+// dial to it just failed): the sender may be behind either, so the flood is
+// held, not placed behind the unusable one (fuzz seed 72406 beyond δ: sent
+// on with that side as its from-pointer, it never reached the publishers
+// there).
+func TestFloodFromUnknownSenderBesideUnlinkedNeighbourIsHeld(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "C", "addr-C", 1
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	n.self.Parent = "B"
+	n.topo.Put(n.self)
+	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: ""})
+	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"})
+	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "C"})
+	for _, id := range []message.BrokerID{"B", "E", "G"} {
+		linked(n, id)
+	}
+	n.peer("B").joined = false // recovering: unusable
+	n.peer("D")                // known, no link, not suspected yet
+	n.routesChanged()
+	n.Ready()
+
+	sub := message.SubID{Edge: "H", Epoch: 1, N: 1}
+	n.Step("G", &message.SubFlood{Sub: sub, Filter: classFilter("stock"), From: "G"})
+	if e, ok := n.table.Get(sub); ok {
+		t.Fatalf("the flood was placed: dir=%s from=%s", e.Dir, e.From)
+	}
+	for _, e := range n.Ready().Messages {
+		switch e.Msg.(type) {
+		case *message.SubFlood, *message.SubConfirm:
+			t.Fatalf("the flood was sent on or answered: %T to %s", e.Msg, e.To)
+		}
+	}
+	// G's state places it behind D (C-D-G): handled then, sent on to B.
+	n.Step("G", &message.StateReply{Map: []message.MapNode{
+		{ID: "C", Addr: "addr-C", Epoch: 1, Parent: "B"},
+		{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"},
+		{ID: "G", Addr: "addr-G", Epoch: 1, Parent: "D"},
+	}})
+	if e, ok := n.table.Get(sub); !ok || e.Dir != "D" {
+		t.Fatalf("entry %+v (known %v), want dir=D", e, ok)
+	}
+}
+
 // A broker removed from the tree as gone that restarts and joins us anew is
 // routable again once it says it is joined (fuzz seed 72106 beyond δ: it
 // stayed marked gone, and what we queued for its side stayed queued).

@@ -43,6 +43,14 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// publications for S13 (behind B2, confirmed after B2 joined)
 		// stayed queued at B1 for good.
 		{72106, 1, "a gone broker that joined anew stayed marked gone"},
+		// B10, B12, B13 in a row. The restarted B12, its map rebuilt from
+		// B17's and B10's (nothing beyond B13), got B16's bypass flood for
+		// S7 past the crashed B13 before it suspected B13 (its dial had
+		// just failed): the one unusable neighbour, the recovering B10,
+		// was taken as B16's direction, and the flood went on to B17 and
+		// B13 only, with B10 as its from-pointer; P1's edge B2 behind B10
+		// never got it, and S7 was confirmed.
+		{72406, 1, "a bypass flood placed behind the one unusable neighbour, not behind the unlinked one"},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
