@@ -81,6 +81,7 @@ type Node struct {
 	stateless    map[message.BrokerID]bool             // recovery: peers that answered NotMember (no state to give)
 	namedBy      map[message.BrokerID]message.BrokerID // recovery: a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (member.go unplaced)
 	mapFrom      map[message.BrokerID]bool             // recovery: brokers whose map we merged (JoinReply, StateReply)
+	unjoinedSeen map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (member.go unplaced)
 	stateWaitT   int
 	assembling   map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
 
@@ -233,6 +234,7 @@ func NewNode(cfg Config) (*Node, error) {
 		stateless:    map[message.BrokerID]bool{},
 		namedBy:      map[message.BrokerID]message.BrokerID{},
 		mapFrom:      map[message.BrokerID]bool{},
+		unjoinedSeen: map[message.BrokerID]bool{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},
 		clients:      map[message.ClientID]*clientState{},
@@ -266,6 +268,7 @@ func (n *Node) becomeJoined() {
 		return
 	}
 	n.joined = true
+	clear(n.unjoinedSeen)
 	defer n.answerStateRequests()
 	n.notice(NoticeJoined, "", "")
 	for _, id := range n.sortedPeers() {
@@ -640,6 +643,9 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 	}
 	if m.Epoch > p.epoch {
 		n.peerRestarted(p.id, m.Epoch)
+	}
+	if !m.Joined && !n.joined && m.Epoch >= p.epoch {
+		n.unjoinedSeen[p.id] = true
 	}
 	if m.Epoch >= p.epoch {
 		if m.Joined && !p.joined && n.stateWait != nil && n.stateWait[p.id] {

@@ -13,6 +13,7 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		seed     int64
 		deltaMax int
 		why      string
+		faults   int
 	}{
 		// B11, B12, B14 in a row. B11 restarted with B5's map (nothing of
 		// B14); B12, restarted, named its former child B14, which B11
@@ -20,21 +21,21 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// joined; B12 rejoined through B11 with the same map, dropped B14
 		// too and confirmed S4's subscription as a leaf, while B14's side
 		// (publisher P1 at B34) never got it: P1/1/119 lost silently.
-		{63349, 2, "a former neighbour of a restarted neighbour, not in the map, taken for a leaver"},
+		{63349, 2, "a former neighbour of a restarted neighbour, not in the map, taken for a leaver", 3},
 		// B11, B12, B13: B13 dropped B11 (named by B12, B12's own parent)
 		// and joined; B12 rejoined through B13 holding its own entry under
 		// the absent B11 and dropped it too: S12 confirmed without P1's side.
-		{66001, 1, "a former neighbour of a restarted neighbour, not in the map, taken for a leaver"},
+		{66001, 1, "a former neighbour of a restarted neighbour, not in the map, taken for a leaver", 3},
 		// B17, B19, B33: B17 dropped B33 (named by B19) and joined, B19
 		// rejoined through it and dropped B33 too: S7 confirmed without the
 		// far side of B33.
-		{66249, 1, "a former neighbour of a restarted neighbour, not in the map, taken for a leaver"},
+		{66249, 1, "a former neighbour of a restarted neighbour, not in the map, taken for a leaver", 3},
 		// B5, B9, B7 (B3-B5-B7-B9 in a row). B7 restarted under its
 		// crashed parent B5 with a map that did not show B5's parent B3
 		// (nobody to ask behind B5) and waited for B5; B5 was declared
 		// gone and removed, B7 put under B3, and B7 joined without B3's
 		// side: P1's publications for S1 (behind B3) stopped at B7.
-		{66055, 1, "an awaited neighbour removed from the tree, its replacement never asked"},
+		{66055, 1, "an awaited neighbour removed from the tree, its replacement never asked", 3},
 		// B1, B2, B25 in a row (B1 the root, P1 and P2 behind B3). B1
 		// restarted first and, B2 silent, removed it from the tree as
 		// gone; B2 restarted last and joined B1 anew. B1 kept B2's peer
@@ -42,7 +43,7 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// nothing cleared it) and never routed to it: P1's and P2's
 		// publications for S13 (behind B2, confirmed after B2 joined)
 		// stayed queued at B1 for good.
-		{72106, 1, "a gone broker that joined anew stayed marked gone"},
+		{72106, 1, "a gone broker that joined anew stayed marked gone", 3},
 		// B10, B12, B13 in a row. The restarted B12, its map rebuilt from
 		// B17's and B10's (nothing beyond B13), got B16's bypass flood for
 		// S7 past the crashed B13 before it suspected B13 (its dial had
@@ -50,11 +51,25 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// was taken as B16's direction, and the flood went on to B17 and
 		// B13 only, with B10 as its from-pointer; P1's edge B2 behind B10
 		// never got it, and S7 was confirmed.
-		{72406, 1, "a bypass flood placed behind the one unusable neighbour, not behind the unlinked one"},
+		{72406, 1, "a bypass flood placed behind the one unusable neighbour, not behind the unlinked one", 3},
+		// --delta 1-3 --faults 4: four brokers in a row crashed, the one
+		// next to the publisher's edge restarting last. B18-B19-B20-B21-
+		// B22-B24 (δ = 2, P1 at B24): B20 rejoined through B19, itself
+		// restarted with B18's map (nothing of B22); B21's NotMember named
+		// B22, and B20 dropped it since B19 is within δ of B21, as if
+		// B19's map were complete. B21 rejoined through B20 with that map
+		// and confirmed S6 (behind B18) as a leaf: P1's side never got it.
+		{78253, 3, "a named peer dropped on the map of a broker that restarted in the same incident", 4},
+		// B44-B45-B46-B47-B48-B49 (δ = 1, P1 at B49): B46, its map from
+		// the restarted B45 (nothing of B47), got B47's NotMember naming
+		// B46 and B48; not a tree neighbour in that map, B47's former
+		// neighbour B48 was dropped, B46 joined and admitted B47 as a new
+		// child, which confirmed S6 as a leaf: P1's side never got it.
+		{78303, 3, "a peer named by a restarted broker that names us as its former neighbour, dropped", 4},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
-		o.BrokersMin, o.BrokersMax, o.DeltaMin, o.DeltaMax, o.Faults = 10, 60, 1, c.deltaMax, 3
+		o.BrokersMin, o.BrokersMax, o.DeltaMin, o.DeltaMax, o.Faults = 10, 60, 1, c.deltaMax, c.faults
 		r := FuzzRun(c.seed, o)
 		if !r.Beyond {
 			t.Errorf("seed %d: not beyond δ any more (the options changed?)", c.seed)
