@@ -90,6 +90,11 @@ type Node struct {
 	queueLen   int
 	purgeDirty bool // reports about us changed since the last purge
 	discDirty  bool // own discarded watermarks may be stale (queue or arrivals changed)
+	// dupHolds: the upstream stamps of duplicate copies of publications
+	// still queued here (received under other stamps on another path):
+	// each caps the discarded watermark about its (B, E) below it until
+	// the queued copy leaves (updateDiscarded; docs/protocol.md §6).
+	dupHolds   []dupHold
 	stampSeq   uint64
 	seen       map[message.Source]*srcState
 	seenOrder  []message.Source

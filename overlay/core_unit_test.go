@@ -3,7 +3,9 @@ package overlay
 import (
 	"testing"
 
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
 )
 
 // chainNode returns node A of the chain A-B-C-D-E-F (parent first), a
@@ -209,5 +211,49 @@ func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
 				t.Errorf("%s among the waiters = %v, want %v", c.from, waiter, c.wantWaiter)
 			}
 		})
+	}
+}
+
+// A duplicate of a publication still queued here holds the discarded
+// watermark about its upstream stamps below them: discarded(U) means every
+// publication received with a U-stamp up to it has left the queue, and
+// this one has not (fuzz seed 3101458: B12 took P2/1/8 from B10 by bypass,
+// then again through the restarted B11, reported discarded about B11's
+// stamp, and B11 purged the copy that B12 still held toward a crashed
+// broker). The hold goes when the queued copy leaves.
+func TestDuplicateOfQueuedHoldsDiscarded(t *testing.T) {
+	n := chainNode(t, 3)
+	// G under A, H under G: the side away from the subscriber at D.
+	n.topo.Put(message.MapNode{ID: "G", Addr: "addr-G", Epoch: 1, Parent: "A"})
+	n.topo.Put(message.MapNode{ID: "H", Addr: "addr-H", Epoch: 2, Parent: "G"})
+	for _, id := range []message.BrokerID{"B", "G", "H"} {
+		linked(n, id)
+	}
+	f := classFilter("b")
+	if _, err := n.table.Insert(routing.Entry{Sub: message.SubID{Edge: "D", Epoch: 1, N: 1}, Filter: f, From: "D", Dir: "B"}); err != nil {
+		t.Fatal(err)
+	}
+	id := message.PubID{Publisher: "P", Epoch: 1, Seq: 8}
+	attrs := []matching.Attr{strAttr("class", "b")}
+	// First by G's bypass (G's stamp 22), then through H (restarted,
+	// epoch 2: stamp 4) with the same G stamp.
+	n.onPub("G", &message.Pub{ID: id, Attrs: attrs, Stamps: []message.Stamp{{B: "G", E: 1, S: 22}}})
+	if n.queueLen != 1 {
+		t.Fatalf("queue holds %d, want 1", n.queueLen)
+	}
+	n.onPub("H", &message.Pub{ID: id, Attrs: attrs, Stamps: []message.Stamp{{B: "H", E: 2, S: 4}, {B: "G", E: 1, S: 22}}})
+	n.updateDiscarded()
+	r, ok := n.store.Own("H", 2)
+	if !ok || r.Arrived != 4 {
+		t.Fatalf("own report about H = %+v, %v; want arrived 4", r, ok)
+	}
+	if r.Discarded >= 4 {
+		t.Fatalf("discarded about H = %d while the copy is queued, want < 4", r.Discarded)
+	}
+	// The queued copy leaves: the hold is released.
+	n.queue[0].purged = true
+	n.updateDiscarded()
+	if r, _ := n.store.Own("H", 2); r.Discarded != 4 {
+		t.Fatalf("discarded about H = %d after the copy left, want 4", r.Discarded)
 	}
 }

@@ -361,10 +361,44 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 	if st != nil && m.ID.Seq <= st.seq {
 		if !n.acceptOlder(st, m, except) {
 			n.counters.Duplicates++
+			n.holdDuplicate(m)
 		}
 		return
 	}
 	n.acceptSeen(src, st, m, except)
+}
+
+// dupHold is an upstream stamp s of a duplicate copy of the publication
+// queued here as e.
+type dupHold struct {
+	s message.Stamp
+	e *qentry
+}
+
+// holdDuplicate keeps, when the publication of the duplicate m is still
+// queued here (this broker took it first under other upstream stamps, on
+// another path: a bypass, then the tree path through a restarted broker),
+// m's upstream stamps as holds on the discarded watermark. discarded(U)
+// says every publication received here with a U-stamp up to it has left
+// the queue; m was received with its U-stamps, so until the queued copy
+// leaves, discarded(U) stays below them. Otherwise U takes "discarded" for
+// "made safe here" and purges m while its only other copy is queued
+// toward a broker that crashes; U's switch rule then has nothing to
+// retransmit (fuzz seed 3101458).
+func (n *Node) holdDuplicate(m *message.Pub) {
+	if n.queueLen == 0 || len(m.Stamps) == 0 {
+		return
+	}
+	for i := len(n.queue) - 1; i >= 0; i-- {
+		e := n.queue[i]
+		if e.purged || e.pub.ID != m.ID {
+			continue
+		}
+		for _, s := range m.Stamps {
+			n.dupHolds = append(n.dupHolds, dupHold{s: s, e: e})
+		}
+		return
+	}
 }
 
 // acceptOlder handles a copy of a publication of a source older than the
@@ -1015,6 +1049,23 @@ func (n *Node) updateDiscarded() {
 			c = n.minqBuf[j].S - 1 // wraps for S = 0, as SetDiscarded's comparison did
 		}
 		caps = append(caps, c)
+	}
+	if len(n.dupHolds) > 0 {
+		h := n.dupHolds[:0]
+		for _, d := range n.dupHolds {
+			if d.e.purged {
+				continue // the queued copy left: the hold is released
+			}
+			h = append(h, d)
+			for i, k := 0, st.OwnLen(); i < k; i++ {
+				if o := st.OwnAt(i); o.B == d.s.B && o.E == d.s.E {
+					caps[i] = min(caps[i], d.s.S-1)
+					break
+				}
+			}
+		}
+		clear(n.dupHolds[len(h):])
+		n.dupHolds = h
 	}
 	n.capBuf = caps
 	st.LowerDiscarded(caps)

@@ -86,6 +86,14 @@ func TestFuzzRegressions(t *testing.T) {
 		// became routable without the subscriptions beyond it (S2 at B10):
 		// it swallowed the publications routed to it for them.
 		{600229, "a leaver asked on behalf of a crashed broker left that side unasked", false},
+		// δ = 3: B11 crashed and restarted, B13 crashed, B12 froze. P2/1/8
+		// and P1/1/14 went from B10 by bypass to B12, then (B11 back)
+		// through B11 to B12 again: duplicates there, but B12 reported
+		// discarded about B11's stamps while its own copies were still
+		// queued toward the crashed B13. B11 purged them, bypassed B12 and
+		// B13 with newer ones to B14, and B12's late retransmission was
+		// dropped at B14 as a duplicate: silent loss for S8 at B35.
+		{3101458, "a duplicate's stamps reported discarded while its copy was queued", false},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
