@@ -98,21 +98,7 @@ func TestStateRequestFromParentNotInMapLearnsItsPlace(t *testing.T) {
 // handled as from that side (not sent back there, the sender's broker as
 // its from-pointer).
 func TestFloodFromUnplacedSenderIsHeld(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Addr, cfg.Delta = "C", "addr-C", 2
-	n, err := NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Bootstrap()
-	n.self.Parent = "B"
-	n.topo.Put(n.self)
-	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 1, Parent: ""})
-	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"})
-	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "C"})
-	for _, id := range []message.BrokerID{"B", "D", "E", "G"} {
-		linked(n, id)
-	}
+	n := childWithTwoChildren(t, 2, 1, "B", "D", "E", "G")
 	n.peer("B").suspected = true
 	n.peer("D").suspected = true
 	n.routesChanged()
@@ -159,21 +145,7 @@ func TestFloodFromUnplacedSenderIsHeld(t *testing.T) {
 // on with that side as its from-pointer, it never reached the publishers
 // there).
 func TestFloodFromUnknownSenderBesideUnlinkedNeighbourIsHeld(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Addr, cfg.Delta = "C", "addr-C", 1
-	n, err := NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Bootstrap()
-	n.self.Parent = "B"
-	n.topo.Put(n.self)
-	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: ""})
-	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"})
-	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "C"})
-	for _, id := range []message.BrokerID{"B", "E", "G"} {
-		linked(n, id)
-	}
+	n := childWithTwoChildren(t, 1, 2, "B", "E", "G")
 	n.peer("B").joined = false // recovering: unusable
 	n.peer("D")                // known, no link, not suspected yet
 	n.routesChanged()
@@ -260,4 +232,27 @@ func TestGoneBrokerAddedAnewIsNotGone(t *testing.T) {
 	if !n.topo.Has("B") || n.unusable("B") {
 		t.Errorf("B added anew: in map %v, unusable %v (gone %v)", n.topo.Has("B"), n.unusable("B"), n.peers["B"].gone)
 	}
+}
+
+// childWithTwoChildren returns node C (δ delta), joined, under the root B
+// (epoch epochB) with children D and E in its map, and links up to the
+// brokers named in linkedTo: the setting of the unplaced-sender tests.
+func childWithTwoChildren(t *testing.T, delta int, epochB uint64, linkedTo ...message.BrokerID) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "C", "addr-C", delta
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	n.self.Parent = "B"
+	n.topo.Put(n.self)
+	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: epochB, Parent: ""})
+	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"})
+	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "C"})
+	for _, id := range linkedTo {
+		linked(n, id)
+	}
+	return n
 }
