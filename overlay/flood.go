@@ -589,11 +589,7 @@ func (n *Node) replayUnplaced() {
 	if len(n.heldFloods) == 0 {
 		return
 	}
-	ids := make([]message.BrokerID, 0, len(n.heldFloods))
-	for id := range n.heldFloods {
-		ids = append(ids, id)
-	}
-	sortIDs(ids)
+	ids := sortedIDs(n.heldFloods)
 	for _, id := range ids {
 		l := n.heldFloods[id]
 		delete(n.heldFloods, id)

@@ -156,11 +156,7 @@ func (n *Node) routesChanged() {
 	n.rtGen++
 	n.geometry()
 	gained := map[message.BrokerID]bool{}
-	ids := make([]message.BrokerID, 0, len(n.hops))
-	for r := range n.hops {
-		ids = append(ids, r)
-	}
-	sortIDs(ids)
+	ids := sortedIDs(n.hops)
 	for _, r := range ids {
 		old := n.hops[r]
 		h := n.computeHop(r)
@@ -1182,6 +1178,17 @@ func (n *Node) releaseRecipients() {
 	}
 	n.purgeDirty = true // recipients changed: purge rebuilds its entry cache
 	n.purge()
+}
+
+// sortedIDs returns the keys of m in id order: map iteration order never
+// reaches outputs.
+func sortedIDs[V any](m map[message.BrokerID]V) []message.BrokerID {
+	ids := make([]message.BrokerID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sortIDs(ids)
+	return ids
 }
 
 func sortIDs(ids []message.BrokerID) {

@@ -272,11 +272,7 @@ func (n *Node) answerStateRequests() {
 	if len(n.pendingState) == 0 {
 		return
 	}
-	ids := make([]message.BrokerID, 0, len(n.pendingState))
-	for id := range n.pendingState {
-		ids = append(ids, id)
-	}
-	sortIDs(ids)
+	ids := sortedIDs(n.pendingState)
 	for _, id := range ids {
 		dir := n.direction(id)
 		ready := true
