@@ -653,8 +653,16 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 		n.unjoinedSeen[p.id] = true
 	}
 	if m.Epoch >= p.epoch {
-		if m.Joined && !p.joined && n.stateWait != nil && n.stateWait[p.id] {
+		if m.Joined && !p.joined && n.stateWait != nil && (n.stateWait[p.id] || n.stateless[p.id]) {
 			// It answered NotMember before; now it can give its state.
+			// Also when that answer took it off the awaited peers: it
+			// joined meanwhile (through another broker), and its side's
+			// subscriptions are ours to learn before we become routable
+			// (beyond δ: two restarted neighbours each refused the other's
+			// join; the one joined later became routable with no
+			// subscriptions and swallowed publications, seed 80098).
+			delete(n.stateless, p.id)
+			n.stateWait[p.id] = true
 			defer n.send(p.id, &message.StateRequest{Node: n.self})
 		}
 		p.epoch = m.Epoch

@@ -66,6 +66,12 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// neighbour B48 was dropped, B46 joined and admitted B47 as a new
 		// child, which confirmed S6 as a leaf: P1's side never got it.
 		{78303, 3, "a peer named by a restarted broker that names us as its former neighbour, dropped", 4},
+		// B1, B3, B2 crashed (B1-B2-B3-B6, P1 at B6): B3 rejoined through
+		// B6, and its parent B2, not joined yet, answered NotMember; B2
+		// joined through B1 later, but B3 did not ask it again and, its
+		// recovery complete at gone_after without B2's side, became B6's
+		// next hop with no subscriptions: P1/1/268-269 discarded at B3.
+		{80098, 1, "a neighbour that answered NotMember joined later and was not asked again", 3},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
