@@ -199,12 +199,7 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 		}
 		for _, nb := range ask {
 			if nb != from && nb != n.cfg.ID && !n.stateWait[nb] {
-				n.stateWait[nb] = true
-				if n.peer(nb).up {
-					n.send(nb, &message.StateRequest{Node: n.self})
-				} else {
-					n.dial(Peer{ID: nb}, false)
-				}
+				n.askState(Peer{ID: nb})
 			}
 		}
 		n.checkRecovery()
@@ -328,27 +323,17 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		// not-joined broker accepts no new ones).
 		n.stateless[from] = true
 		n.askBehind(from)
-		nb := n.isNeighbour(from)
-		for _, jp := range m.Joinpoints {
-			if jp.ID == n.cfg.ID {
-				// It names us as its former neighbour: a tree neighbour
-				// our partial map may not hold (unplaced, seed 78303).
-				nb = true
-			}
-		}
+		// Naming us as its former neighbour, it is a tree neighbour our
+		// partial map may not hold (unplaced, seed 78303).
+		nb := n.isNeighbour(from) || slices.ContainsFunc(m.Joinpoints, func(jp message.MapNode) bool { return jp.ID == n.cfg.ID })
 		for _, jp := range m.Joinpoints {
 			if jp.ID == n.cfg.ID || jp.ID == from || n.stateless[jp.ID] || n.stateWait[jp.ID] {
 				continue
 			}
-			n.stateWait[jp.ID] = true
 			if nb && !n.topo.Has(jp.ID) {
 				n.namedBy[jp.ID] = from // 2 hops from us (unplaced)
 			}
-			if n.peer(jp.ID).up {
-				n.send(jp.ID, &message.StateRequest{Node: n.self})
-			} else {
-				n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, false)
-			}
+			n.askState(Peer{ID: jp.ID, Addr: jp.Addr})
 		}
 		if n.topo.Has(from) {
 			delete(n.stateWait, from)
@@ -503,13 +488,8 @@ func (n *Node) askBehind(id message.BrokerID) int {
 		if f == id || n.dist[f] <= n.dist[id] || n.stateWait[f] || n.stateless[f] {
 			continue
 		}
-		n.stateWait[f] = true
 		n.askedFor[f] = id
-		if n.peer(f).up {
-			n.send(f, &message.StateRequest{Node: n.self})
-		} else {
-			n.dial(Peer{ID: f}, false)
-		}
+		n.askState(Peer{ID: f})
 	}
 	return asked
 }
@@ -629,12 +609,18 @@ func (n *Node) askNewNeighbours(before []message.BrokerID) {
 		if slices.Contains(before, nb) || n.stateWait[nb] || n.stateless[nb] {
 			continue
 		}
-		n.stateWait[nb] = true
-		if n.peer(nb).up {
-			n.send(nb, &message.StateRequest{Node: n.self})
-		} else {
-			n.dial(Peer{ID: nb}, false)
-		}
+		n.askState(Peer{ID: nb})
+	}
+}
+
+// askState awaits p's state in this recovery: a StateRequest now if its
+// link is up, or once the dial brings the link up.
+func (n *Node) askState(p Peer) {
+	n.stateWait[p.ID] = true
+	if n.peer(p.ID).up {
+		n.send(p.ID, &message.StateRequest{Node: n.self})
+	} else {
+		n.dial(p, false)
 	}
 }
 
