@@ -177,25 +177,8 @@ func TestFloodFromUnknownSenderBesideUnlinkedNeighbourIsHeld(t *testing.T) {
 // routable again once it says it is joined (fuzz seed 72106 beyond δ: it
 // stayed marked gone, and what we queued for its side stayed queued).
 func TestGoneBrokerJoiningAnewIsRoutable(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
-	n, err := NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Bootstrap()
-	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 1, Parent: "A"})
-	linked(n, "B")
-	n.routesChanged()
-	n.Ready()
-	p := n.peer("B")
-	n.suspect(p, "test")
-	n.declareGone(p)
-	n.Ready()
-	if !n.topo.Removed("B") {
-		t.Fatal("setup: B was not removed from the tree")
-	}
-	p.up = true
+	n := rootWithGoneChild(t)
+	n.peer("B").up = true
 	n.Step("B", &message.Heartbeat{Epoch: 2})
 	n.Step("B", &message.JoinRequest{Node: message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2}})
 	n.Step("B", &message.Heartbeat{Epoch: 2, Joined: true})
@@ -207,26 +190,7 @@ func TestGoneBrokerJoiningAnewIsRoutable(t *testing.T) {
 // The same broker joining anew elsewhere (a topology change adds it under a
 // larger epoch) is not gone for us either.
 func TestGoneBrokerAddedAnewIsNotGone(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
-	n, err := NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Bootstrap()
-	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 1, Parent: "A"})
-	n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 1, Parent: "A"})
-	linked(n, "B")
-	linked(n, "C")
-	n.routesChanged()
-	n.Ready()
-	p := n.peer("B")
-	n.suspect(p, "test")
-	n.declareGone(p)
-	n.Ready()
-	if !n.topo.Removed("B") {
-		t.Fatal("setup: B was not removed from the tree")
-	}
+	n := rootWithGoneChild(t, "C")
 	n.Step("C", &message.TopoChange{Origin: "C", Seq: 1 << 40, Hops: 1,
 		Add: []message.MapNode{{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "C"}}})
 	if !n.topo.Has("B") || n.unusable("B") {
@@ -253,6 +217,33 @@ func childWithTwoChildren(t *testing.T, delta int, epochB uint64, linkedTo ...me
 	n.topo.Put(message.MapNode{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "C"})
 	for _, id := range linkedTo {
 		linked(n, id)
+	}
+	return n
+}
+
+// rootWithGoneChild returns the root A (δ = 1) with its child B removed
+// from the tree as gone, and its other children (linked up) in its map.
+func rootWithGoneChild(t *testing.T, others ...message.BrokerID) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	for _, id := range append([]message.BrokerID{"B"}, others...) {
+		n.topo.Put(message.MapNode{ID: id, Addr: "addr-" + string(id), Epoch: 1, Parent: "A"})
+		linked(n, id)
+	}
+	n.routesChanged()
+	n.Ready()
+	p := n.peer("B")
+	n.suspect(p, "test")
+	n.declareGone(p)
+	n.Ready()
+	if !n.topo.Removed("B") {
+		t.Fatal("setup: B was not removed from the tree")
 	}
 	return n
 }
