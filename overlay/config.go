@@ -11,6 +11,8 @@ import (
 	"unicode"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/deltapub/deltapub/message"
 )
 
 // BrokerConfig is the configuration of one broker process: what the
@@ -29,8 +31,12 @@ type BrokerConfig struct {
 	// in the topology maps). Empty: the listen address. Set it when Listen is
 	// a wildcard address such as "0.0.0.0:7001".
 	Advertise string `toml:"advertise"`
-	// Join lists joinpoints: addresses of brokers already in the overlay,
-	// tried in order. Empty: this broker bootstraps a new overlay as its root.
+	// Join lists joinpoints: brokers already in the overlay, tried in
+	// order, each as "ID@host:port" or as a bare "host:port" (the runtime
+	// then dials it once to learn which broker answers there). Give a
+	// restarting broker several (its former neighbours): one that is
+	// itself recovering refuses it for a while. Empty: this broker
+	// bootstraps a new overlay as its root.
 	Join []string `toml:"join"`
 	// Epoch is this incarnation's number; a restarted broker must use a
 	// larger one than before. 0: derived from the wall clock at start
@@ -274,7 +280,11 @@ func (c *BrokerConfig) Validate() error {
 		return bad("join", "%d joinpoints, at most 16", len(c.Join))
 	}
 	for i, j := range c.Join {
-		if err := checkHostPort(j); err != nil {
+		jp := SplitJoinpoint(j)
+		if strings.Contains(j, "@") && jp.ID == "" {
+			return bad(fmt.Sprintf("join[%d]", i), "%q names no broker before '@'", j)
+		}
+		if err := checkHostPort(jp.Addr); err != nil {
 			return bad(fmt.Sprintf("join[%d]", i), "%v", err)
 		}
 	}
@@ -397,6 +407,15 @@ func ReadSecretFile(field, path string) ([]byte, error) {
 		return nil, &ConfigError{Field: field, Reason: fmt.Sprintf("%s holds %d bytes, at most 4096", path, len(data))}
 	}
 	return data, nil
+}
+
+// SplitJoinpoint reads a joinpoint of BrokerConfig.Join: "ID@host:port"
+// (ID known) or "host:port" (ID empty).
+func SplitJoinpoint(s string) Peer {
+	if id, addr, ok := strings.Cut(s, "@"); ok {
+		return Peer{ID: message.BrokerID(id), Addr: addr}
+	}
+	return Peer{Addr: s}
 }
 
 func checkHostPort(addr string) error {

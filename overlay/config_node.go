@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"hash/fnv"
 	"time"
 
 	"github.com/deltapub/deltapub/message"
@@ -23,6 +24,11 @@ func (c *BrokerConfig) NodeConfig(epoch uint64) Config {
 	nc.MaxFrame = c.Limits.MaxFrame
 	// A join step unanswered for two failure timeouts is retried.
 	nc.JoinRetryTicks = 2 * nc.FailureTicks
+	// The backoffs' jitter: brokers restarted together must not retry in
+	// lockstep, so the seed differs per broker and per incarnation.
+	h := fnv.New64a()
+	h.Write([]byte(c.ID))
+	nc.Seed = int64(h.Sum64() ^ epoch)
 	return nc
 }
 

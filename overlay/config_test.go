@@ -171,3 +171,20 @@ func TestReadSecretFile(t *testing.T) {
 		t.Errorf("short secret: got %v", err)
 	}
 }
+
+// Joinpoints are "ID@host:port" or a bare "host:port".
+func TestJoinpointForms(t *testing.T) {
+	if p := SplitJoinpoint("B2@127.0.0.1:7002"); p.ID != "B2" || p.Addr != "127.0.0.1:7002" {
+		t.Fatalf("ID@addr: %+v", p)
+	}
+	if p := SplitJoinpoint("127.0.0.1:7002"); p.ID != "" || p.Addr != "127.0.0.1:7002" {
+		t.Fatalf("bare addr: %+v", p)
+	}
+	for _, bad := range []string{"@127.0.0.1:1", "B2@nope"} {
+		c := validBrokerConfig()
+		c.Join = []string{bad}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "join[0]") {
+			t.Errorf("join %q: error %v, want one naming join[0]", bad, err)
+		}
+	}
+}

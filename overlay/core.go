@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 
@@ -28,6 +29,7 @@ type peer struct {
 	heardHB   bool   // a heartbeat arrived on the current link
 	dialing   bool   // a dial was requested and not answered
 	dialWait  int    // ticks before the next dial may be requested
+	dialFails int    // dials in a row that failed (or brought a link that died before a heartbeat): the backoff's attempt
 	dackSent  uint64 // store version covered by the last DACK on this link
 	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
 	dackIn    int64  // tick of the last DACK received from it (0: none)
@@ -68,10 +70,7 @@ type Node struct {
 	leaving      bool
 	left         bool
 	lv           *leaveState // graceful leave in progress (leave.go)
-	joinpoints   []Peer
-	jpIdx        int
-	jpWait       int
-	jpAsked      bool
+	jn           joining     // the walk over the joinpoints while not a member (retry.go)
 	rejoin       bool
 	stateWait    map[message.BrokerID]bool             // recovery: peers whose StateReply is awaited
 	admitting    map[message.BrokerID]uint64           // joinpoint: joiners admitted here (epoch), until confirmed
@@ -144,6 +143,7 @@ type Node struct {
 	subN    uint64
 
 	counters Counters
+	rng      *rand.Rand // seeded from Config.Seed: the backoffs' jitter (retry.go)
 
 	// Scratch and caches of the hot paths (forward.go). dackLinks: the
 	// due links, and the store entries one DACK carries (dense indices).
@@ -245,6 +245,7 @@ func NewNode(cfg Config) (*Node, error) {
 		clients:      map[message.ClientID]*clientState{},
 		admitting:    map[message.BrokerID]uint64{},
 		pendingState: map[message.BrokerID]bool{},
+		rng:          rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Epoch))),
 		rtab:         new([rtSlots]routeSlot),
 		seenTab:      new([seenSlots]seenSlot),
 	}
@@ -283,63 +284,13 @@ func (n *Node) becomeJoined() {
 	}
 }
 
-// Join joins the overlay through the first joinpoint that answers (or, for
-// a restarted broker, rejoins at its old place). Joinpoints are tried in
-// order; each gets JoinRetryTicks to answer.
-func (n *Node) Join(joinpoints []Peer) {
-	if n.member || len(joinpoints) == 0 {
-		if len(joinpoints) == 0 {
-			n.notice(NoticeJoinFailed, "", "no joinpoint given")
-		}
-		return
-	}
-	n.joinpoints = append([]Peer(nil), joinpoints...)
-	n.jpIdx = 0
-	n.tryJoinpoint()
-}
-
-func (n *Node) tryJoinpoint() {
-	if n.jpIdx >= len(n.joinpoints) {
-		// Every joinpoint failed: start over (bounded by the caller, who
-		// sees join-failed notices and may give up).
-		n.notice(NoticeJoinFailed, "", fmt.Sprintf("no joinpoint of %d answered; retrying", len(n.joinpoints)))
-		n.jpIdx = 0
-	}
-	jp := n.joinpoints[n.jpIdx]
-	n.jpWait = n.cfg.JoinRetryTicks
-	n.jpAsked = false
-	if jp.ID == n.cfg.ID {
-		n.jpIdx++
-		n.tryJoinpoint()
-		return
-	}
-	p := n.peer(jp.ID)
-	if p.up {
-		n.askJoin(jp.ID)
-		return
-	}
-	n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, true)
-}
-
-func (n *Node) askJoin(id message.BrokerID) {
-	n.jpAsked = true
-	n.send(id, &message.JoinRequest{Node: n.self})
-}
-
 // Tick tells the node that one unit of time passed.
 func (n *Node) Tick() {
 	n.now++
 	if n.left {
 		return
 	}
-	// Joining: retry with the next joinpoint when the current one is slow.
-	if !n.member && len(n.joinpoints) > 0 {
-		n.jpWait--
-		if n.jpWait <= 0 {
-			n.jpIdx++
-			n.tryJoinpoint()
-		}
-	}
+	n.joinTick()
 	if n.member && !n.joined && n.stateWait != nil {
 		n.stateWaitT++
 		n.checkRecovery()
@@ -614,6 +565,7 @@ func (n *Node) hbNeighbours() []*peer {
 }
 
 func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
+	p.dialFails = 0 // the link works: the next dial of it starts a fresh backoff
 	// Suspicion hints from a broker adjacent to the suspect, about brokers
 	// we have no link to (never about our own neighbours: those we judge
 	// by their own silence).
@@ -709,7 +661,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	p.dackAt = n.now - int64(n.cfg.DACKTicks) // a new link may carry a DACK at once
 	n.dropAssembly(id)
 	n.send(id, n.heartbeat())
-	if !n.member && len(n.joinpoints) > 0 && n.joinpoints[n.jpIdx%len(n.joinpoints)].ID == id && !n.jpAsked {
+	if !n.member && n.jn.isCurrent(id) && !n.jn.asked {
 		n.askJoin(id)
 		return
 	}
@@ -731,7 +683,12 @@ func (n *Node) LinkDown(id message.BrokerID) {
 	}
 	p.up, p.dialing = false, false
 	n.dropAssembly(id)
-	if p.dialWait == 0 {
+	if !p.heardHB {
+		// It died before its first heartbeat (refused at the other end,
+		// or the peer is going down): as good as a failed dial.
+		p.dialFails++
+		p.dialWait = n.backoff(n.cfg.HeartbeatTicks, p.dialFails-1)
+	} else if p.dialWait == 0 {
 		p.dialWait = n.cfg.HeartbeatTicks
 	}
 }
@@ -745,10 +702,10 @@ func (n *Node) DialFailed(id message.BrokerID) {
 		return
 	}
 	p.dialing = false
-	p.dialWait = n.cfg.FailureTicks
-	if !n.member && len(n.joinpoints) > 0 && n.joinpoints[n.jpIdx%len(n.joinpoints)].ID == id {
-		n.jpIdx++
-		n.tryJoinpoint()
+	p.dialFails++
+	p.dialWait = n.backoff(n.cfg.FailureTicks, p.dialFails-1)
+	if !n.member && n.jn.isCurrent(id) {
+		n.nextJoinpoint()
 		return
 	}
 	if !p.suspected && !p.up {
@@ -774,7 +731,7 @@ func (n *Node) addrOf(id message.BrokerID) string {
 	if e, ok := n.topo.Get(id); ok {
 		return e.Addr
 	}
-	for _, jp := range n.joinpoints {
+	for _, jp := range n.jn.points {
 		if jp.ID == id {
 			return jp.Addr
 		}

@@ -157,19 +157,21 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 }
 
 func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
-	if n.member || len(n.joinpoints) == 0 {
+	if n.member || len(n.jn.points) == 0 {
 		return
 	}
-	if m.Err != "" {
-		n.notice(NoticeJoinFailed, from, m.Err)
-		n.jpIdx++
-		n.tryJoinpoint()
-		return
-	}
-	if err := topology.Validate(m.Map); err != nil {
-		n.notice(NoticeJoinFailed, from, err.Error())
-		n.jpIdx++
-		n.tryJoinpoint()
+	if m.Err != "" || topology.Validate(m.Map) != nil {
+		// A refusal (or a map we cannot use) moves on to the next
+		// joinpoint, paced by tryJoinpoint. A late answer of a joinpoint
+		// we already gave up on does not move us on twice.
+		if n.jn.isCurrent(from) {
+			why := m.Err
+			if why == "" {
+				why = topology.Validate(m.Map).Error()
+			}
+			n.notice(NoticeJoinFailed, from, why)
+			n.nextJoinpoint()
+		}
 		return
 	}
 	n.self.Parent = m.Parent
@@ -194,7 +196,7 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 		// joinpoint's map may not show all of them (it may be recovering
 		// from the same failure with a partial map of its own).
 		ask := append([]message.BrokerID(nil), n.topo.Neighbours(n.cfg.ID)...)
-		for _, jp := range n.joinpoints {
+		for _, jp := range n.jn.points {
 			ask = append(ask, jp.ID)
 		}
 		for _, nb := range ask {
@@ -222,7 +224,7 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 	}
 	if !n.member {
 		r := &message.StateReply{NotMember: true}
-		for _, jp := range n.joinpoints {
+		for _, jp := range n.jn.points {
 			r.Joinpoints = append(r.Joinpoints, message.MapNode{ID: jp.ID, Addr: jp.Addr})
 		}
 		n.send(from, r)

@@ -44,12 +44,17 @@ type Config struct {
 	// JoinRetryTicks: a join (or recovery) step not answered within this
 	// many ticks is retried with the next joinpoint / peer.
 	JoinRetryTicks int
+	// RetryMaxTicks caps every backoff of the core (retry.go): a round of
+	// joinpoints in vain, a peer's failed dials. 0: JoinRetryTicks (a round
+	// costs a few messages; a restarted broker must not wait long for a
+	// joinpoint that has recovered).
+	RetryMaxTicks int
 	// MaxFrame is the largest frame (type and body, bytes) a peer accepts:
 	// limits.max_frame, the same on every broker. A state transfer or a
 	// leave repair that would not fit is sent in parts (parts.go).
 	MaxFrame int
-	// Seed is the only source of randomness (the core currently needs
-	// none; kept for the contract).
+	// Seed is the only source of randomness: the jitter of the backoffs
+	// (retry.go).
 	Seed int64
 }
 
@@ -99,6 +104,7 @@ func (c *Config) validate() error {
 	fill(&c.MaxSources, d.MaxSources)
 	fill(&c.JoinRetryTicks, d.JoinRetryTicks)
 	fill(&c.MaxFrame, d.MaxFrame)
+	fill(&c.RetryMaxTicks, c.JoinRetryTicks)
 	switch {
 	case c.HeartbeatTicks < 1:
 		return fmt.Errorf("overlay: config: HeartbeatTicks %d must be ≥ 1", c.HeartbeatTicks)
@@ -114,6 +120,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("overlay: config: MaxSources %d must be ≥ 1", c.MaxSources)
 	case c.JoinRetryTicks < 1:
 		return fmt.Errorf("overlay: config: JoinRetryTicks %d must be ≥ 1", c.JoinRetryTicks)
+	case c.RetryMaxTicks < 1:
+		return fmt.Errorf("overlay: config: RetryMaxTicks %d must be ≥ 1", c.RetryMaxTicks)
 	case c.MaxFrame < minMaxFrame:
 		return fmt.Errorf("overlay: config: MaxFrame %d must be ≥ %d", c.MaxFrame, minMaxFrame)
 	}

@@ -310,7 +310,7 @@ func (n *Node) onPart(from message.BrokerID, p *message.Part) message.Message {
 	case *message.JoinReply:
 		h.Subs = append(h.Subs, p.Subs...)
 		if !n.member {
-			n.jpWait = n.cfg.JoinRetryTicks // progress: the joinpoint answers
+			n.jn.wait = n.cfg.JoinRetryTicks // progress: the joinpoint answers
 		}
 	case *message.StateReply:
 		h.Subs = append(h.Subs, p.Subs...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -148,21 +149,20 @@ const (
 	evClientDown
 	evDialFailed
 	evDialed
-	evJoinpoint
-	evJoinpointFailed
+	evJoinpoints // the joinpoints are known (resolveJoinpoints): start
 	evCall
 )
 
 type event struct {
-	kind evKind
-	link PeerLink
-	sess ClientSession
-	peer message.BrokerID
-	msg  message.Message
-	msgs []message.Message // a batch (evPeerMsg, evClientMsg) when msg is nil
-	err  error
-	addr string
-	call func()
+	kind  evKind
+	link  PeerLink
+	sess  ClientSession
+	peer  message.BrokerID
+	msg   message.Message
+	msgs  []message.Message // a batch (evPeerMsg, evClientMsg) when msg is nil
+	err   error
+	peers []Peer // evJoinpoints
+	call  func()
 }
 
 // NewRuntime builds the core for cfg (which must be valid) with the given
@@ -435,47 +435,68 @@ func (r *Runtime) dialTimeout() time.Duration {
 	return min(max(r.cfg.FailureTimeout, 500*time.Millisecond), 5*time.Second)
 }
 
-// resolveJoinpoints dials the configured joinpoint addresses in order
-// until one answers (its handshake names its broker id), at most
-// joinRounds times over the list with a pause between rounds.
+// resolveJoinpoints turns the configured joinpoints into the core's list:
+// an "ID@addr" one as it is (the core dials it, paced by its own backoff);
+// a bare address is dialled to learn which broker answers there (all at
+// once, each bounded by dialTimeout), and left out if none does. Only when
+// no joinpoint at all is left is the round repeated, after a backoff that
+// doubles up to maxJoinPause, for as long as the broker runs: its
+// joinpoints may be restarting too.
 func (r *Runtime) resolveJoinpoints(ctx context.Context) {
-	const joinRounds = 10
-	pause := min(max(r.cfg.FailureTimeout, 200*time.Millisecond), 2*time.Second)
-	var lastErr error
-	for round := 0; round < joinRounds; round++ {
-		for _, addr := range r.cfg.Join {
-			dctx, cancel := context.WithTimeout(ctx, r.dialTimeout())
-			l, err := r.tr.Dial(dctx, "", addr)
-			cancel()
-			if err == nil {
-				r.put(event{kind: evJoinpoint, link: l, addr: addr})
-				return
+	const maxJoinPause = 5 * time.Second
+	pause := min(max(r.cfg.FailureTimeout, 200*time.Millisecond), maxJoinPause)
+	for round := 1; ; round++ {
+		jps := make([]Peer, len(r.cfg.Join))
+		errs := make([]error, len(r.cfg.Join))
+		var wg sync.WaitGroup
+		for i, j := range r.cfg.Join {
+			jp := SplitJoinpoint(j)
+			if jp.ID != "" {
+				jps[i] = jp
+				continue
 			}
-			lastErr = err
-			r.log.Warn().Err(err).Str("joinpoint", addr).Int("round", round+1).Msg("joinpoint did not answer")
-			if ctx.Err() != nil {
-				return
-			}
+			wg.Go(func() {
+				dctx, cancel := context.WithTimeout(ctx, r.dialTimeout())
+				defer cancel()
+				l, err := r.tr.Dial(dctx, "", jp.Addr)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				r.put(event{kind: evDialed, link: l})
+				jps[i] = Peer{ID: l.Peer(), Addr: jp.Addr}
+			})
 		}
+		wg.Wait()
+		found := slices.DeleteFunc(jps, func(p Peer) bool { return p.ID == "" })
+		if len(found) > 0 {
+			r.put(event{kind: evJoinpoints, peers: found})
+			return
+		}
+		r.log.Warn().Err(errors.Join(errs...)).Int("round", round).Str("next_in", pause.String()).Msg("no joinpoint answered")
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(pause):
 		}
+		pause = min(2*pause, maxJoinPause)
 	}
-	r.put(event{kind: evJoinpointFailed, err: fmt.Errorf("overlay: no joinpoint answered after %d rounds: %w", joinRounds, lastErr)})
 }
 
-// start calls Bootstrap (jp == nil) or Join, then announces the links that
-// came up before the core existed as a member.
-func (r *Runtime) start(jp *Peer) {
+// start calls Bootstrap (no joinpoints) or Join, then announces the links
+// that came up before the core existed as a member.
+func (r *Runtime) start(jps []Peer) {
 	r.started = true
-	if jp == nil {
+	if len(jps) == 0 {
 		r.log.Info().Msg("bootstrapping a new overlay")
 		r.node.Bootstrap()
 	} else {
-		r.log.Info().Str("joinpoint", string(jp.ID)).Str("addr", jp.Addr).Msg("joining")
-		r.node.Join([]Peer{*jp})
+		ids := make([]string, len(jps))
+		for i, jp := range jps {
+			ids[i] = string(jp.ID) + "@" + jp.Addr
+		}
+		r.log.Info().Strs("joinpoints", ids).Msg("joining")
+		r.node.Join(jps)
 	}
 	r.drain() // the joinpoint's Dial is answered from the link already up
 	for peer, ls := range r.links {
@@ -527,14 +548,10 @@ func (r *Runtime) handle(ev event) {
 		if r.started {
 			r.node.DialFailed(ev.peer)
 		}
-	case evJoinpoint:
-		r.linkUp(ev.link)
+	case evJoinpoints:
 		if !r.started {
-			r.start(&Peer{ID: ev.link.Peer(), Addr: ev.addr})
+			r.start(ev.peers)
 		}
-	case evJoinpointFailed:
-		r.joinFailed = ev.err.Error()
-		r.log.Error().Err(ev.err).Msg("cannot join")
 	case evClientUp:
 		r.clientUp(ev.sess)
 	case evClientMsg:

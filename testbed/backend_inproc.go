@@ -130,7 +130,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	cfg.DACKPeriod, cfg.GoneAfter, cfg.Limits.MaxQueue = o.DACKPeriod.Duration, o.GoneAfter.Duration, o.MaxQueue
 	cfg.Join = nil
 	for _, j := range joinpoints {
-		cfg.Join = append(cfg.Join, h.addr(j))
+		cfg.Join = append(cfg.Join, j+"@"+h.addr(j))
 	}
 	// A port picked free can be taken by another process before we bind
 	// it (tests of other packages run at the same time): bind failures of

@@ -150,7 +150,7 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 	if len(joinpoints) > 0 {
 		addrs := make([]string, len(joinpoints))
 		for i, j := range joinpoints {
-			addrs[i] = h.addr(j)
+			addrs[i] = j + "@" + h.addr(j) // the broker's name too: the core dials each in turn
 		}
 		args = append(args, "--join", strings.Join(addrs, ","))
 	}

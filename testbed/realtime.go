@@ -49,17 +49,15 @@ type host interface {
 }
 
 // joinpointsFor lists where a broker (re)joins: its ancestors nearest
-// first (up to δ+1 of them, so a join survives δ crashed ancestors), then,
-// for the root, its children.
+// first (up to δ+1 of them, so a join survives δ crashed ancestors), then
+// its children (a restarting broker whose ancestors are restarting too,
+// the root among them, rejoins at its old place through a child).
 func joinpointsFor(t *Topology, name string, delta int) []string {
 	var out []string
 	for n := t.Parent[name]; n != "" && len(out) < delta+1; n = t.Parent[n] {
 		out = append(out, n)
 	}
-	if len(out) == 0 {
-		out = append(out, t.Children[name]...)
-	}
-	return out
+	return append(out, t.Children[name]...)
 }
 
 // leaveResult is how a graceful leave ended: how long the broker took to
