@@ -342,6 +342,9 @@ func (n *Node) Tick() {
 	}
 	if n.member && !n.joined && n.stateWait != nil {
 		n.stateWaitT++
+		if n.stateWaitT%n.cfg.FailureTicks == 0 {
+			n.reaskState()
+		}
 		n.checkRecovery()
 	}
 	changed := false

@@ -71,3 +71,9 @@ func restartBeforeCoreStarted(t *testing.T, holds bool) {
 func TestRestartStateRequestBeforeCoreStartedHeld(t *testing.T) {
 	restartBeforeCoreStarted(t, true)
 }
+
+// Dropped (the runtime before issue 14's fix): the core asks again
+// (reaskState) and recovers within δ all the same.
+func TestRestartStateRequestBeforeCoreStartedDropped(t *testing.T) {
+	restartBeforeCoreStarted(t, false)
+}
