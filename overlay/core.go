@@ -293,6 +293,9 @@ func (n *Node) Tick() {
 	n.joinTick()
 	if n.member && !n.joined && n.stateWait != nil {
 		n.stateWaitT++
+		if n.stateWaitT%n.cfg.FailureTicks == 0 {
+			n.reaskState()
+		}
 		n.checkRecovery()
 	}
 	changed := false

@@ -27,6 +27,12 @@ type harness struct {
 	got      map[message.ClientID][]message.Message // client messages by client (ClientIDs are global in the harness)
 	notices  []Notice
 	cfg      Config
+
+	// prestart: restarted brokers whose core is not started yet
+	// (restartLate). prestartHolds: what reaches one meanwhile is stepped
+	// after the start, as the runtime does; false: it is dropped.
+	prestart      map[message.BrokerID]bool
+	prestartHolds bool
 }
 
 type flight struct {
@@ -44,7 +50,7 @@ func newHarness(t *testing.T, delta int) *harness {
 	cfg.JoinRetryTicks = 12
 	return &harness{t: t, nodes: map[message.BrokerID]*Node{}, links: map[[2]message.BrokerID]bool{},
 		dead: map[message.BrokerID]bool{}, frozen: map[message.BrokerID]bool{}, held: map[message.BrokerID][]flight{},
-		got: map[message.ClientID][]message.Message{}, cfg: cfg}
+		got: map[message.ClientID][]message.Message{}, cfg: cfg, prestart: map[message.BrokerID]bool{}}
 }
 
 func pair(a, b message.BrokerID) [2]message.BrokerID {
@@ -94,7 +100,9 @@ func (h *harness) collect(id message.BrokerID) {
 			if !h.links[pair(id, d.ID)] {
 				h.links[pair(id, d.ID)] = true
 				n.LinkUp(d.ID)
-				h.nodes[d.ID].LinkUp(id)
+				if !h.prestart[d.ID] {
+					h.nodes[d.ID].LinkUp(id)
+				}
 			}
 		} else {
 			n.DialFailed(d.ID)
@@ -124,6 +132,12 @@ func (h *harness) round() {
 		if h.frozen[f.to] {
 			h.held[f.to] = append(h.held[f.to], f)
 			continue
+		}
+		if h.prestart[f.to] {
+			if h.prestartHolds {
+				h.held[f.to] = append(h.held[f.to], f)
+			}
+			continue // without prestartHolds: dropped, as the runtime did before issue 14
 		}
 		h.nodes[f.to].Step(f.from, f.m)
 		h.collect(f.to)
@@ -369,6 +383,44 @@ func (h *harness) restart(id message.BrokerID, epoch uint64, neighbours ...messa
 		jps = append(jps, Peer{ID: nb, Addr: "addr-" + string(nb)})
 	}
 	h.do(id, func(n *Node) { n.Join(jps) })
+}
+
+// restartLate replaces a crashed broker by a new incarnation whose
+// endpoint is up (its links come up, from its side unannounced) but whose
+// core is not started yet, as in the runtime while it resolves its
+// joinpoint (overlay/runtime.go resolveJoinpoints): start it with
+// startLate.
+func (h *harness) restartLate(id message.BrokerID, epoch uint64) {
+	h.add(id, epoch)
+	h.prestart[id] = true
+}
+
+// startLate starts a broker added by restartLate as the runtime's start
+// does: the core joins through jps, then hears of every link that came up
+// before; what reached it meanwhile follows (prestartHolds) or was lost.
+func (h *harness) startLate(id message.BrokerID, jps ...message.BrokerID) {
+	delete(h.prestart, id)
+	var peers []Peer
+	for _, nb := range jps {
+		peers = append(peers, Peer{ID: nb, Addr: "addr-" + string(nb)})
+	}
+	n := h.nodes[id]
+	var linked []message.BrokerID
+	for k := range h.links {
+		if k[0] == id {
+			linked = append(linked, k[1])
+		} else if k[1] == id {
+			linked = append(linked, k[0])
+		}
+	}
+	sortIDs(linked)
+	for _, p := range linked {
+		n.LinkUp(p)
+	}
+	n.Join(peers)
+	h.collect(id)
+	h.inflight = append(h.held[id], h.inflight...)
+	delete(h.held, id)
 }
 
 func (h *harness) checkNoDupNoReorder(c message.ClientID) {

@@ -615,6 +615,26 @@ func (n *Node) askNewNeighbours(before []message.BrokerID) {
 	}
 }
 
+// reaskState sends the StateRequest again, once per failure timeout of the
+// recovery, to every awaited peer that is linked and heard but has not
+// answered. An awaited peer either answers, or falls silent and is
+// suspected (then the brokers behind it are asked): one that stays alive
+// without answering is waited for until GoneAfterTicks, and the recovery
+// then completes without its side, which makes this broker routable
+// without that side's subscriptions (it swallows the publications for
+// them). A request can be lost on a link its sender sees up: the runtime
+// of a restarted broker dropped what arrived before its core started
+// (issue 14). A duplicate request is harmless: it is answered once more
+// (pendingState is a set), and an answer that is no longer awaited is
+// ignored.
+func (n *Node) reaskState() {
+	for _, id := range sortedIDs(n.stateWait) {
+		if p := n.peers[id]; p != nil && p.up && p.heardHB && !p.suspected {
+			n.send(id, &message.StateRequest{Node: n.self})
+		}
+	}
+}
+
 // askState awaits p's state in this recovery: a StateRequest now if its
 // link is up, or once the dial brings the link up.
 func (n *Node) askState(p Peer) {

@@ -118,6 +118,13 @@ type linkState struct {
 	announced bool   // the core has been told LinkUp for this link
 	sends     uint64 // messages sent, for sampling the queue length
 	held      bool   // frames held for the end of the drain (holder)
+
+	// early holds, in order, what arrived on the link before the core was
+	// told of it (before start: the joinpoint not resolved yet); stepped
+	// right after the LinkUp (announce). The peer's core was told the
+	// link is up and relies on it being FIFO and reliable: a StateRequest
+	// is sent once (issue 14: dropped here, it was never asked again).
+	early []message.Message
 }
 
 type sessionState struct {
@@ -499,13 +506,32 @@ func (r *Runtime) start(jps []Peer) {
 		r.node.Join(jps)
 	}
 	r.drain() // the joinpoint's Dial is answered from the link already up
-	for peer, ls := range r.links {
-		if !ls.announced {
-			ls.announced = true
-			r.node.LinkUp(peer)
+	for _, peer := range sortedIDs(r.links) {
+		if ls := r.links[peer]; ls != nil && !ls.announced {
+			r.announce(peer, ls)
 		}
 	}
 	r.refreshStatus()
+}
+
+// maxEarly bounds the messages held on a link before the core is told of
+// it (linkState.early): a peer heartbeats every heartbeat period, so this
+// covers a joinpoint resolution of many seconds. Beyond it the link is
+// closed: its peer sees it go down, and its core re-sends what matters on
+// the next link (LinkUp: a StateRequest still awaited, floods,
+// retransmissions).
+const maxEarly = 1024
+
+// announce tells the core of a link it was not told of yet, then steps
+// what arrived on it meanwhile, in order.
+func (r *Runtime) announce(peer message.BrokerID, ls *linkState) {
+	ls.announced = true
+	r.node.LinkUp(peer)
+	early := ls.early
+	ls.early = nil
+	if len(early) > 0 {
+		r.peerMessages(ls.l, early)
+	}
 }
 
 func (r *Runtime) handle(ev event) {
@@ -539,8 +565,7 @@ func (r *Runtime) handle(ev event) {
 		if ls := r.links[ev.peer]; ls != nil {
 			// The other side's dial won the race: one link, already up.
 			if !ls.announced && r.started {
-				ls.announced = true
-				r.node.LinkUp(ev.peer)
+				r.announce(ev.peer, ls)
 			}
 			return
 		}
@@ -595,8 +620,20 @@ func (r *Runtime) peerMessages(l PeerLink, msgs []message.Message) {
 		return
 	}
 	if !ls.announced {
-		// Not a member yet: nothing to do with a peer's message. The peer
-		// retries what matters (joins, heartbeats).
+		// The core has not been told of this link yet (it is not started:
+		// the joinpoint is being resolved). Dropped, a message is lost on
+		// a link its sender sees up, and not every one is sent again: a
+		// recovering neighbour's StateRequest is not, and the neighbour
+		// then waited for us until gone_after and became routable without
+		// our side's subscriptions (issue 14). Held until announce.
+		if len(ls.early)+len(msgs) > maxEarly {
+			r.log.Warn().Str("peer", string(peer)).Int("held", len(ls.early)).Msg("too many messages before the core started; closing the link")
+			ls.l.Close("too many messages before the broker started")
+			delete(r.links, peer)
+			r.m.linkCloses.WithLabelValues("early").Inc()
+			return
+		}
+		ls.early = append(ls.early, msgs...)
 		return
 	}
 	for _, m := range msgs {
@@ -632,8 +669,7 @@ func (r *Runtime) linkUp(l PeerLink) {
 	r.links[peer] = ls
 	r.log.Debug().Str("peer", string(peer)).Msg("link up")
 	if r.started {
-		ls.announced = true
-		r.node.LinkUp(peer)
+		r.announce(peer, ls)
 	}
 }
 
@@ -805,8 +841,7 @@ func (r *Runtime) notice(n Notice) {
 func (r *Runtime) dial(p Peer) {
 	if ls := r.links[p.ID]; ls != nil {
 		if !ls.announced {
-			ls.announced = true
-			r.node.LinkUp(p.ID)
+			r.announce(p.ID, ls)
 			return
 		}
 		// The core asks for a link it was told is up: it must consider
