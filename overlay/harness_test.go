@@ -137,7 +137,7 @@ func (h *harness) round() {
 			if h.prestartHolds {
 				h.held[f.to] = append(h.held[f.to], f)
 			}
-			continue // without prestartHolds: dropped, as the runtime did before issue 14
+			continue // without prestartHolds: dropped, as a runtime that dropped them did
 		}
 		h.nodes[f.to].Step(f.from, f.m)
 		h.collect(f.to)

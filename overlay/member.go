@@ -622,9 +622,9 @@ func (n *Node) askNewNeighbours(before []message.BrokerID) {
 // without answering is waited for until GoneAfterTicks, and the recovery
 // then completes without its side, which makes this broker routable
 // without that side's subscriptions (it swallows the publications for
-// them). A request can be lost on a link its sender sees up: the runtime
-// of a restarted broker dropped what arrived before its core started
-// (issue 14). A duplicate request is harmless: it is answered once more
+// them). Defence in depth: a runtime must not lose a request on a link its
+// sender sees up (it holds what arrives before its core starts), but if one
+// is lost it is asked again. A duplicate request is harmless: it is answered once more
 // (pendingState is a set), and an answer that is no longer awaited is
 // ignored.
 func (n *Node) reaskState() {

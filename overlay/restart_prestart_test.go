@@ -6,7 +6,7 @@ import (
 	"github.com/deltapub/deltapub/message"
 )
 
-// restartBeforeCoreStarted is issue 14 in the chain
+// restartBeforeCoreStarted is the row-of-three restart in the chain
 //
 //	P1 - A - B - C - D (subscriber)
 //
@@ -72,7 +72,7 @@ func TestRestartStateRequestBeforeCoreStartedHeld(t *testing.T) {
 	restartBeforeCoreStarted(t, true)
 }
 
-// Dropped (the runtime before issue 14's fix): the core asks again
+// Dropped (a runtime that drops them): the core asks again
 // (reaskState) and recovers within δ all the same.
 func TestRestartStateRequestBeforeCoreStartedDropped(t *testing.T) {
 	restartBeforeCoreStarted(t, false)

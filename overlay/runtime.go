@@ -123,7 +123,7 @@ type linkState struct {
 	// told of it (before start: the joinpoint not resolved yet); stepped
 	// right after the LinkUp (announce). The peer's core was told the
 	// link is up and relies on it being FIFO and reliable: a StateRequest
-	// is sent once (issue 14: dropped here, it was never asked again).
+	// is sent once.
 	early []message.Message
 }
 
@@ -625,7 +625,7 @@ func (r *Runtime) peerMessages(l PeerLink, msgs []message.Message) {
 		// a link its sender sees up, and not every one is sent again: a
 		// recovering neighbour's StateRequest is not, and the neighbour
 		// then waited for us until gone_after and became routable without
-		// our side's subscriptions (issue 14). Held until announce.
+		// our side's subscriptions. Held until announce.
 		if len(ls.early)+len(msgs) > maxEarly {
 			r.log.Warn().Str("peer", string(peer)).Int("held", len(ls.early)).Msg("too many messages before the core started; closing the link")
 			ls.l.Close("too many messages before the broker started")

@@ -46,7 +46,8 @@ func TestRuntimeStepsWhatArrivedBeforeTheCoreStarted(t *testing.T) {
 	}
 	// Then B3's runtime resolves its joinpoint B2 and starts the core.
 	l2, _ := fakeLinkPair("B3", "B2")
-	r.handle(event{kind: evJoinpoint, link: l2, addr: "127.0.0.1:2"})
+	r.handle(event{kind: evDialed, link: l2})
+	r.handle(event{kind: evJoinpoints, peers: []Peer{{ID: "B2", Addr: "127.0.0.1:2"}}})
 	r.drain()
 	var got []string
 	notMember := false
