@@ -113,6 +113,7 @@ type Node struct {
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64
 	heldFloods map[message.BrokerID][]message.SubFlood // floods from senders the map cannot place, until a StateReply does (flood.go holdUnplaced)
+	heldAsked  map[message.BrokerID]bool               // senders of held floods asked for a resync on the current link (flood.go askUnplaced)
 	gapSeen    map[gapKey]bool
 	gapOrder   []gapKey
 	// The publication path's caches (forward.go): route slots by broker
@@ -281,6 +282,9 @@ func (n *Node) becomeJoined() {
 		if p := n.peers[id]; p.up {
 			n.send(id, n.heartbeat())
 		}
+	}
+	for _, id := range sortedIDs(n.heldFloods) {
+		n.askUnplaced(id) // floods held while we recovered (flood.go holdUnplaced)
 	}
 }
 
@@ -623,6 +627,9 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 		p.epoch = m.Epoch
 		p.joined = m.Joined
 		p.heardHB = true
+		if m.Joined {
+			n.askUnplaced(p.id) // it holds our map's missing part now (flood.go holdUnplaced)
+		}
 	}
 	if was != n.unusable(p.id) {
 		if !was {
@@ -663,6 +670,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	p.up, p.dialing, p.silent, p.heardHB, p.dackSent = true, false, 0, false, 0
 	p.dackAt = n.now - int64(n.cfg.DACKTicks) // a new link may carry a DACK at once
 	n.dropAssembly(id)
+	delete(n.heldAsked, id)
 	n.send(id, n.heartbeat())
 	if !n.member && n.jn.isCurrent(id) && !n.jn.asked {
 		n.askJoin(id)

@@ -437,13 +437,11 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	}
 	dir := n.floodDirection(from)
 	if dir == "" {
-		if dir = n.placeUnknown(from); dir == "" {
-			if !m.Unsub {
-				n.holdUnplaced(from, m)
-				return
-			}
-			dir = from // a withdrawal: removing the entry everywhere is right
+		if !m.Unsub {
+			n.holdUnplaced(from, m)
+			return
 		}
+		dir = from // a withdrawal: removing the entry everywhere is right
 	}
 	if m.Unsub && m.Mark {
 		if _, ok := n.table.Get(m.Sub); !ok {
@@ -522,50 +520,33 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	n.fl.hint = nil
 }
 
-// placeUnknown handles a flood from a broker our map does not show (our
-// map is partial after a recovery beyond δ): it must be behind one of our
-// unusable neighbours; with exactly one such neighbour that is its
-// direction. We also ask the sender for its state and map (a resync),
-// which completes our map. Returns "" when it cannot be placed.
-func (n *Node) placeUnknown(from message.BrokerID) message.BrokerID {
-	if n.joined {
-		n.send(from, &message.StateRequest{Node: n.self, Resync: true})
-	}
-	var cand message.BrokerID
-	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		// A neighbour we have no link to counts too, suspected or not
-		// yet: the sender may have bypassed it. Not counted, a recovering
-		// broker whose dial to its crashed neighbour had just failed took
-		// a bypass flood from behind it as coming from behind its other,
-		// recovering neighbour, and sent it on with that one as its
-		// from-pointer, away from the publishers' side (fuzz seed 72406
-		// beyond δ).
-		if p := n.peers[nb]; n.unusable(nb) || p == nil || !p.up {
-			if cand != "" {
-				// Behind one of several: taken as a direction of its own,
-				// the flood went on to every neighbour, the sender's side
-				// included, with us as its from-pointer, and a broker
-				// there routed toward us, away from the subscriber (fuzz
-				// seed 62324 beyond δ).
-				return ""
-			}
-			cand = nb
-		}
-	}
-	if cand == "" {
-		return from
-	}
-	return cand
-}
-
 // maxUnplaced bounds the floods held per sender (holdUnplaced).
 const maxUnplaced = 4096
 
-// holdUnplaced keeps a subscription flood from a sender we cannot place
-// (placeUnknown) unanswered until our map places it: the resync it asked
-// for, or a recovery's state, brings its part of the map (replayUnplaced).
-// Unanswered, the sender keeps waiting for us, so the subscription is not
-// confirmed meanwhile; and on a new link it sends the flood again.
+// holdUnplaced keeps a subscription flood from a sender our map does not
+// place (beyond δ our map is partial: typically a bypass flood past failed
+// brokers, or one from a broker restarted in the same incident) unanswered
+// until the map places it: a recovery's StateReply or the resync we ask
+// the sender for (askUnplaced: its reply holds its map around us) brings
+// its part of the map (replayUnplaced). Unanswered, the sender keeps
+// waiting for us, so the subscription is not confirmed meanwhile; and on a
+// new link it sends the flood again.
+//
+// A direction is never inferred from what the failure detector says about
+// our neighbours: that view lags the sender's (which bypassed the brokers
+// it found unusable) by a link delay or more, and a wrong guess installs an
+// entry pointing away from the subscriber, which the map placing the
+// sender later does not correct, and the flood is confirmed through it.
+// Taken as a direction of its own, the flood went on with us as its
+// from-pointer, the sender's side included (fuzz seed 62324); taken as
+// behind "the one unusable neighbour" it went wrong each time a
+// neighbour's state was not known yet: one we had no link to (72406), and
+// one whose link was up but whose first heartbeat (saying it was
+// recovering) had not arrived — the restarted B1 placed B11's bypass flood
+// for S12 past the restarting B9 behind its other, recovering neighbour
+// B2, the flood was confirmed, and B1 swallowed the publications from B2's
+// side for S12 (silent loss, fuzz seed 82128 of --brokers 10-60 --delta
+// 1-3 --faults 4; scenario restart_unplaced_unheard.txt).
 func (n *Node) holdUnplaced(from message.BrokerID, m *message.SubFlood) {
 	if n.heldFloods == nil {
 		n.heldFloods = map[message.BrokerID][]message.SubFlood{}
@@ -579,6 +560,26 @@ func (n *Node) holdUnplaced(from message.BrokerID, m *message.SubFlood) {
 	if len(l) < maxUnplaced {
 		n.heldFloods[from] = append(l, *m) // (the filter is shared as in the routing table)
 	}
+	n.askUnplaced(from)
+}
+
+// askUnplaced asks the sender of held floods for a resync, once per sender
+// and link (its reply replays them; one that still does not place it does
+// not ask again), once both are joined: a broker not joined ignores a
+// resync's reply, and one not joined does not answer the request
+// (becomeJoined asks then, and onHeartbeat when the sender says it joined).
+func (n *Node) askUnplaced(from message.BrokerID) {
+	if len(n.heldFloods[from]) == 0 || !n.joined || n.heldAsked[from] {
+		return
+	}
+	if p := n.peers[from]; p == nil || !p.up || !p.joined {
+		return
+	}
+	if n.heldAsked == nil {
+		n.heldAsked = map[message.BrokerID]bool{}
+	}
+	n.heldAsked[from] = true
+	n.send(from, &message.StateRequest{Node: n.self, Resync: true})
 }
 
 // replayUnplaced handles again the floods held by holdUnplaced, in the
@@ -594,10 +595,14 @@ func (n *Node) replayUnplaced() {
 		l := n.heldFloods[id]
 		delete(n.heldFloods, id)
 		if p := n.peers[id]; p == nil || !p.up {
+			delete(n.heldAsked, id)
 			continue
 		}
 		for i := range l {
 			n.onSubFlood(id, &l[i])
+		}
+		if _, held := n.heldFloods[id]; !held {
+			delete(n.heldAsked, id)
 		}
 	}
 }

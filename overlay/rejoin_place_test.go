@@ -173,6 +173,71 @@ func TestFloodFromUnknownSenderBesideUnlinkedNeighbourIsHeld(t *testing.T) {
 	}
 }
 
+// A flood from a broker our map does not hold, with one neighbour unusable
+// (recovering) and another one linked whose first heartbeat has not arrived
+// yet (it restarted: that heartbeat says it is recovering): held, not placed
+// behind the one known unusable (fuzz seed 82128 beyond δ: placed behind the
+// recovering B2, S12's entry pointed away from B9's side, where the sender
+// was, the flood was confirmed and the publications from B2's side for S12
+// were dropped). The sender is asked for a resync once, not again when the
+// held flood is replayed without placing it, and again on a new link.
+func TestFloodFromUnknownSenderBesideUnheardNeighbourIsHeld(t *testing.T) {
+	n := childWithTwoChildren(t, 1, 2, "B", "E", "G")
+	n.peer("B").joined = false // recovering: unusable
+	n.LinkUp("D")              // linked, nothing heard on the new link yet
+	n.routesChanged()
+	n.Ready()
+
+	sub := message.SubID{Edge: "H", Epoch: 1, N: 1}
+	n.Step("G", &message.SubFlood{Sub: sub, Filter: classFilter("stock"), From: "G"})
+	if e, ok := n.table.Get(sub); ok {
+		t.Fatalf("the flood was placed: dir=%s from=%s", e.Dir, e.From)
+	}
+	resyncs := func() int {
+		k := 0
+		for _, e := range n.Ready().Messages {
+			switch m := e.Msg.(type) {
+			case *message.SubFlood, *message.SubConfirm:
+				t.Fatalf("the flood was sent on or answered: %T to %s", e.Msg, e.To)
+			case *message.StateRequest:
+				if e.To == "G" && m.Resync {
+					k++
+				}
+			}
+		}
+		return k
+	}
+	if k := resyncs(); k != 1 {
+		t.Fatalf("%d resyncs asked of the sender, want 1", k)
+	}
+	// A StateReply that does not place G (E's, with nothing of G's side)
+	// replays the held flood: held again, G not asked again.
+	n.Step("E", &message.StateReply{Map: []message.MapNode{{ID: "E", Addr: "addr-E", Epoch: 1, Parent: "C"}}})
+	if _, ok := n.table.Get(sub); ok {
+		t.Fatal("the flood was placed by a reply that does not hold its sender")
+	}
+	if k := resyncs(); k != 0 {
+		t.Fatalf("%d resyncs asked again of the sender, want 0", k)
+	}
+	// A new link to G: G sends the flood again and is asked again.
+	n.LinkDown("G")
+	n.LinkUp("G")
+	n.Step("G", &message.Heartbeat{Epoch: 1, Joined: true})
+	n.Step("G", &message.SubFlood{Sub: sub, Filter: classFilter("stock"), From: "G"})
+	if k := resyncs(); k != 1 {
+		t.Fatalf("%d resyncs asked of the sender on its new link, want 1", k)
+	}
+	// G's state places it behind D (C-D-G): handled then.
+	n.Step("G", &message.StateReply{Map: []message.MapNode{
+		{ID: "C", Addr: "addr-C", Epoch: 1, Parent: "B"},
+		{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"},
+		{ID: "G", Addr: "addr-G", Epoch: 1, Parent: "D"},
+	}})
+	if e, ok := n.table.Get(sub); !ok || e.Dir != "D" {
+		t.Fatalf("entry %+v (known %v), want dir=D", e, ok)
+	}
+}
+
 // A broker removed from the tree as gone that restarts and joins us anew is
 // routable again once it says it is joined (fuzz seed 72106 beyond δ: it
 // stayed marked gone, and what we queued for its side stayed queued).

@@ -72,6 +72,16 @@ func TestFuzzRegressionsRestartChain(t *testing.T) {
 		// recovery complete at gone_after without B2's side, became B6's
 		// next hop with no subscriptions: P1/1/268-269 discarded at B3.
 		{80098, 1, "a neighbour that answered NotMember joined later and was not asked again", 3},
+		// --delta 1-3 --faults 4: B1 (the root), B2, B9, B19 crashed
+		// (B4-B2-B1-B9-B11, P3 at B4, P2 behind B2; S12 at B21 behind
+		// B11, subscribed meanwhile). The restarted B1, refused by the
+		// recovering B2 and rejoined through B8 (a map without B11), got
+		// B11's bypass flood for S12 past B9 while B9's new link was up
+		// but its first heartbeat not yet in: "the one unusable
+		// neighbour" was B2, S12's entry pointed there, S12 was confirmed
+		// and B1 dropped P2's and P3's publications for it (scenario
+		// restart_unplaced_unheard.txt).
+		{82128, 3, "a flood from a broker the map does not hold placed behind the wrong neighbour", 4},
 	}
 	for _, c := range cases {
 		o := DefaultFuzzOptions()
