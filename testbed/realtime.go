@@ -146,6 +146,9 @@ const (
 	maxDrainExtension = 30 * time.Second
 	// sampleParallel bounds concurrent /metrics scrapes.
 	sampleParallel = 8
+	// rejoinSlack bounds how long past a rejoin bound the end of a run
+	// waits for the reading that shows the bound passed.
+	rejoinSlack = 5 * time.Second
 )
 
 // subscribeWindow bounds the subscriptions made but not yet confirmed
@@ -541,7 +544,14 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 				go func(n string) {
 					defer sw.Done()
 					defer func() { <-sem }()
+					// The reading's time is taken before it is read: a
+					// broker restarted before it is seen joined only by
+					// readings taken after the restart.
+					rat := time.Since(start)
 					s := h.sample(n)
+					// The liveness readings of the baseline round are
+					// kept: the first window's counts are from there.
+					rec.Reading(BrokerReading{At: rat, Broker: n, Control: s.ctl, Joined: s.joined, Incarnation: s.inc})
 					if keep {
 						s.At, s.Broker = at, n
 						rec.Sample(s)
@@ -574,6 +584,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	// The drain ends after quiet without a delivery: long enough for a
 	// retransmission after a failure detection (a few failure timeouts).
 	quiet := max(2*time.Second, 3*p.Spec.Overlay.FailureTimeout.Duration)
+	rejoinNoted := false
 	for {
 		now := time.Now()
 		rec.SetElapsed(now.Sub(start))
@@ -581,10 +592,22 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 			lastCount, lastChange = c, now
 		}
 		if !now.Before(end) && (now.Sub(lastChange) >= quiet || now.Sub(end) >= maxDrainExtension) {
-			if ext := now.Sub(end); ext >= time.Second {
-				rec.Note(fmt.Sprintf("drain extended by %v: deliveries were still arriving", ext.Round(100*time.Millisecond)))
+			// The rejoin rule judges a restarted broker once its bound
+			// has passed: while one has not rejoined and its bound has
+			// not passed, the brokers are still observed (bounded: the
+			// bound is a time of the run, and a sampler that stopped
+			// answering is waited for at most rejoinSlack more).
+			if d, wait := rec.rejoinWait(p); wait && now.Sub(start) < d+2*period+rejoinSlack {
+				if !rejoinNoted {
+					rejoinNoted = true
+					rec.Note(fmt.Sprintf("run observed until %v: a restarted broker had not rejoined yet", d.Round(time.Millisecond)))
+				}
+			} else {
+				if ext := now.Sub(end); ext >= time.Second {
+					rec.Note(fmt.Sprintf("drain extended by %v: deliveries were still arriving", ext.Round(100*time.Millisecond)))
+				}
+				break
 			}
-			break
 		}
 		select {
 		case <-tick.C:
