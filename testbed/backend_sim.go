@@ -203,9 +203,12 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	// through the broker's current ancestors, not through one that left
 	// (as internal/sim's scenario runner does with its plan).
 	cur := p.Topo.clone()
+	// The joinpoints are those of the real-time modes (joinpointsFor):
+	// the ancestors nearest first, and for the root its children (with
+	// none, a restarted root would have joined nowhere).
 	ancestors := func(n string) []message.BrokerID {
 		var out []message.BrokerID
-		for a := cur.Parent[n]; a != "" && len(out) < o.Delta+1; a = cur.Parent[a] {
+		for _, a := range joinpointsFor(cur, n, o.Delta) {
 			out = append(out, message.BrokerID(a))
 		}
 		return out
