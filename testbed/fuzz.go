@@ -402,14 +402,16 @@ type FuzzResult struct {
 	Summary *Summary // nil when the run could not start
 	Err     error
 	Timeout bool
-	Wall    time.Duration
-	Dir     string
+	// Interrupted: the campaign was stopped (SIGINT, SIGTERM) during it.
+	Interrupted bool
+	Wall        time.Duration
+	Dir         string
 }
 
 // Failed reports whether the run failed (a FAIL verdict, a timeout, or a
 // run that could not start).
 func (r FuzzResult) Failed() bool {
-	return r.Err != nil || r.Timeout || r.Summary == nil || r.Summary.Verdict.Verdict != "PASS"
+	return r.Err != nil || r.Timeout || r.Interrupted || r.Summary == nil || r.Summary.Verdict.Verdict != "PASS"
 }
 
 // Line is the run's line of the fuzzer's output.
@@ -429,10 +431,12 @@ func (r FuzzResult) Line() string {
 	switch {
 	case r.Timeout:
 		why = append(why, "timeout")
+	case r.Interrupted:
+		why = append(why, "interrupted")
 	case r.Err != nil && r.Summary == nil:
 		why = append(why, r.Err.Error())
 	}
-	if r.Summary != nil && r.Failed() && !r.Timeout {
+	if r.Summary != nil && r.Failed() && !r.Timeout && !r.Interrupted {
 		why = append(why, r.Summary.Verdict.Reasons...)
 	}
 	if len(why) > 0 {
@@ -512,7 +516,10 @@ func FuzzOne(ctx context.Context, seed int64, o FuzzOptions) (res FuzzResult) {
 		}
 	}
 	res.Summary, res.Err = d.sum, d.err
-	if errors.Is(context.Cause(rctx), errFuzzTimeout) && ctx.Err() == nil {
+	switch {
+	case ctx.Err() != nil:
+		res.Interrupted = true
+	case errors.Is(context.Cause(rctx), errFuzzTimeout):
 		res.Timeout = true
 	}
 	if !res.Failed() && !o.Keep {
