@@ -203,12 +203,13 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	// through the broker's current ancestors, not through one that left
 	// (as internal/sim's scenario runner does with its plan).
 	cur := p.Topo.clone()
-	// The joinpoints are those of the real-time modes (joinpointsFor):
-	// the ancestors nearest first, and for the root its children (with
-	// none, a restarted root would have joined nowhere).
+	// The joinpoints are those of the real-time modes (rejoinpointsFor):
+	// the ancestors nearest first, for the root its children, then the
+	// nearest others up to δ+1 (with only its ancestors, a restarted root
+	// had joined nowhere).
 	ancestors := func(n string) []message.BrokerID {
 		var out []message.BrokerID
-		for _, a := range joinpointsFor(cur, n, o.Delta) {
+		for _, a := range rejoinpointsFor(cur, n, o.Delta) {
 			out = append(out, message.BrokerID(a))
 		}
 		return out
