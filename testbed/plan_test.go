@@ -302,6 +302,9 @@ func TestTopologyDetach(t *testing.T) {
 	if got := rejoinpointsFor(base, "B1", 2); !slices.Equal(got, []string{"B2", "B3", "B4"}) {
 		t.Fatalf("rejoinpoints of the root B1: %v", got)
 	}
+	if got := rejoinpointsFor(base, "B1", 0); !slices.Equal(got, []string{"B2"}) {
+		t.Fatalf("rejoinpoints of the root B1, δ=0: %v", got) // δ+1 children at most
+	}
 	if got := rejoinpointsFor(base, "B2", 1); !slices.Equal(got, []string{"B1", "B4"}) {
 		t.Fatalf("rejoinpoints of B2, δ=1: %v", got)
 	}

@@ -50,14 +50,16 @@ type host interface {
 
 // joinpointsFor lists where a broker (re)joins: its ancestors nearest
 // first (up to δ+1 of them, so a join survives δ crashed ancestors), then,
-// for the root, its children.
+// for the root, its first δ+1 children.
 func joinpointsFor(t *Topology, name string, delta int) []string {
 	var out []string
 	for n := t.Parent[name]; n != "" && len(out) < delta+1; n = t.Parent[n] {
 		out = append(out, n)
 	}
 	if len(out) == 0 {
-		out = append(out, t.Children[name]...)
+		// δ+1 of them: the runtime takes at most 16 (a star's root has
+		// as many children as brokers).
+		out = append(out, t.Children[name][:min(len(t.Children[name]), delta+1)]...)
 	}
 	return out
 }
