@@ -49,19 +49,21 @@ type inprocBroker struct {
 	unfreez chan struct{} // non-nil while frozen; closed by resume
 	in, out int64
 	ctrl    int64
+	inc     int // incarnation: starts of this broker before this one
 }
 
 type inprocHost struct {
 	p        *Plan
 	mu       sync.Mutex
 	brokers  map[string]*inprocBroker
+	starts   map[string]int // starts per broker so far
 	port     map[string]int
 	ctrlDone int64
 	stopOnce sync.Once
 }
 
 func newInprocHost(p *Plan) (*inprocHost, error) {
-	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, port: map[string]int{}}
+	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, starts: map[string]int{}, port: map[string]int{}}
 	if base := p.Spec.Process.BasePort; base != 0 {
 		for i, n := range p.Topo.Names {
 			h.port[n] = base + 2*i
@@ -178,6 +180,8 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 		ep.Close()
 	}()
 	h.mu.Lock()
+	b.inc = h.starts[name]
+	h.starts[name]++
 	h.brokers[name] = b
 	h.mu.Unlock()
 	return nil
@@ -397,6 +401,30 @@ func gather(reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
+// gatherControl is the core's control messages sent by type, from the
+// runtime's metrics (its snapshot of Status().Counters.Control, read
+// without a call into the runtime goroutine).
+func gatherControl(reg *prometheus.Registry) map[string]int64 {
+	out := map[string]int64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != controlMetric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "type" && m.GetCounter() != nil {
+					out[l.GetValue()] += int64(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out
+}
+
 func (h *inprocHost) sample(name string) BrokerSample {
 	s := BrokerSample{CPU: -1, MsgsIn: -1, MsgsOut: -1, Queue: -1}
 	b, err := h.get(name)
@@ -408,6 +436,7 @@ func (h *inprocHost) sample(name string) BrokerSample {
 	h.mu.Unlock()
 	s.Up = !frozen
 	m := gather(b.reg)
+	s.ctl, s.joined, s.inc = gatherControl(b.reg), b.rt.Joined(), b.inc
 	in, out := int64(m["deltapub_peer_messages_in_total"]), int64(m["deltapub_peer_messages_out_total"])
 	s.MsgsIn, s.MsgsOut = in-b.in, out-b.out
 	s.Queue = int64(m["deltapub_queue_length"])

@@ -523,8 +523,12 @@ func (h *procHost) metrics(name string) (map[string]float64, error) {
 	return parseMetrics(io.LimitReader(resp.Body, 8<<20))
 }
 
+// controlMetric is the core's Status().Counters.Control, by type label.
+const controlMetric = "deltapub_control_messages_sent_total"
+
 // parseMetrics reads the Prometheus text format, summing the samples of
-// each metric over its labels.
+// each metric over its labels; the series of controlMetric are also kept
+// under their full name (`deltapub_control_messages_sent_total{type="X"}`).
 func parseMetrics(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
 	sc := bufio.NewScanner(r)
@@ -539,6 +543,7 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 			continue
 		}
 		name := line[:sp]
+		series := name
 		if i := bytes.IndexByte(name, '{'); i >= 0 {
 			name = name[:i]
 		}
@@ -547,8 +552,31 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 			continue
 		}
 		out[string(name)] += v
+		if string(name) == controlMetric && len(series) > len(name) {
+			out[string(series)] = v // by type, for the storm rule
+		}
 	}
 	return out, sc.Err()
+}
+
+// controlByType picks the control messages sent by type out of a scrape
+// (see parseMetrics).
+func controlByType(m map[string]float64) map[string]int64 {
+	out := map[string]int64{}
+	prefix := controlMetric + `{`
+	for k, v := range m {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		_, typ, ok := strings.Cut(rest, `type="`)
+		if !ok {
+			continue
+		}
+		typ, _, _ = strings.Cut(typ, `"`)
+		out[typ] += int64(v)
+	}
+	return out
 }
 
 // clkTck is the kernel's clock tick for /proc CPU times (USER_HZ, 100 on
@@ -609,7 +637,12 @@ func (h *procHost) sample(name string) BrokerSample {
 	in, out := int64(m["deltapub_peer_messages_in_total"]), int64(m["deltapub_peer_messages_out_total"])
 	s.MsgsIn, s.MsgsOut = in-pr.in, out-pr.out
 	s.Queue = int64(m["deltapub_queue_length"])
+	// The metrics are the runtime's snapshot of the core's Status (taken
+	// every few ticks, read without a call into the runtime goroutine,
+	// which a storming broker answers late): the same counters as /state.
+	s.ctl, s.joined = controlByType(m), m["deltapub_joined"] == 1
 	h.mu.Lock()
+	s.inc = pr.epochN
 	pr.in, pr.out = in, out
 	pr.ctrl = int64(m["deltapub_control_messages_sent_total"])
 	h.mu.Unlock()

@@ -72,6 +72,11 @@ type Verdict struct {
 	// left, never acknowledged (refused with ErrLeaving or cut short):
 	// not required.
 	RefusedPublications int `json:"refused_publications,omitempty"`
+	// Storms are the brokers whose control traffic exceeded the storm
+	// bound after the first fault (liveness.go); NotRejoined the restarted
+	// brokers that were not members again within the rejoin bound.
+	Storms      []StormRecord `json:"storms"`
+	NotRejoined []string      `json:"not_rejoined,omitempty"`
 }
 
 // faultTimeline answers "what was down when".
@@ -82,6 +87,13 @@ type faultTimeline struct {
 	crashes    map[string][]time.Duration
 	frozenTail map[string]time.Duration // frozen at the end of the run, since
 	left       map[string]time.Duration // graceful leaves: when each broker left
+	// restarted is, per broker up at the end, its last restart (a crash
+	// or leave since removes it): what the rejoin rule judges.
+	restarted map[string]time.Duration
+	// firstFault and lastFault are the times of the first and the last
+	// fault (scheduled or manual), if hasFaults.
+	firstFault, lastFault time.Duration
+	hasFaults             bool
 }
 
 func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTimeline {
@@ -106,17 +118,27 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 		steps = append(steps, step{m.at, []Action{m.a}})
 	}
 	sort.SliceStable(steps, func(a, b int) bool { return steps[a].at < steps[b].at })
-	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}, left: map[string]time.Duration{}}
+	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}, left: map[string]time.Duration{}, restarted: map[string]time.Duration{}}
 	state := map[string]brokerState{}
 	frozeAt := map[string]time.Duration{}
 	cuts := map[[2]string]bool{}
 	for _, st := range steps {
+		if len(st.actions) > 0 {
+			if !tl.hasFaults {
+				tl.firstFault, tl.hasFaults = st.at, true
+			}
+			tl.lastFault = st.at
+		}
 		for _, a := range st.actions {
 			switch a.Kind {
 			case ActCrash:
 				state[a.Broker] = stCrashed
 				tl.crashes[a.Broker] = append(tl.crashes[a.Broker], st.at)
-			case ActRestart, ActResume:
+				delete(tl.restarted, a.Broker)
+			case ActRestart:
+				state[a.Broker] = stUp
+				tl.restarted[a.Broker] = st.at
+			case ActResume:
 				state[a.Broker] = stUp
 			case ActFreeze:
 				state[a.Broker] = stFrozen
@@ -129,6 +151,7 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 				// Not a failure: the tree is repaired around the
 				// leaver (it no longer counts at all).
 				delete(state, a.Broker)
+				delete(tl.restarted, a.Broker)
 				if _, ok := tl.left[a.Broker]; !ok {
 					tl.left[a.Broker] = st.at
 				}
@@ -359,6 +382,7 @@ func Judge(p *Plan, r *Recorder) Verdict {
 			v.Reasons = append(v.Reasons, fmt.Sprintf("leave %s did not complete cleanly: %s", l.Broker, l.Err))
 		}
 	}
+	judgeLiveness(p, r, tl, &v)
 	v.Verdict = "PASS"
 	if len(v.Reasons) > 0 {
 		v.Verdict = "FAIL"

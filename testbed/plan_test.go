@@ -294,6 +294,20 @@ func TestTopologyDetach(t *testing.T) {
 	if got := joinpointsFor(tp, "B5", 2); !slices.Equal(got, []string{"B3"}) {
 		t.Fatalf("joinpoints of B5 after B1 left: %v", got)
 	}
+	// A restart has δ+1 joinpoints: its ancestors, then the nearest
+	// others (here B5's siblings, in B3's order of children).
+	if got := rejoinpointsFor(tp, "B5", 2); !slices.Equal(got, []string{"B3", "B6", "B7"}) {
+		t.Fatalf("rejoinpoints of B5 after B1 left: %v", got)
+	}
+	if got := rejoinpointsFor(base, "B1", 2); !slices.Equal(got, []string{"B2", "B3", "B4"}) {
+		t.Fatalf("rejoinpoints of the root B1: %v", got)
+	}
+	if got := rejoinpointsFor(base, "B1", 0); !slices.Equal(got, []string{"B2"}) {
+		t.Fatalf("rejoinpoints of the root B1, δ=0: %v", got) // δ+1 children at most
+	}
+	if got := rejoinpointsFor(base, "B2", 1); !slices.Equal(got, []string{"B1", "B4"}) {
+		t.Fatalf("rejoinpoints of B2, δ=1: %v", got)
+	}
 	tp.detach("B7") // a leaf
 	if tp.Has("B7") || slices.Contains(tp.Children["B3"], "B7") || len(tp.Names) != 4 {
 		t.Fatalf("detach leaf B7: names %v children %v", tp.Names, tp.Children)

@@ -49,15 +49,53 @@ type host interface {
 }
 
 // joinpointsFor lists where a broker (re)joins: its ancestors nearest
-// first (up to δ+1 of them, so a join survives δ crashed ancestors), then
-// its children (a restarting broker whose ancestors are restarting too,
-// the root among them, rejoins at its old place through a child).
+// first (up to δ+1 of them, so a join survives δ crashed ancestors), then,
+// for the root, its first δ+1 children.
 func joinpointsFor(t *Topology, name string, delta int) []string {
 	var out []string
 	for n := t.Parent[name]; n != "" && len(out) < delta+1; n = t.Parent[n] {
 		out = append(out, n)
 	}
-	return append(out, t.Children[name]...)
+	if len(out) == 0 {
+		// δ+1 of them: the runtime takes at most 16 (a star's root has
+		// as many children as brokers).
+		out = append(out, t.Children[name][:min(len(t.Children[name]), delta+1)]...)
+	}
+	return out
+}
+
+// rejoinpointsFor lists where a restarted broker rejoins: joinpointsFor,
+// then, while there are fewer than δ+1, the nearest other brokers of the
+// planned tree (breadth first from it: its children, then their children
+// and its siblings, ...). A root and its child restarted together each had
+// only the other (the root its children, the child its one ancestor): two
+// brokers that are not members asking each other, forever; with δ+1
+// joinpoints one of them is a member whenever at most δ brokers are down.
+// (The overlay build uses joinpointsFor: there the ancestors are members.)
+func rejoinpointsFor(t *Topology, name string, delta int) []string {
+	out := joinpointsFor(t, name, delta)
+	in := map[string]bool{name: true}
+	for _, j := range out {
+		in[j] = true
+	}
+	seen := map[string]bool{name: true}
+	queue := []string{name}
+	for len(queue) > 0 && len(out) < delta+1 {
+		x := queue[0]
+		queue = queue[1:]
+		for _, y := range t.Neighbours(x) {
+			if seen[y] {
+				continue
+			}
+			seen[y] = true
+			queue = append(queue, y)
+			if !in[y] && len(out) < delta+1 {
+				in[y] = true
+				out = append(out, y)
+			}
+		}
+	}
+	return out
 }
 
 // leaveResult is how a graceful leave ended: how long the broker took to
@@ -144,6 +182,9 @@ const (
 	maxDrainExtension = 30 * time.Second
 	// sampleParallel bounds concurrent /metrics scrapes.
 	sampleParallel = 8
+	// rejoinSlack bounds how long past a rejoin bound the end of a run
+	// waits for the reading that shows the bound passed.
+	rejoinSlack = 5 * time.Second
 )
 
 // subscribeWindow bounds the subscriptions made but not yet confirmed
@@ -539,7 +580,14 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 				go func(n string) {
 					defer sw.Done()
 					defer func() { <-sem }()
+					// The reading's time is taken before it is read: a
+					// broker restarted before it is seen joined only by
+					// readings taken after the restart.
+					rat := time.Since(start)
 					s := h.sample(n)
+					// The liveness readings of the baseline round are
+					// kept: the first window's counts are from there.
+					rec.Reading(BrokerReading{At: rat, Broker: n, Control: s.ctl, Joined: s.joined, Incarnation: s.inc})
 					if keep {
 						s.At, s.Broker = at, n
 						rec.Sample(s)
@@ -572,6 +620,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	// The drain ends after quiet without a delivery: long enough for a
 	// retransmission after a failure detection (a few failure timeouts).
 	quiet := max(2*time.Second, 3*p.Spec.Overlay.FailureTimeout.Duration)
+	rejoinNoted := false
 	for {
 		now := time.Now()
 		rec.SetElapsed(now.Sub(start))
@@ -579,10 +628,22 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 			lastCount, lastChange = c, now
 		}
 		if !now.Before(end) && (now.Sub(lastChange) >= quiet || now.Sub(end) >= maxDrainExtension) {
-			if ext := now.Sub(end); ext >= time.Second {
-				rec.Note(fmt.Sprintf("drain extended by %v: deliveries were still arriving", ext.Round(100*time.Millisecond)))
+			// The rejoin rule judges a restarted broker once its bound
+			// has passed: while one has not rejoined and its bound has
+			// not passed, the brokers are still observed (bounded: the
+			// bound is a time of the run, and a sampler that stopped
+			// answering is waited for at most rejoinSlack more).
+			if d, wait := rec.rejoinWait(p); wait && now.Sub(start) < d+2*period+rejoinSlack {
+				if !rejoinNoted {
+					rejoinNoted = true
+					rec.Note(fmt.Sprintf("run observed until %v: a restarted broker had not rejoined yet", d.Round(time.Millisecond)))
+				}
+			} else {
+				if ext := now.Sub(end); ext >= time.Second {
+					rec.Note(fmt.Sprintf("drain extended by %v: deliveries were still arriving", ext.Round(100*time.Millisecond)))
+				}
+				break
 			}
-			break
 		}
 		select {
 		case <-tick.C:
@@ -648,7 +709,7 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 			// judges what follows. One that left is gone for good (the
 			// plan refuses that; a manual command is refused here).
 			ls.mu.Lock()
-			jps := joinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
+			jps := rejoinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
 			gone := ls.left[a.Broker]
 			ls.mu.Unlock()
 			if gone {

@@ -28,6 +28,10 @@ type Recorder struct {
 	ctrl    int64
 	ctrlOK  bool
 	notes   []string
+	// readings are the brokers' liveness counters (liveness.go), read
+	// until observedUntil.
+	readings      []BrokerReading
+	observedUntil time.Duration
 
 	// Online counters for the progress line.
 	nPubs, nDels, nFaults, nAnomalies atomic.Int64
@@ -89,6 +93,13 @@ type BrokerSample struct {
 	CPU     float64 // percent of one core over the period
 	RSS     int64   // bytes
 	Up      bool
+
+	// What the liveness rules read (liveness.go), not written to
+	// brokers.csv: cumulative control messages sent by type (nil: not
+	// read), joined, and the incarnation they belong to.
+	ctl    map[string]int64
+	joined bool
+	inc    int
 }
 
 type subKey struct{ subscriber, sub int }

@@ -133,7 +133,11 @@ func runBroker(args []string) int {
 		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 		return 2
 	}
-	log := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format).With().Str("broker", cfg.ID).Logger()
+	// A repeated line is counted, not repeated (loglimit.go): the summaries
+	// go to base, everything else through the limiter.
+	base := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format).With().Str("broker", cfg.ID).Logger()
+	limiter := newLogLimiter(base, logBurst, logWindowD, logMaxKeys)
+	log := base.Hook(limiter)
 	b, err := overlay.NewBroker(cfg, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
@@ -141,6 +145,11 @@ func runBroker(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	limCtx, limStop := context.WithCancel(context.Background())
+	limDone := make(chan struct{})
+	go func() { defer close(limDone); limiter.run(limCtx) }()
+	// On the way out, the pending summaries are written.
+	defer func() { limStop(); <-limDone }()
 	if err := b.Run(ctx); err != nil {
 		log.Error().Err(err).Msg("broker stopped with an error")
 		return 1

@@ -19,6 +19,8 @@ const testbedUsage = `Usage:
   deltapub testbed check FILE [--tree]
   deltapub testbed report DIR
   deltapub testbed compare DIR1 DIR2
+  deltapub testbed fuzz [--mode process|inproc|sim] [--runs N] [--seed S]
+         [--brokers MIN-MAX] [--delta MIN-MAX] [--run-time D] [--out DIR] [--keep]
 
 run      runs the experiment described in FILE and writes summary.json,
          deliveries.csv, brokers.csv and plots (PNG, SVG) into DIR
@@ -26,6 +28,9 @@ run      runs the experiment described in FILE and writes summary.json,
 check    validates FILE without launching anything
 report   prints the summary of an earlier run and redraws its plots
 compare  sets two earlier runs side by side
+fuzz     draws N experiments from seeds S, S+1, ... (a tree, clients, faults
+         within δ), writes each as DIR/run-SEED/testbed.toml, runs and
+         judges it; one line per run, then the totals; exits 1 if any failed
 
 The file format is documented in docs/testbed.md.
 `
@@ -55,6 +60,8 @@ func runTestbed(args []string) int {
 		return testbedReport(args[1:])
 	case "compare":
 		return testbedCompare(args[1:])
+	case "fuzz":
+		return testbedFuzz(args[1:])
 	}
 	fmt.Fprintf(os.Stderr, "deltapub testbed: unknown subcommand %q\n\n%s", args[0], testbedUsage)
 	return 2
@@ -208,5 +215,63 @@ func testbedCompare(args []string) int {
 		return 2
 	}
 	fmt.Print(testbed.Compare(a, b, pos[0], pos[1]))
+	return 0
+}
+
+func testbedFuzz(args []string) int {
+	def := testbed.DefaultFuzzOptions()
+	fs := flag.NewFlagSet("testbed fuzz", flag.ContinueOnError)
+	mode := fs.String("mode", def.Mode, "backend: process | inproc | sim")
+	runs := fs.Int("runs", 1, "number of runs (seeds S, S+1, ...)")
+	seed := fs.Int64("seed", 1, "first seed; --seed S --runs 1 (or --seed S alone) replays run S")
+	brokers := fs.String("brokers", fmt.Sprintf("%d-%d", def.BrokersMin, def.BrokersMax), "brokers per run, MIN-MAX or N")
+	delta := fs.String("delta", fmt.Sprintf("%d-%d", def.DeltaMin, def.DeltaMax), "δ per run, MIN-MAX or N")
+	runTime := fs.Duration("run-time", def.RunTime, "each run's duration (publishing); the drain and setup come on top")
+	out := fs.String("out", def.Out, "results: DIR/run-SEED/ per run (testbed.toml and the results)")
+	keep := fs.Bool("keep", false, "keep the results of passing runs too (failing runs are always kept)")
+	binary := fs.String("binary", "", "deltapub binary for broker processes (default: this executable)")
+	verbose := fs.Bool("verbose", false, "backend diagnostics on stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: deltapub testbed fuzz [--mode process|inproc|sim] [--runs N] [--seed S] [--brokers 8-20] [--delta 1-3] [--run-time D] [--out DIR] [--keep]")
+		fs.PrintDefaults()
+	}
+	if _, code, ok := parsePositional(fs, args, 0); !ok {
+		return code
+	}
+	o := def
+	o.Mode, o.RunTime, o.Out, o.Keep, o.Binary = *mode, *runTime, *out, *keep, *binary
+	var err error
+	if o.BrokersMin, o.BrokersMax, err = parseRange("brokers", *brokers); err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub testbed fuzz:", err)
+		return 2
+	}
+	if o.DeltaMin, o.DeltaMax, err = parseRange("delta", *delta); err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub testbed fuzz:", err)
+		return 2
+	}
+	if *runs < 1 || *runs > 1_000_000 {
+		fmt.Fprintln(os.Stderr, "deltapub testbed fuzz: --runs: want 1 to 1000000")
+		return 2
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *verbose {
+		o.Log = os.Stderr
+	}
+	// SIGINT and SIGTERM stop the run under way (its brokers with it);
+	// the totals so far are printed and the exit is non-zero.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := testbed.Fuzz(ctx, *seed, *runs, o, func(r testbed.FuzzResult) { fmt.Println(r.Line()) })
+	fmt.Println(sum.Line())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub testbed fuzz: interrupted:", err)
+		return 130
+	}
+	if sum.Failed > 0 {
+		return 1
+	}
 	return 0
 }
