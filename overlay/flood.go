@@ -538,15 +538,12 @@ const maxUnplaced = 4096
 // entry pointing away from the subscriber, which the map placing the
 // sender later does not correct, and the flood is confirmed through it.
 // Taken as a direction of its own, the flood went on with us as its
-// from-pointer, the sender's side included (fuzz seed 62324); taken as
-// behind "the one unusable neighbour" it went wrong each time a
-// neighbour's state was not known yet: one we had no link to (72406), and
-// one whose link was up but whose first heartbeat (saying it was
-// recovering) had not arrived — the restarted B1 placed B11's bypass flood
-// for S12 past the restarting B9 behind its other, recovering neighbour
-// B2, the flood was confirmed, and B1 swallowed the publications from B2's
-// side for S12 (silent loss, fuzz seed 82128 of --brokers 10-60 --delta
-// 1-3 --faults 4; scenario restart_unplaced_unheard.txt).
+// from-pointer, the sender's side included; taken as behind "the one
+// unusable neighbour" it went wrong whenever a neighbour's state was not
+// known yet (no link to it, or a link whose first heartbeat, saying it was
+// recovering, had not arrived): the flood was confirmed through an entry
+// pointing away from the subscriber, and the publications for it were
+// swallowed (scenario restart_unplaced_unheard.txt).
 func (n *Node) holdUnplaced(from message.BrokerID, m *message.SubFlood) {
 	if n.heldFloods == nil {
 		n.heldFloods = map[message.BrokerID][]message.SubFlood{}

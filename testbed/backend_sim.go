@@ -64,7 +64,7 @@ func (n countingNode) Ready() sim.Ready {
 }
 
 // controlCounter is what the simulator exposes of a broker's control
-// traffic, cumulative by message type (issue 14: (*sim.Sim).SentControl).
+// traffic, cumulative by message type ((*sim.Sim).SentControl).
 // Where the simulator has it the sim mode reads it, so that the testbed and
 // the simulator's own checker judge the same counts; until then the
 // counting wrapper's per-type counts stand in (both count what the core

@@ -8,7 +8,7 @@ import (
 	"github.com/deltapub/deltapub/internal/traffic"
 )
 
-// The verdict's two liveness rules (issue 14), shared with the simulator's
+// The verdict's two liveness rules, shared with the simulator's
 // checker through internal/traffic:
 //
 //   - storm: per broker and control message type, no sampling window
