@@ -32,7 +32,9 @@ const simUsage = `Usage:
 
 fuzz    runs N random scenarios (random tree, δ, filters, clients, faults placed
         adversarially) and checks every guarantee; one line per failing run, then
-        runs=N failed=F lost=L duplicates=D reordered=R undrained=U; exit 0 only if all 0.
+        runs=N failed=F lost=L duplicates=D reordered=R undrained=U storms=S; exit 0 only if all 0
+        (a storm: a broker's control traffic far above its steady state; a run within δ
+        also fails when a restarted broker does not rejoin within the bound).
 replay  replays one fuzz run from its seed (pass the same --brokers/--delta/--faults).
 run     runs a scenario file (internal/sim/testdata/*.txt) and prints its outcome.
 srds09  the slides' setup: 83 brokers, δ=3, 2,600 subscriptions, 26 publishers at 10/s.
@@ -241,8 +243,8 @@ func indent(s string) string {
 }
 
 func printReport(w io.Writer, r sim.Report) {
-	fmt.Fprintf(w, "published=%d guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d\n",
-		r.Published, r.Guaranteed, r.Delivered, r.Lost, r.GapCovered, r.SilentLost, r.Duplicates, r.Reordered, r.Spurious, r.Undrained, r.Stuck, r.QueueOverBound)
+	fmt.Fprintf(w, "published=%d guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d storms=%d not_rejoined=%d\n",
+		r.Published, r.Guaranteed, r.Delivered, r.Lost, r.GapCovered, r.SilentLost, r.Duplicates, r.Reordered, r.Spurious, r.Undrained, r.Stuck, r.QueueOverBound, r.Storms, r.NotRejoined)
 	for _, d := range r.Details {
 		fmt.Fprintf(w, "  %s\n", d)
 	}

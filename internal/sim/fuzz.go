@@ -75,8 +75,8 @@ func (r FuzzResult) Summary() string {
 		rule = "beyond"
 	}
 	rep := r.Report
-	s := fmt.Sprintf("seed=%d brokers=%d delta=%d faults=%d (%s δ) guaranteed=%d lost=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d",
-		r.Seed, r.Brokers, r.Delta, r.Faults, rule, rep.Guaranteed, rep.Lost, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.Stuck, rep.QueueOverBound)
+	s := fmt.Sprintf("seed=%d brokers=%d delta=%d faults=%d (%s δ) guaranteed=%d lost=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d storms=%d not_rejoined=%d",
+		r.Seed, r.Brokers, r.Delta, r.Faults, rule, rep.Guaranteed, rep.Lost, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.Stuck, rep.QueueOverBound, rep.Storms, rep.NotRejoined)
 	if r.Err != nil {
 		s += " error=" + r.Err.Error()
 	}
@@ -342,6 +342,17 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	s.CheckDrained()
 	s.CheckLiveness()
+	// The rejoin rule is judged only once its bound has passed for every
+	// restart still waiting: run on until then (or until all rejoined).
+	if !res.Beyond {
+		if d := s.RejoinDeadline(); d > s.Now() {
+			if _, err := s.RunUntilCond(d-s.Now(), s.AllRejoined); err != nil {
+				res.Err = err
+				return res
+			}
+		}
+	}
+	s.CheckTraffic(!res.Beyond)
 	res.Report = s.Log().Check()
 	return res
 }
@@ -509,6 +520,7 @@ func (s *Sim) existing(ids []message.BrokerID) []message.BrokerID {
 // within δ (a partition may legitimately hold publications).
 type FuzzSummary struct {
 	Runs, Failed, Lost, Duplicates, Reordered, Undrained int
+	Storms                                               int // storms (broker, type) of all runs
 	Errors                                               int // runs that could not complete
 	BeyondRuns, BeyondFailed, BeyondGapCovered           int
 	BeyondSilentLost                                     int
@@ -525,6 +537,7 @@ func (fs *FuzzSummary) Add(r FuzzResult) {
 	}
 	rep := r.Report
 	fs.Duplicates += rep.Duplicates
+	fs.Storms += rep.Storms
 	fs.Reordered += rep.Reordered
 	if r.Beyond {
 		fs.BeyondRuns++
@@ -542,13 +555,13 @@ func (fs *FuzzSummary) Add(r FuzzResult) {
 
 // OK reports whether every count that must be zero is.
 func (fs FuzzSummary) OK() bool {
-	return fs.Failed+fs.Lost+fs.Duplicates+fs.Reordered+fs.Undrained == 0
+	return fs.Failed+fs.Lost+fs.Duplicates+fs.Reordered+fs.Undrained+fs.Storms == 0
 }
 
 // Line is the final line of `deltapub sim fuzz`.
 func (fs FuzzSummary) Line() string {
-	return fmt.Sprintf("runs=%d failed=%d lost=%d duplicates=%d reordered=%d undrained=%d",
-		fs.Runs, fs.Failed, fs.Lost, fs.Duplicates, fs.Reordered, fs.Undrained)
+	return fmt.Sprintf("runs=%d failed=%d lost=%d duplicates=%d reordered=%d undrained=%d storms=%d",
+		fs.Runs, fs.Failed, fs.Lost, fs.Duplicates, fs.Reordered, fs.Undrained, fs.Storms)
 }
 
 // Fuzz runs runs random scenarios with seeds first, first+1, ... on

@@ -24,7 +24,9 @@ import (
 //	tree chain=N | tree random=N [degree=D] | tree B1-B2 B2-B3 ...
 //	                            create the brokers and join them one after another
 //	join B9 via B3 [B2 ...]     a new broker joins now (does not wait)
-//	wait joined B9 | wait confirmed [S1 ...]   [max=DURATION]
+//	wait joined B9 | wait confirmed [S1 ...] | wait rejoined   [max=DURATION]
+//	                            (rejoined: every restarted broker is a member again; by
+//	                            default waits up to the rejoin bound, which is then judged)
 //	subscribe S1 B6 class=a x<5 | subscribe S1 B6 random
 //	subscribers N               N random subscriptions S1..SN at random brokers
 //	publish P1 B1 every=20ms for=2s [class=a x=3 ...]   (random attributes if none)
@@ -128,6 +130,9 @@ func RunScenario(sc *Scenario, factory NodeFactory, trace io.Writer) (*ScenarioR
 	if r.s == nil {
 		return nil, fmt.Errorf("sim: %s: no tree was built", sc.Name)
 	}
+	// The liveness rules: storms always, the rejoin bound within δ (judged
+	// only if the script ran past it: see "wait rejoined").
+	r.s.CheckTraffic(!r.beyond)
 	rep := r.s.Log().Check()
 	res := &ScenarioResult{Report: rep, Beyond: r.beyond, Stats: r.s.Stats()}
 	res.Outcome = r.outcome(rep, false)
@@ -230,6 +235,16 @@ func (r *runner) exec(l scriptLine) error {
 				return fmt.Errorf("want: wait joined BROKER")
 			}
 			cond = func() bool { return s.Joined(message.BrokerID(rest[1])) }
+		case "rejoined":
+			// Every restart so far has rejoined; by default wait as long
+			// as the rejoin rule allows, so that it is judged.
+			if _, ok := opts["max"]; !ok {
+				max = 0
+				if d := s.RejoinDeadline() - s.Now(); d > 0 {
+					max = d
+				}
+			}
+			cond = s.AllRejoined
 		case "confirmed":
 			names := rest[1:]
 			for _, n := range names {
@@ -249,7 +264,7 @@ func (r *runner) exec(l scriptLine) error {
 				return true
 			}
 		default:
-			return fmt.Errorf("wait %s: want joined or confirmed", rest[0])
+			return fmt.Errorf("wait %s: want joined, rejoined or confirmed", rest[0])
 		}
 		ok, err := s.RunUntilCond(max, cond)
 		if err != nil {

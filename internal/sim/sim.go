@@ -21,6 +21,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/traffic"
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -59,6 +60,9 @@ type Config struct {
 	// SampleEvery is how often queue lengths are sampled for the bound
 	// check and the statistics (0: never).
 	SampleEvery time.Duration
+	// ControlEvery is how often every broker's control-message counters
+	// are read for the storm rule (traffic.go; 0: never).
+	ControlEvery time.Duration
 	// MaxEvents bounds a run: past it the run stops with ErrEventBound.
 	MaxEvents int64
 	// Wire sends every broker message through the wire format (encoded
@@ -113,6 +117,7 @@ func DefaultConfig() Config {
 		LinkDownAfter:  -1,
 		ClientDelay:    100 * time.Microsecond,
 		SampleEvery:    50 * time.Millisecond,
+		ControlEvery:   time.Second, // traffic.DefaultBound's window
 		MaxEvents:      50_000_000,
 	}
 }
@@ -171,6 +176,11 @@ type broker struct {
 	everJoined  bool // some incarnation was a member
 	clients     []*client
 	maxQueue    int
+	// ctl counts the control messages b's core output, by type (over all
+	// incarnations); restart is the index in Sim.restarts of b's restart
+	// that has not joined yet (-1: none).
+	ctl     []int64
+	restart int
 	// linkTo mirrors Sim.links for the links of this broker, by peer
 	// (send looks a link up per message: one small, hot map by name
 	// instead of hashing the pair). Set where Sim.links is.
@@ -289,6 +299,12 @@ type Sim struct {
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
 	onNotice func(b message.BrokerID, n Notice)
 
+	// The liveness rules (traffic.go): the control readings, the restarts,
+	// the instants of the first and the last fault (-1: none).
+	readings              []traffic.Reading
+	restarts              []restartRec
+	firstFault, lastFault time.Duration
+
 	// The parallel engine (Config.Workers > 0, par.go). The main Sim has
 	// par; each partition is a Sim of its own (shard set) sharing the
 	// brokers, links and log with the main one and having its own clock,
@@ -318,6 +334,8 @@ func New(cfg Config) (*Sim, error) {
 		log:     newLog(),
 
 		firstViolation: -1,
+		firstFault:     -1,
+		lastFault:      -1,
 	}
 	s.main = s
 	s.stats.Notices = map[string]int64{}
@@ -326,6 +344,9 @@ func New(cfg Config) (*Sim, error) {
 	}
 	if cfg.SampleEvery > 0 {
 		s.schedule(cfg.SampleEvery, s.sample)
+	}
+	if cfg.ControlEvery > 0 {
+		s.schedule(cfg.ControlEvery, s.readControl)
 	}
 	return s, nil
 }
@@ -547,6 +568,7 @@ func (s *Sim) notice(b *broker, n Notice) {
 	s.stats.Notices[n.Kind]++
 	if n.Kind == "joined" {
 		b.joined, b.everJoined = true, true
+		s.noteJoined(b)
 	}
 	s.tracef("%s notice %s %s %s", b.id, n.Kind, n.Peer, n.Detail)
 	if s.onNotice != nil {
@@ -570,7 +592,7 @@ func (s *Sim) AddBroker(id message.BrokerID) error {
 	if _, dup := s.brokers[id]; dup {
 		return fmt.Errorf("sim: broker %s already exists", id)
 	}
-	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0, idx: len(s.order)}
+	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0, idx: len(s.order), restart: -1}
 	if s.par != nil {
 		s.par.place(b)
 	}
@@ -681,7 +703,11 @@ func (s *Sim) Join(id message.BrokerID, joinpoints ...message.BrokerID) error {
 // or reports Joined in its status.
 func (s *Sim) Joined(id message.BrokerID) bool {
 	b, ok := s.brokers[id]
-	return ok && b.isJoined()
+	if !ok || !b.isJoined() {
+		return false
+	}
+	s.noteJoined(b) // a node that reports Joined in its status without a notice
+	return true
 }
 
 // isJoined is Joined for a known broker (polled every tick while it joins).
@@ -724,6 +750,12 @@ func (s *Sim) Crash(id message.BrokerID) error {
 		return fmt.Errorf("sim: crash %s: already crashed", id)
 	}
 	s.tracef("%s CRASH", id)
+	s.noteFault()
+	if b.restart >= 0 {
+		// Crashed again before it rejoined: the next restart is judged.
+		s.restarts[b.restart].dropped = true
+		b.restart = -1
+	}
 	b.state = stateCrashed
 	b.inc++
 	b.node = nil
@@ -755,9 +787,12 @@ func (s *Sim) Restart(id message.BrokerID, joinpoints ...message.BrokerID) error
 		return fmt.Errorf("sim: restart %s: it is %s, not crashed", id, b.state)
 	}
 	s.tracef("%s RESTART epoch %d", id, b.epoch+1)
+	s.noteFault()
 	if err := s.start(b); err != nil {
 		return err
 	}
+	b.restart = len(s.restarts)
+	s.restarts = append(s.restarts, restartRec{Restart: traffic.Restart{Broker: string(id), At: s.now, JoinedAt: -1}})
 	return s.Join(id, joinpoints...)
 }
 
@@ -772,6 +807,7 @@ func (s *Sim) Freeze(id message.BrokerID) error {
 		return fmt.Errorf("sim: freeze %s: it is %s", id, b.state)
 	}
 	s.tracef("%s FREEZE", id)
+	s.noteFault()
 	b.state = stateFrozen
 	return nil
 }
@@ -787,6 +823,7 @@ func (s *Sim) Resume(id message.BrokerID) error {
 		return fmt.Errorf("sim: resume %s: it is %s, not frozen", id, b.state)
 	}
 	s.tracef("%s RESUME (%d inputs waiting)", id, len(b.pending))
+	s.noteFault()
 	b.state = stateUp
 	pending := b.pending
 	b.pending = nil
@@ -812,6 +849,7 @@ func (s *Sim) Cut(a, b message.BrokerID) error {
 		return fmt.Errorf("sim: cut %s-%s: already cut", a, b)
 	}
 	s.tracef("CUT %s-%s", a, b)
+	s.noteFault()
 	s.cuts[k] = true
 	if l := s.links[k]; l != nil && !l.broken {
 		l.broken = true
@@ -827,6 +865,7 @@ func (s *Sim) Heal(a, b message.BrokerID) error {
 		return fmt.Errorf("sim: heal %s-%s: not cut", a, b)
 	}
 	s.tracef("HEAL %s-%s", a, b)
+	s.noteFault()
 	delete(s.cuts, k)
 	return nil
 }
@@ -990,6 +1029,9 @@ func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 func (s *Sim) send(b *broker, env Envelope) {
 	typ := env.Msg.Type()
 	name := s.countType(typ)
+	if typ != message.TypePub {
+		b.countControl(typ) // what the core output, sent or not (as its own counters)
+	}
 	l := b.linkTo[env.To] // s.links[keyOf(b.id, env.To)]
 	// dir 0: b is l.k.a (brokers are unique by id: pointers compare).
 	dir, inc := 0, 0
