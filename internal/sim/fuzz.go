@@ -86,11 +86,17 @@ func (r FuzzResult) Summary() string {
 // fault is one planned fault on one slot: a broker crash (and restart), a
 // freeze (and resume) or a link cut (and heal), active in [at, until).
 type fault struct {
-	kind   string // crash, freeze, cut
+	kind   string // crash, freeze, slow, cut
 	b, b2  message.BrokerID
 	at     time.Duration
 	until  time.Duration
 	rejoin []message.BrokerID
+	// stale (crash): the peers hold the old incarnation's links until
+	// stale after the restart (RestartOptions.StaleLink; < 0: no).
+	stale time.Duration
+	// stalls (slow): the stalls, each shorter than the failure timeout,
+	// from at on.
+	stalls []time.Duration
 }
 
 // FuzzRun draws one random scenario from seed and runs it. The same seed
@@ -139,9 +145,21 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		cfg.LinkDownAfter = time.Duration(50+pr.IntN(450)) * time.Millisecond
 	}
 	failTimeout := time.Duration(cfg.FailureTicks) * cfg.Tick
+	// What real processes do (ARCHITECTURE.md, "The simulator and the
+	// runtime must agree"), drawn from a stream of its own so that the
+	// rest of a seed's plan stays as it was: dials fail after any part of
+	// the runtime's dial timeout (overlay.Runtime.dialTimeout), a few fail
+	// to live brokers, the acceptor of a link is told LinkUp after the
+	// dialler; restarts, stale links, stalls (planFaults).
+	rr := rand.New(rand.NewPCG(uint64(seed), 0x4ea1))
+	cfg.DialTimeout = min(max(failTimeout, 500*time.Millisecond), 5*time.Second)
+	cfg.DialFailDraw = true
+	cfg.DialFailLive = [...]int{0, 5, 20}[rr.IntN(3)]
+	cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
 	plan := func(format string, args ...any) { res.Plan = append(res.Plan, fmt.Sprintf(format, args...)) }
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
 		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks, cfg.LinkDownAfter)
+	plan("dial timeout=%v failing live=%d/1000 accept delay<=%v", cfg.DialTimeout, cfg.DialFailLive, cfg.AcceptDelay)
 
 	s, err := New(cfg)
 	if err != nil {
@@ -188,7 +206,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 					res.Err = err
 					return res
 				}
-				s.At(s.Now()+3*failTimeout, func() { _ = s.Restart(victim, s.existing(tree.Neighbours(victim))...) })
+				s.At(s.Now()+3*failTimeout, func() { _ = s.Restart(victim, s.existing(tree.RestartJoinpoints(victim, delta))...) })
 			}
 		}
 		ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.Joined(id) || s.State(id) == "crashed" })
@@ -237,7 +255,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	if o.Quick {
 		maxDown = time.Second
 	}
-	faults := planFaults(pr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.GoneAfterTicks, cfg.Tick)
+	faults := planFaults(pr, rr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.GoneAfterTicks, cfg.Tick)
 	// A graceful leave during the wave, in one run of four with room for
 	// it within δ (a draining leaver counts toward δ). Drawn from its own
 	// stream, so that the rest of every seed's plan stays as it was.
@@ -269,10 +287,25 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		}
 		switch f.kind {
 		case "crash":
-			plan("crash %s at %s, restart at %s via %v", f.b, fmtTime(f.at), fmtTime(f.until), f.rejoin)
+			stale := ""
+			if f.stale >= 0 {
+				stale = fmt.Sprintf(", stale links %v", f.stale)
+			}
+			plan("crash %s at %s, restart at %s via %v%s", f.b, fmtTime(f.at), fmtTime(f.until), f.rejoin, stale)
 			f := f
 			s.At(f.at, func() { _ = s.Crash(f.b) })
-			s.At(f.until, func() { _ = s.Restart(f.b, s.existing(f.rejoin)...) })
+			s.At(f.until, func() {
+				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale})
+			})
+		case "slow":
+			plan("slow %s from %s: stalls %v", f.b, fmtTime(f.at), f.stalls)
+			f := f
+			at := f.at
+			for _, d := range f.stalls {
+				d := d
+				s.At(at, func() { _ = s.Stall(f.b, d) }) // not if it is down or frozen by then
+				at += d + failTimeout
+			}
 		case "freeze":
 			plan("freeze %s at %s, resume at %s", f.b, fmtTime(f.at), fmtTime(f.until))
 			f := f
@@ -398,7 +431,15 @@ func planLeave(lr *rand.Rand, t Tree, faults []fault, waveAt time.Duration) (mes
 // a path between them, or spread at random; crashes (with restarts, some
 // late enough to be declared gone), freezes (false suspicions) and cuts.
 // Beyond δ every fault is a crash in one row (a partition).
-func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.BrokerID, at, failTimeout, maxDown time.Duration, goneTicks int, tick time.Duration) []fault {
+//
+// The draws of real processes come from rr: a row may start at the root
+// and a child of it; the crashes of a row may restart together (in any
+// order, milliseconds to seconds apart); a restarted broker's peers may
+// hold its old links for a while; some freezes are short stalls instead
+// (a slow broker, not a dead one), and brokers outside the row may stall
+// too. A restarted broker rejoins through Tree.RestartJoinpoints, the
+// testbed's policy (some of which may be recovering themselves).
+func planFaults(pr, rr *rand.Rand, t Tree, k, delta int, pubs, subs []message.BrokerID, at, failTimeout, maxDown time.Duration, goneTicks int, tick time.Duration) []fault {
 	if k == 0 {
 		return nil
 	}
@@ -419,6 +460,16 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 			chosen[b] = true
 			row = append(row, b)
 		}
+	}
+	if k >= 2 && rr.IntN(6) == 0 {
+		// The root and a child of it (the root's joinpoints are its
+		// children, and a child of the root may have no other).
+		root := t.Order[0]
+		add(root)
+		if ch := t.Neighbours(root); len(ch) > 0 {
+			add(ch[rr.IntN(len(ch))])
+		}
+		mode = -1
 	}
 	switch mode {
 	case 0: // next to the publisher
@@ -479,7 +530,15 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 				down = time.Duration(goneTicks)*tick + time.Duration(pr.IntN(1000))*time.Millisecond
 			}
 			f.until = f.at + down
-			f.rejoin = t.Neighbours(b)
+			f.rejoin = t.RestartJoinpoints(b, delta)
+			f.stale = -1
+			if rr.IntN(2) == 0 {
+				f.stale = time.Duration(rr.Int64N(int64(3*failTimeout) + 1))
+			}
+		case r < 85 && rr.IntN(3) == 0:
+			f.kind = "slow"
+			f.stalls = stalls(rr, 1+rr.IntN(3), tick, failTimeout)
+			f.until = stallsEnd(f.at, f.stalls, failTimeout)
 		case r < 85:
 			f.kind = "freeze"
 			// A false suspicion: long enough to be suspected, never gone.
@@ -495,6 +554,60 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 			f.until = f.at + 100*time.Millisecond + time.Duration(pr.Int64N(int64(min(2*time.Second, gone/2-100*time.Millisecond))))
 		}
 		out = append(out, f)
+	}
+	// The crashes of a row restarting together: from the latest planned
+	// restart on, in a random order within a spread of milliseconds to
+	// seconds (a restarted broker's joinpoint may still be down, or just
+	// up and recovering itself).
+	var crashes []int
+	for i, f := range out {
+		if f.kind == "crash" {
+			crashes = append(crashes, i)
+		}
+	}
+	if len(crashes) >= 2 && rr.IntN(3) == 0 {
+		var base time.Duration
+		for _, i := range crashes {
+			base = max(base, out[i].until)
+		}
+		spread := [...]time.Duration{20 * time.Millisecond, 500 * time.Millisecond, 3 * time.Second}[rr.IntN(3)]
+		for _, i := range crashes {
+			out[i].until = base + time.Duration(rr.Int64N(int64(spread)+1))
+		}
+	}
+	// Brokers outside the row stalling briefly during the wave: slow, not
+	// suspected (silence of a stall plus a heartbeat period stays below
+	// the failure timeout), so they are no fault of the δ budget.
+	if rr.IntN(3) == 0 {
+		for i := 1 + rr.IntN(3); i > 0; i-- {
+			b := t.Order[rr.IntN(len(t.Order))]
+			if chosen[b] {
+				continue
+			}
+			chosen[b] = true
+			f := fault{kind: "slow", b: b, at: at + time.Duration(rr.IntN(1000))*time.Millisecond,
+				stalls: stalls(rr, 1+rr.IntN(3), tick, failTimeout)}
+			f.until = stallsEnd(f.at, f.stalls, failTimeout)
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// stallsEnd is when the last of stalls from at ends (one failure timeout
+// between two).
+func stallsEnd(at time.Duration, stalls []time.Duration, failTimeout time.Duration) time.Duration {
+	for _, d := range stalls {
+		at += d + failTimeout
+	}
+	return at
+}
+
+// stalls draws n scheduling stalls shorter than half the failure timeout.
+func stalls(rr *rand.Rand, n int, tick, failTimeout time.Duration) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = tick + time.Duration(rr.Int64N(int64(max(failTimeout/2-tick, 1))))
 	}
 	return out
 }

@@ -55,6 +55,23 @@ type Config struct {
 	// told LinkDown (an idle timeout). Negative: never; the core must
 	// detect the failure by its heartbeats.
 	LinkDownAfter time.Duration
+	// What real processes do that an ideal network does not, drawn by the
+	// fuzzer (the zero values are the ideal network of the scenario files).
+	// DialFailDraw: a dial to a crashed broker fails after a delay drawn
+	// from [one round trip, DialTimeout] (a real dial fails at any point
+	// of its handshake, not exactly at the timeout).
+	DialFailDraw bool
+	// DialFailLive is the chance, per thousand, that a dial to a live,
+	// reachable broker fails anyway (a lost handshake), after a drawn
+	// delay as above.
+	DialFailLive int
+	// AcceptDelay: the accepting end of a new link is told LinkUp after
+	// a delay drawn from [0, AcceptDelay] (its handshake completes after
+	// the dialler's). What the dialler sends meanwhile arrives right
+	// after that LinkUp, in order (the runtime steps a link's messages
+	// only after its PeerUp); what the acceptor would send on the link
+	// before its LinkUp is lost (it does not hold that link yet).
+	AcceptDelay time.Duration
 	// ClientDelay is the one-way delay between a client and its edge.
 	ClientDelay time.Duration
 	// SampleEvery is how often queue lengths are sampled for the bound
@@ -221,6 +238,11 @@ type link struct {
 	// removed from it), i.e. s.links[l.k] != l, without hashing the key.
 	replaced bool
 	last     [2]time.Duration
+	// upAt is when each direction's sender is told LinkUp (Config.AcceptDelay):
+	// it sends nothing on the link before.
+	upAt [2]time.Duration
+	// told: the end (0: k.a, 1: k.b) was told LinkDown for this link.
+	told [2]bool
 	// q holds the messages in flight in each direction behind the one in
 	// the event heap (see fifo).
 	q [2]fifo
@@ -779,6 +801,23 @@ func (s *Sim) Crash(id message.BrokerID) error {
 // Restart starts a crashed broker again with its state lost and a larger
 // epoch, rejoining through joinpoints (typically its former neighbours).
 func (s *Sim) Restart(id message.BrokerID, joinpoints ...message.BrokerID) error {
+	return s.RestartWith(id, RestartOptions{Joinpoints: joinpoints, StaleLink: -1})
+}
+
+// RestartOptions are how a broker restarts (RestartWith).
+type RestartOptions struct {
+	Joinpoints []message.BrokerID
+	// StaleLink ≥ 0: the broker comes back on the same address while its
+	// peers still hold links of its old incarnation not yet reported down;
+	// each such peer is told LinkDown StaleLink after the restart (QUIC
+	// notices by a stateless reset or the idle timeout), and what it sends
+	// on the link until then is lost. < 0: only Config.LinkDownAfter, if
+	// ever, tells them.
+	StaleLink time.Duration
+}
+
+// RestartWith is Restart with options.
+func (s *Sim) RestartWith(id message.BrokerID, o RestartOptions) error {
 	b, err := s.broker(id)
 	if err != nil {
 		return err
@@ -786,14 +825,43 @@ func (s *Sim) Restart(id message.BrokerID, joinpoints ...message.BrokerID) error
 	if b.state != stateCrashed {
 		return fmt.Errorf("sim: restart %s: it is %s, not crashed", id, b.state)
 	}
-	s.tracef("%s RESTART epoch %d", id, b.epoch+1)
+	s.tracef("%s RESTART epoch %d (stale links %v)", id, b.epoch+1, o.StaleLink)
 	s.noteFault()
 	if err := s.start(b); err != nil {
 		return err
 	}
 	b.restart = len(s.restarts)
 	s.restarts = append(s.restarts, restartRec{Restart: traffic.Restart{Broker: string(id), At: s.now, JoinedAt: -1}})
-	return s.Join(id, joinpoints...)
+	if o.StaleLink >= 0 {
+		for _, l := range s.linksOf(id) {
+			p := l.bA
+			if p == b {
+				p = l.bB
+			}
+			if s.links[l.k] != l || !l.up || l.told[l.endOf(p.id)] || p.inc != l.incOf(p.id) {
+				continue // replaced, closed, reported, or its peer restarted too
+			}
+			l := l
+			s.input(p, o.StaleLink, func() { s.staleDown(l, p, id, "stale: the peer restarted") })
+		}
+	}
+	return s.Join(id, o.Joinpoints...)
+}
+
+// Stall freezes a broker for d (a scheduling stall of a slow process: it
+// loses nothing, its peers see silence) and resumes it.
+func (s *Sim) Stall(id message.BrokerID, d time.Duration) error {
+	if err := s.Freeze(id); err != nil {
+		return err
+	}
+	b := s.brokers[id]
+	inc := b.inc
+	s.At(s.now+d, func() {
+		if b.inc == inc && b.state == stateFrozen {
+			_ = s.Resume(id)
+		}
+	})
+	return nil
 }
 
 // Freeze stops a broker without losing anything: inputs wait and are
@@ -898,14 +966,29 @@ func (s *Sim) reportDown(l *link, dead message.BrokerID) {
 		if peer == end {
 			peer = l.k.b
 		}
-		s.input(b, s.cfg.LinkDownAfter, func() {
-			if s.links[l.k] != l || !l.up {
-				return
-			}
-			s.tracef("%s linkdown %s (idle timeout)", end, peer)
-			b.node.LinkDown(peer)
-		})
+		s.input(b, s.cfg.LinkDownAfter, func() { s.staleDown(l, b, peer, "idle timeout") })
 	}
+}
+
+// staleDown tells b, an end of the broken link l, LinkDown for it (at the
+// idle timeout, or when a restarted peer resets it), unless the link was
+// replaced, closed, or already reported to b.
+func (s *Sim) staleDown(l *link, b *broker, peer message.BrokerID, why string) {
+	end := l.endOf(b.id)
+	if s.links[l.k] != l || !l.up || l.told[end] {
+		return
+	}
+	l.told[end] = true
+	s.tracef("%s linkdown %s (%s)", b.id, peer, why)
+	b.node.LinkDown(peer)
+}
+
+// endOf is 0 for l.k.a, 1 for l.k.b.
+func (l *link) endOf(id message.BrokerID) int {
+	if id == l.k.a {
+		return 0
+	}
+	return 1
 }
 
 // --- network ---
@@ -961,10 +1044,15 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 		if b.inc != inc {
 			return
 		}
-		if t.state != stateUp || s.cuts[k] {
+		lostHandshake := t.state == stateUp && !s.cuts[k] && s.cfg.DialFailLive > 0 && s.rng.IntN(1000) < s.cfg.DialFailLive
+		if t.state != stateUp || s.cuts[k] || lostHandshake {
 			s.stats.DialsFailed++
-			s.tracef("%s dial %s: failed (%s, cut=%v)", b.id, to, t.state, s.cuts[k])
-			s.scheduleFor(reqAt+s.cfg.DialTimeout, b, func() { b.node.DialFailed(to) })
+			failAt := reqAt + s.cfg.DialTimeout // a frozen or cut-off peer: the timeout
+			if s.cfg.DialFailDraw && t.state == stateCrashed || lostHandshake {
+				failAt = s.now + time.Duration(s.rng.Int64N(int64(reqAt+s.cfg.DialTimeout-s.now)+1))
+			}
+			s.tracef("%s dial %s: failed (%s, cut=%v, lost handshake=%v) at %s", b.id, to, t.state, s.cuts[k], lostHandshake, fmtTime(failAt))
+			s.scheduleFor(failAt, b, func() { b.node.DialFailed(to) })
 			return
 		}
 		if l := s.links[k]; s.alive(l) {
@@ -985,7 +1073,15 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 		} else {
 			l.incA, l.incB, l.bA, l.bB = t.inc, b.inc, t, b
 		}
-		if old := s.links[k]; old != nil {
+		var acc time.Duration // t, the acceptor, is told LinkUp acc later
+		if s.cfg.AcceptDelay > 0 {
+			acc = time.Duration(s.rng.Int64N(int64(s.cfg.AcceptDelay) + 1))
+		}
+		toT := l.endOf(b.id) // the direction from b to t
+		l.last[toT] = s.now + acc
+		l.upAt[1-toT] = s.now + acc
+		old := s.links[k]
+		if old != nil {
 			old.replaced = true
 		}
 		s.links[k] = l
@@ -996,9 +1092,26 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 		}
 		b.linkTo[to] = l
 		t.linkTo[b.id] = l
-		s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
+		s.tracef("link %s-%s up (#%d, dialled by %s, accepted after %v)", b.id, to, l.id, b.id, acc)
+		// An end that still holds the link l replaces (of the same
+		// incarnation, never told it went down) is told LinkDown first,
+		// as the runtime does when a new link replaces an old one.
+		for _, x := range [2]struct {
+			b    *broker
+			peer message.BrokerID
+			at   time.Duration
+		}{{b, to, s.now}, {t, b.id, s.now + acc}} {
+			if e := old.endOfOrNeg(x.b.id); e >= 0 && old.up && !old.told[e] && old.incOf(x.b.id) == x.b.inc {
+				old.told[e] = true
+				x := x
+				s.scheduleFor(x.at, x.b, func() {
+					s.tracef("%s linkdown %s (replaced by a new link)", x.b.id, x.peer)
+					x.b.node.LinkDown(x.peer)
+				})
+			}
+		}
 		s.scheduleFor(s.now, b, func() { b.node.LinkUp(to) })
-		s.scheduleFor(s.now, t, func() { t.node.LinkUp(b.id) })
+		s.scheduleFor(s.now+acc, t, func() { t.node.LinkUp(b.id) })
 	}
 }
 
@@ -1041,7 +1154,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 			dir, inc = 1, l.incB
 		}
 	}
-	if l == nil || !l.up || inc != b.inc || l.shut[dir] {
+	if l == nil || !l.up || inc != b.inc || l.shut[dir] || s.now < l.upAt[dir] {
 		s.stats.NoLinkDrops++
 		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
 		return
@@ -1163,4 +1276,12 @@ func (s *Sim) CheckDrained() {
 			s.log.problem(&s.log.Undrained, "queue of %s not drained: %d messages after quiescence", b.id, q)
 		}
 	}
+}
+
+// endOfOrNeg is endOf for a possibly nil link (-1 when nil).
+func (l *link) endOfOrNeg(id message.BrokerID) int {
+	if l == nil {
+		return -1
+	}
+	return l.endOf(id)
 }

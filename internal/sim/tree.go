@@ -159,3 +159,29 @@ func (s *Sim) BuildTree(t Tree, maxJoin time.Duration) error {
 	}
 	return nil
 }
+
+// RestartJoinpoints is where a restarting broker rejoins, the policy the
+// fuzzer and the testbed share: its ancestors nearest first, up to δ+1 of
+// them (a join survives δ crashed ancestors), or, for the root, its
+// children. parent gives a broker's parent (false for the root); children
+// a broker's children.
+func RestartJoinpoints[ID ~string](id ID, delta int, parent func(ID) (ID, bool), children func(ID) []ID) []ID {
+	var out []ID
+	for n, ok := parent(id); ok && len(out) < delta+1; n, ok = parent(n) {
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		out = append(out, children(id)...)
+	}
+	return out
+}
+
+// RestartJoinpoints is the shared policy (the function) on t.
+func (t Tree) RestartJoinpoints(id message.BrokerID, delta int) []message.BrokerID {
+	parent := func(x message.BrokerID) (message.BrokerID, bool) {
+		p, ok := t.Parent[x]
+		return p, ok
+	}
+	// (children is asked only for the root, whose neighbours are its children)
+	return RestartJoinpoints(id, delta, parent, t.Neighbours)
+}
