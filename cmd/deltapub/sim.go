@@ -25,8 +25,8 @@ func init() {
 }
 
 const simUsage = `Usage:
-  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--no-leaves]
-  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--no-leaves] [--trace]
+  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--no-leaves] [--ideal]
+  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--no-leaves] [--ideal] [--trace]
   deltapub sim run [--trace] FILE
   deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--warmup D] [--after D] [--timeline FILE.csv]
 
@@ -81,6 +81,7 @@ type fuzzFlags struct {
 	brokers, delta, node string
 	faults               int
 	quick, noLeaves      bool
+	ideal                bool
 }
 
 func (f *fuzzFlags) register(fs *flag.FlagSet) {
@@ -90,6 +91,7 @@ func (f *fuzzFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.quick, "quick", false, "shorter runs (downtimes, gone_after, settling), as the fuzz in go test")
 	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run; -1: random from 0 to the run's δ; above δ: judged by the beyond-δ rules")
 	fs.BoolVar(&f.noLeaves, "no-leaves", false, "never add a graceful leave (by default one run in four with room within δ has one)")
+	fs.BoolVar(&f.ideal, "ideal", false, "no draws of what real processes do (dial failures, accept delays, stale links, stalls, restarts together, the testbed's joinpoints): the fuzzer before them, to replay seeds found then")
 }
 
 func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
@@ -103,6 +105,7 @@ func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
 	}
 	o.Faults = f.faults
 	o.Quick = f.quick
+	o.Ideal = f.ideal
 	if o.Factory, err = nodeFactory(f.node); err != nil {
 		return o, err
 	}
@@ -121,6 +124,9 @@ func (f *fuzzFlags) replayFlags() string {
 	}
 	if f.noLeaves {
 		s += " --no-leaves"
+	}
+	if f.ideal {
+		s += " --ideal"
 	}
 	if f.node != "overlay" {
 		s += " --node " + f.node

@@ -31,6 +31,11 @@ type FuzzOptions struct {
 	// (one in four runs with fewer than δ faults; the node must implement
 	// the core's Leave).
 	NoLeaves bool
+	// Ideal turns off the draws of what real processes do (the dial,
+	// link and restart behaviours of the runtime, stalls, rows from the
+	// root, restarts together, the testbed's joinpoints): the fuzzer as
+	// it was before them, for the seeds found then.
+	Ideal bool
 }
 
 // DefaultFuzzOptions: trees of 10–100 brokers, δ from 1 to 3, up to δ
@@ -151,15 +156,31 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	// the runtime's dial timeout (overlay.Runtime.dialTimeout), a few fail
 	// to live brokers, the acceptor of a link is told LinkUp after the
 	// dialler; restarts, stale links, stalls (planFaults).
-	rr := rand.New(rand.NewPCG(uint64(seed), 0x4ea1))
-	cfg.DialTimeout = min(max(failTimeout, 500*time.Millisecond), 5*time.Second)
-	cfg.DialFailDraw = true
-	cfg.DialFailLive = [...]int{0, 5, 20}[rr.IntN(3)]
-	cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
+	var rr *rand.Rand // nil: Ideal
+	if !o.Ideal {
+		rr = rand.New(rand.NewPCG(uint64(seed), 0x4ea1))
+	}
+	if rr != nil && rr.IntN(3) == 0 {
+		// Brokers on one host or a LAN (the testbed): a round trip well
+		// under a millisecond, at which an unpaced retry loop runs at
+		// thousands per second (at the milliseconds above it cannot
+		// exceed the storm bound).
+		cfg.LinkDelay = time.Duration(50+rr.IntN(450)) * time.Microsecond
+		cfg.LinkJitter = time.Duration(rr.IntN(100)) * time.Microsecond
+	}
+	if rr != nil {
+		cfg.DialTimeout = min(max(failTimeout, 500*time.Millisecond), 5*time.Second)
+		cfg.DialFailDraw = true
+		cfg.DialFailLive = [...]int{0, 5, 20}[rr.IntN(3)]
+		cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
+		cfg.ReplacedDown = true
+	}
 	plan := func(format string, args ...any) { res.Plan = append(res.Plan, fmt.Sprintf(format, args...)) }
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
 		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks, cfg.LinkDownAfter)
-	plan("dial timeout=%v failing live=%d/1000 accept delay<=%v", cfg.DialTimeout, cfg.DialFailLive, cfg.AcceptDelay)
+	if rr != nil {
+		plan("dial timeout=%v failing live=%d/1000 accept delay<=%v", cfg.DialTimeout, cfg.DialFailLive, cfg.AcceptDelay)
+	}
 
 	s, err := New(cfg)
 	if err != nil {
@@ -168,6 +189,14 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	defer func() { res.Stats = s.Stats() }()
 	tree := RandomTree(pr, n, 2+pr.IntN(3))
+	// Where a restarted broker rejoins: the testbed's policy, or (Ideal)
+	// its tree neighbours.
+	rejoinVia := func(b message.BrokerID) []message.BrokerID {
+		if rr == nil {
+			return tree.Neighbours(b)
+		}
+		return tree.RestartJoinpoints(b, delta)
+	}
 	w := DefaultWorkload()
 
 	// Build the tree, sometimes crashing an already joined broker while a
@@ -206,7 +235,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 					res.Err = err
 					return res
 				}
-				s.At(s.Now()+3*failTimeout, func() { _ = s.Restart(victim, s.existing(tree.RestartJoinpoints(victim, delta))...) })
+				s.At(s.Now()+3*failTimeout, func() { _ = s.Restart(victim, s.existing(rejoinVia(victim))...) })
 			}
 		}
 		ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.Joined(id) || s.State(id) == "crashed" })
@@ -432,7 +461,7 @@ func planLeave(lr *rand.Rand, t Tree, faults []fault, waveAt time.Duration) (mes
 // late enough to be declared gone), freezes (false suspicions) and cuts.
 // Beyond δ every fault is a crash in one row (a partition).
 //
-// The draws of real processes come from rr: a row may start at the root
+// The draws of real processes come from rr (nil: none, FuzzOptions.Ideal): a row may start at the root
 // and a child of it; the crashes of a row may restart together (in any
 // order, milliseconds to seconds apart); a restarted broker's peers may
 // hold its old links for a while; some freezes are short stalls instead
@@ -461,7 +490,8 @@ func planFaults(pr, rr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Br
 			row = append(row, b)
 		}
 	}
-	if k >= 2 && rr.IntN(6) == 0 {
+	ideal := rr == nil
+	if !ideal && k >= 2 && rr.IntN(6) == 0 {
 		// The root and a child of it (the root's joinpoints are its
 		// children, and a child of the root may have no other).
 		root := t.Order[0]
@@ -530,12 +560,15 @@ func planFaults(pr, rr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Br
 				down = time.Duration(goneTicks)*tick + time.Duration(pr.IntN(1000))*time.Millisecond
 			}
 			f.until = f.at + down
-			f.rejoin = t.RestartJoinpoints(b, delta)
+			f.rejoin = t.Neighbours(b)
+			if !ideal {
+				f.rejoin = t.RestartJoinpoints(b, delta)
+			}
 			f.stale = -1
-			if rr.IntN(2) == 0 {
+			if !ideal && rr.IntN(2) == 0 {
 				f.stale = time.Duration(rr.Int64N(int64(3*failTimeout) + 1))
 			}
-		case r < 85 && rr.IntN(3) == 0:
+		case r < 85 && !ideal && rr.IntN(3) == 0:
 			f.kind = "slow"
 			f.stalls = stalls(rr, 1+rr.IntN(3), tick, failTimeout)
 			f.until = stallsEnd(f.at, f.stalls, failTimeout)
@@ -565,7 +598,7 @@ func planFaults(pr, rr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Br
 			crashes = append(crashes, i)
 		}
 	}
-	if len(crashes) >= 2 && rr.IntN(3) == 0 {
+	if !ideal && len(crashes) >= 2 && rr.IntN(3) == 0 {
 		var base time.Duration
 		for _, i := range crashes {
 			base = max(base, out[i].until)
@@ -578,7 +611,7 @@ func planFaults(pr, rr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Br
 	// Brokers outside the row stalling briefly during the wave: slow, not
 	// suspected (silence of a stall plus a heartbeat period stays below
 	// the failure timeout), so they are no fault of the δ budget.
-	if rr.IntN(3) == 0 {
+	if !ideal && rr.IntN(3) == 0 {
 		for i := 1 + rr.IntN(3); i > 0; i-- {
 			b := t.Order[rr.IntN(len(t.Order))]
 			if chosen[b] {

@@ -31,7 +31,10 @@ import (
 //	subscribers N               N random subscriptions S1..SN at random brokers
 //	publish P1 B1 every=20ms for=2s [class=a x=3 ...]   (random attributes if none)
 //	unsubscribe S1
-//	crash B3 [B4 ...] | restart B3 [via B2 ...] | freeze B5 ... | resume B5 ...
+//	crash B3 [B4 ...] | restart B3 [via B2 ...] [stale-link D] | freeze B5 ... | resume B5 ...
+//	                            (stale-link: B3's peers keep its old links D after the
+//	                            restart, losing what they send on them, then LinkDown)
+//	slow B3 DURATION            a stall: frozen for DURATION, then resumed (does not wait)
 //	cut B2 B3 | heal B2 B3
 //	leave B3 [max=DURATION]     graceful leave; runs until B3 has left (leave.go)
 //	run DURATION                advance virtual time
@@ -353,17 +356,33 @@ func (r *runner) exec(l scriptLine) error {
 		}
 		return nil
 	case "restart":
+		const want = "want: restart BROKER [via JOINPOINT ...] [stale-link DURATION]"
 		if len(rest) == 0 {
-			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
+			return fmt.Errorf(want)
 		}
 		id := message.BrokerID(rest[0])
-		jps := s.existing(r.tree.Neighbours(id))
-		if len(rest) > 2 && rest[1] == "via" {
-			jps = ids(rest[2:])
-		} else if len(rest) != 1 {
-			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
+		o := RestartOptions{Joinpoints: s.existing(r.tree.Neighbours(id)), StaleLink: -1}
+		if n := len(rest); n >= 3 && rest[n-2] == "stale-link" {
+			if o.StaleLink, err = parseDur("stale-link", rest[n-1]); err != nil {
+				return err
+			}
+			rest = rest[:n-2]
 		}
-		return s.Restart(id, jps...)
+		if len(rest) > 2 && rest[1] == "via" {
+			o.Joinpoints = ids(rest[2:])
+		} else if len(rest) != 1 {
+			return fmt.Errorf(want)
+		}
+		return s.RestartWith(id, o)
+	case "slow":
+		if len(rest) != 2 {
+			return fmt.Errorf("want: slow BROKER DURATION")
+		}
+		d, err := parseDur("slow", rest[1])
+		if err != nil {
+			return err
+		}
+		return s.Stall(message.BrokerID(rest[0]), d)
 	case "leave":
 		return r.leave(opts, rest)
 	case "cut", "heal":
@@ -401,7 +420,7 @@ func (r *runner) exec(l scriptLine) error {
 		r.beyond = true
 		return nil
 	}
-	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, freeze, resume, cut, heal, leave, run, settle, beyond)")
+	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, slow, freeze, resume, cut, heal, leave, run, settle, beyond)")
 }
 
 func (r *runner) config(args []string) error {

@@ -72,6 +72,10 @@ type Config struct {
 	// only after its PeerUp); what the acceptor would send on the link
 	// before its LinkUp is lost (it does not hold that link yet).
 	AcceptDelay time.Duration
+	// ReplacedDown: an end that still holds a link a new one replaces
+	// (never told it went down) is told LinkDown before LinkUp, as the
+	// runtime does (overlay.Runtime.linkUp).
+	ReplacedDown bool
 	// ClientDelay is the one-way delay between a client and its edge.
 	ClientDelay time.Duration
 	// SampleEvery is how often queue lengths are sampled for the bound
@@ -825,7 +829,11 @@ func (s *Sim) RestartWith(id message.BrokerID, o RestartOptions) error {
 	if b.state != stateCrashed {
 		return fmt.Errorf("sim: restart %s: it is %s, not crashed", id, b.state)
 	}
-	s.tracef("%s RESTART epoch %d (stale links %v)", id, b.epoch+1, o.StaleLink)
+	if o.StaleLink >= 0 {
+		s.tracef("%s RESTART epoch %d (its old links stale for %v)", id, b.epoch+1, o.StaleLink)
+	} else {
+		s.tracef("%s RESTART epoch %d", id, b.epoch+1)
+	}
 	s.noteFault()
 	if err := s.start(b); err != nil {
 		return err
@@ -1051,7 +1059,14 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 			if s.cfg.DialFailDraw && t.state == stateCrashed || lostHandshake {
 				failAt = s.now + time.Duration(s.rng.Int64N(int64(reqAt+s.cfg.DialTimeout-s.now)+1))
 			}
-			s.tracef("%s dial %s: failed (%s, cut=%v, lost handshake=%v) at %s", b.id, to, t.state, s.cuts[k], lostHandshake, fmtTime(failAt))
+			switch {
+			case lostHandshake:
+				s.tracef("%s dial %s: failed (lost handshake), answered at %s", b.id, to, fmtTime(failAt))
+			case s.cfg.DialFailDraw:
+				s.tracef("%s dial %s: failed (%s, cut=%v), answered at %s", b.id, to, t.state, s.cuts[k], fmtTime(failAt))
+			default:
+				s.tracef("%s dial %s: failed (%s, cut=%v)", b.id, to, t.state, s.cuts[k])
+			}
 			s.scheduleFor(failAt, b, func() { b.node.DialFailed(to) })
 			return
 		}
@@ -1092,7 +1107,11 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 		}
 		b.linkTo[to] = l
 		t.linkTo[b.id] = l
-		s.tracef("link %s-%s up (#%d, dialled by %s, accepted after %v)", b.id, to, l.id, b.id, acc)
+		if acc > 0 {
+			s.tracef("link %s-%s up (#%d, dialled by %s, accepted %v later)", b.id, to, l.id, b.id, acc)
+		} else {
+			s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
+		}
 		// An end that still holds the link l replaces (of the same
 		// incarnation, never told it went down) is told LinkDown first,
 		// as the runtime does when a new link replaces an old one.
@@ -1101,7 +1120,7 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 			peer message.BrokerID
 			at   time.Duration
 		}{{b, to, s.now}, {t, b.id, s.now + acc}} {
-			if e := old.endOfOrNeg(x.b.id); e >= 0 && old.up && !old.told[e] && old.incOf(x.b.id) == x.b.inc {
+			if e := old.endOfOrNeg(x.b.id); s.cfg.ReplacedDown && e >= 0 && old.up && !old.told[e] && old.incOf(x.b.id) == x.b.inc {
 				old.told[e] = true
 				x := x
 				s.scheduleFor(x.at, x.b, func() {
