@@ -576,6 +576,11 @@ func (r *runner) outcome(rep Report, full bool) string {
 		fmt.Fprintf(&b, "%s silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d over_bound=%d stuck=%d\n",
 			lossNoted, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.QueueOverBound, rep.Stuck)
 	}
+	if full || rep.Storms+rep.NotRejoined > 0 {
+		// (in the stable outcome only when not 0: the files before the
+		// rules stay as they were)
+		fmt.Fprintf(&b, "storms=%d not_rejoined=%d\n", rep.Storms, rep.NotRejoined)
+	}
 	for _, ps := range rep.PerSub {
 		state := ""
 		if ps.Excluded {
