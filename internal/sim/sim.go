@@ -818,6 +818,13 @@ type RestartOptions struct {
 	// on the link until then is lost. < 0: only Config.LinkDownAfter, if
 	// ever, tells them.
 	StaleLink time.Duration
+	// Resolve: the runtime's joinpoint resolution
+	// (overlay.Runtime.resolveJoinpoints) before the core joins: the
+	// joinpoints are dialled in order, in up to 10 rounds with a pause
+	// between, and the core is given the first that answers, alone (a
+	// recovering broker answers a dial: the core then asks it alone). None
+	// answering, the broker never joins.
+	Resolve bool
 }
 
 // RestartWith is Restart with options.
@@ -853,7 +860,65 @@ func (s *Sim) RestartWith(id message.BrokerID, o RestartOptions) error {
 			s.input(p, o.StaleLink, func() { s.staleDown(l, p, id, "stale: the peer restarted") })
 		}
 	}
+	if o.Resolve {
+		for _, j := range o.Joinpoints {
+			if _, err := s.broker(j); err != nil {
+				return err
+			}
+		}
+		s.resolveJoin(b, o.Joinpoints, 0, 0)
+		return nil
+	}
 	return s.Join(id, o.Joinpoints...)
+}
+
+// resolveJoin dials joinpoint i of jps in round round on behalf of b's
+// runtime (RestartOptions.Resolve) and joins through it if it answers,
+// else goes on with the next one, pausing between rounds as the runtime.
+func (s *Sim) resolveJoin(b *broker, jps []message.BrokerID, round, i int) {
+	const rounds = 10 // overlay.Runtime.resolveJoinpoints' joinRounds
+	inc := b.inc
+	if i == len(jps) {
+		if round+1 >= rounds || len(jps) == 0 {
+			s.tracef("%s: no joinpoint of %v answered after %d rounds: it never joins", b.id, jps, rounds)
+			return
+		}
+		failTimeout := time.Duration(s.cfg.FailureTicks) * s.cfg.Tick
+		pause := min(max(failTimeout, 200*time.Millisecond), 2*time.Second)
+		s.schedule(s.now+pause, func() {
+			if b.inc == inc {
+				s.resolveJoin(b, jps, round+1, 0)
+			}
+		})
+		return
+	}
+	t := s.brokers[jps[i]]
+	k := keyOf(b.id, t.id)
+	reqAt := s.now
+	s.stats.Dials++
+	s.schedule(s.now+2*s.cfg.LinkDelay, func() {
+		if b.inc != inc {
+			return
+		}
+		// A broker that left has exited: nothing answers at its address.
+		gone := t.state == stateCrashed || s.HasLeft(t.id)
+		lost := t.state == stateUp && !gone && !s.cuts[k] && s.cfg.DialFailLive > 0 && s.rng.IntN(1000) < s.cfg.DialFailLive
+		if t.state == stateUp && !gone && !s.cuts[k] && !lost && t != b {
+			s.tracef("%s: joinpoint %s answered (round %d)", b.id, t.id, round+1)
+			_ = s.Join(b.id, t.id)
+			return
+		}
+		s.stats.DialsFailed++
+		failAt := reqAt + s.cfg.DialTimeout
+		if s.cfg.DialFailDraw && gone || lost {
+			failAt = s.now + time.Duration(s.rng.Int64N(int64(reqAt+s.cfg.DialTimeout-s.now)+1))
+		}
+		s.schedule(failAt, func() {
+			if b.inc == inc {
+				s.resolveJoin(b, jps, round, i+1)
+			}
+		})
+	})
 }
 
 // Stall freezes a broker for d (a scheduling stall of a slow process: it

@@ -409,3 +409,36 @@ func TestRestartJoinpoints(t *testing.T) {
 		t.Errorf("r: %v", got)
 	}
 }
+
+// With Resolve, a restarted broker's runtime dials its joinpoints in
+// order and gives the core the first that answers, alone: a crashed first
+// joinpoint is skipped (after its dial fails), and the core joins through
+// the second one only.
+func TestRestartResolve(t *testing.T) {
+	s, lg := probeSim(t, 4, func(c *Config) { c.DialFailDraw = true }, nil)
+	_ = s.Crash("B3")
+	_ = s.Crash("B4")
+	_ = s.RunFor(200 * time.Millisecond)
+	n := len(lg.lines)
+	if err := s.RestartWith("B4", RestartOptions{Joinpoints: []message.BrokerID{"B3", "B2", "B1"}, StaleLink: -1, Resolve: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.RunUntilCond(time.Second, s.AllRejoined); !ok {
+		t.Fatalf("B4 did not rejoin through B2:\n%s", strings.Join(lg.lines[n:], "\n"))
+	}
+	if _, ok := lg.at("B4 linkup B2", n); !ok {
+		t.Fatalf("B4 did not link to B2:\n%s", strings.Join(lg.lines[n:], "\n"))
+	}
+	if _, ok := lg.at("B4 dialfailed B3", n); ok {
+		t.Fatal("the core was given the crashed B3 (the runtime resolves it away)")
+	}
+	// No joinpoint answering in 10 rounds: it never joins.
+	s, _ = probeSim(t, 3, nil, nil)
+	_ = s.Crash("B2")
+	_ = s.Crash("B3")
+	_ = s.RestartWith("B3", RestartOptions{Joinpoints: []message.BrokerID{"B2"}, StaleLink: -1, Resolve: true})
+	_ = s.RunFor(10 * time.Second)
+	if s.Joined("B3") || s.Stats().DialsFailed != 10 {
+		t.Fatalf("joined=%v after %d failed dials, want never after 10", s.Joined("B3"), s.Stats().DialsFailed)
+	}
+}
