@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/traffic"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
@@ -278,6 +279,21 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	for i := 1; i <= np; i++ {
 		pubEdges = append(pubEdges, tree.Order[pr.IntN(n)])
 	}
+
+	// The storm rule's steady state is the brokers' control traffic before
+	// the wave, once the overlay is built and the subscriptions confirmed
+	// (a crash during a join is part of the build). At least two whole
+	// windows of it: a broker without a steady state is held to the floor
+	// alone, which a broker heartbeating to many links may reach.
+	if rr != nil {
+		if w := 2 * traffic.DefaultBound().Window; s.Now() < w {
+			if err := s.RunUntil(w); err != nil {
+				res.Err = err
+				return res
+			}
+		}
+	}
+	s.SetSteadyUntil(s.Now())
 
 	// The fault wave.
 	start := s.Now()

@@ -330,6 +330,7 @@ type Sim struct {
 	readings              []traffic.Reading
 	restarts              []restartRec
 	firstFault, lastFault time.Duration
+	steadyUntil           time.Duration // SetSteadyUntil (-1: the first fault)
 
 	// The parallel engine (Config.Workers > 0, par.go). The main Sim has
 	// par; each partition is a Sim of its own (shard set) sharing the
@@ -362,6 +363,7 @@ func New(cfg Config) (*Sim, error) {
 		firstViolation: -1,
 		firstFault:     -1,
 		lastFault:      -1,
+		steadyUntil:    -1,
 	}
 	s.main = s
 	s.stats.Notices = map[string]int64{}

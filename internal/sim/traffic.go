@@ -80,6 +80,11 @@ func (s *Sim) noteFault() {
 	s.lastFault = s.now
 }
 
+// SetSteadyUntil ends the storm rule's steady state at t instead of at
+// the first fault (a driver whose first faults are part of building the
+// overlay, as the fuzzer's crash during a join).
+func (s *Sim) SetSteadyUntil(t time.Duration) { s.steadyUntil = t }
+
 // FaultTimes are the instants of the first and the last fault (-1, -1:
 // none yet).
 func (s *Sim) FaultTimes() (first, last time.Duration) { return s.firstFault, s.lastFault }
@@ -93,10 +98,14 @@ func (s *Sim) noteJoined(b *broker) {
 }
 
 // Storms judges the control readings so far by traffic.DefaultBound, the
-// steady state being the windows before the first fault (none: every
-// window is steady, nothing is judged).
+// steady state being the windows before SetSteadyUntil's instant, by
+// default the first fault (none: every window is steady, nothing is
+// judged).
 func (s *Sim) Storms() []traffic.Storm {
 	until := s.firstFault
+	if s.steadyUntil >= 0 {
+		until = s.steadyUntil
+	}
 	if until < 0 {
 		until = s.now
 	}
