@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/internal/sim"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
@@ -50,16 +51,11 @@ type host interface {
 
 // joinpointsFor lists where a broker (re)joins: its ancestors nearest
 // first (up to δ+1 of them, so a join survives δ crashed ancestors), then,
-// for the root, its children.
+// for the root, its children -- the policy the simulator's fuzzer restarts
+// brokers with too (sim.RestartJoinpoints).
 func joinpointsFor(t *Topology, name string, delta int) []string {
-	var out []string
-	for n := t.Parent[name]; n != "" && len(out) < delta+1; n = t.Parent[n] {
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		out = append(out, t.Children[name]...)
-	}
-	return out
+	parent := func(n string) (string, bool) { p := t.Parent[n]; return p, p != "" }
+	return sim.RestartJoinpoints(name, delta, parent, func(n string) []string { return t.Children[n] })
 }
 
 // leaveResult is how a graceful leave ended: how long the broker took to
