@@ -320,14 +320,16 @@ func (l *Log) Check() Report {
 	r.Undrained = len(l.Undrained)
 	r.Stuck = len(l.Stuck)
 	r.Errors = len(l.Errors)
+	r.Storms = len(l.Storms)
+	r.NotRejoined = len(l.NotRejoined)
 	r.Details = append(r.Details, l.Errors...)
+	// A storm or a broker that never rejoined is usually the cause of the
+	// stuck subscriptions and undrained queues that follow: first.
+	r.Details = append(r.Details, l.Storms...)
+	r.Details = append(r.Details, l.NotRejoined...)
 	r.Details = append(r.Details, l.Stuck...)
 	r.Details = append(r.Details, l.QueueOverBound...)
 	r.Details = append(r.Details, l.Undrained...)
-	r.Storms = len(l.Storms)
-	r.NotRejoined = len(l.NotRejoined)
-	r.Details = append(r.Details, l.Storms...)
-	r.Details = append(r.Details, l.NotRejoined...)
 	detail := func(format string, args ...any) { l.problemTo(&r.Details, format, args...) }
 
 	// Per subscription: which publications it got (a bitset over the
