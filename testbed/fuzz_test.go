@@ -11,7 +11,6 @@ import (
 	"time"
 )
 
-
 // fuzzLine is the shape of a run's line of output.
 var fuzzLine = regexp.MustCompile(`^seed=\d+ brokers=\d+ delta=\d topology=(balanced|random|chain|star) faults=\[[^]]*\] verdict=(PASS|FAIL) expected=\d+ deliveries=\d+ lost=\d+ duplicates=\d+ reordered=\d+ storms=\d+ not_rejoined=\d+ wall=[0-9.]+s`)
 

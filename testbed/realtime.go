@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/deltapub/deltapub/internal/sim"
 	"io"
 	"net"
 	"os"
@@ -64,38 +65,11 @@ func joinpointsFor(t *Topology, name string, delta int) []string {
 	return out
 }
 
-// rejoinpointsFor lists where a restarted broker rejoins: joinpointsFor,
-// then, while there are fewer than δ+1, the nearest other brokers of the
-// planned tree (breadth first from it: its children, then their children
-// and its siblings, ...). A root and its child restarted together each had
-// only the other (the root its children, the child its one ancestor): two
-// brokers that are not members asking each other, forever; with δ+1
-// joinpoints one of them is a member whenever at most δ brokers are down.
-// (The overlay build uses joinpointsFor: there the ancestors are members.)
+// rejoinpointsFor lists where a restarted broker rejoins: the policy the
+// simulator's fuzzer restarts brokers with too (sim.RestartJoinpoints).
 func rejoinpointsFor(t *Topology, name string, delta int) []string {
-	out := joinpointsFor(t, name, delta)
-	in := map[string]bool{name: true}
-	for _, j := range out {
-		in[j] = true
-	}
-	seen := map[string]bool{name: true}
-	queue := []string{name}
-	for len(queue) > 0 && len(out) < delta+1 {
-		x := queue[0]
-		queue = queue[1:]
-		for _, y := range t.Neighbours(x) {
-			if seen[y] {
-				continue
-			}
-			seen[y] = true
-			queue = append(queue, y)
-			if !in[y] && len(out) < delta+1 {
-				in[y] = true
-				out = append(out, y)
-			}
-		}
-	}
-	return out
+	parent := func(n string) (string, bool) { p := t.Parent[n]; return p, p != "" }
+	return sim.RestartJoinpoints(name, delta, parent, t.Neighbours)
 }
 
 // leaveResult is how a graceful leave ended: how long the broker took to

@@ -25,14 +25,16 @@ func init() {
 }
 
 const simUsage = `Usage:
-  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--no-leaves]
-  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--no-leaves] [--trace]
+  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--no-leaves] [--ideal]
+  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--no-leaves] [--ideal] [--trace]
   deltapub sim run [--trace] FILE
   deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--warmup D] [--after D] [--timeline FILE.csv]
 
 fuzz    runs N random scenarios (random tree, δ, filters, clients, faults placed
         adversarially) and checks every guarantee; one line per failing run, then
-        runs=N failed=F lost=L duplicates=D reordered=R undrained=U; exit 0 only if all 0.
+        runs=N failed=F lost=L duplicates=D reordered=R undrained=U storms=S; exit 0 only if all 0
+        (a storm: a broker's control traffic far above its steady state; a run within δ
+        also fails when a restarted broker does not rejoin within the bound).
 replay  replays one fuzz run from its seed (pass the same --brokers/--delta/--faults).
 run     runs a scenario file (internal/sim/testdata/*.txt) and prints its outcome.
 srds09  the slides' setup: 83 brokers, δ=3, 2,600 subscriptions, 26 publishers at 10/s.
@@ -79,6 +81,7 @@ type fuzzFlags struct {
 	brokers, delta, node string
 	faults               int
 	quick, noLeaves      bool
+	ideal                bool
 }
 
 func (f *fuzzFlags) register(fs *flag.FlagSet) {
@@ -88,6 +91,7 @@ func (f *fuzzFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.quick, "quick", false, "shorter runs (downtimes, gone_after, settling), as the fuzz in go test")
 	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run; -1: random from 0 to the run's δ; above δ: judged by the beyond-δ rules")
 	fs.BoolVar(&f.noLeaves, "no-leaves", false, "never add a graceful leave (by default one run in four with room within δ has one)")
+	fs.BoolVar(&f.ideal, "ideal", false, "no draws of what real processes do (dial failures, accept delays, stale links, stalls, restarts together, the testbed's joinpoints): the fuzzer before them, to replay seeds found then")
 }
 
 func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
@@ -101,6 +105,7 @@ func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
 	}
 	o.Faults = f.faults
 	o.Quick = f.quick
+	o.Ideal = f.ideal
 	if o.Factory, err = nodeFactory(f.node); err != nil {
 		return o, err
 	}
@@ -119,6 +124,9 @@ func (f *fuzzFlags) replayFlags() string {
 	}
 	if f.noLeaves {
 		s += " --no-leaves"
+	}
+	if f.ideal {
+		s += " --ideal"
 	}
 	if f.node != "overlay" {
 		s += " --node " + f.node
@@ -241,8 +249,8 @@ func indent(s string) string {
 }
 
 func printReport(w io.Writer, r sim.Report) {
-	fmt.Fprintf(w, "published=%d guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d\n",
-		r.Published, r.Guaranteed, r.Delivered, r.Lost, r.GapCovered, r.SilentLost, r.Duplicates, r.Reordered, r.Spurious, r.Undrained, r.Stuck, r.QueueOverBound)
+	fmt.Fprintf(w, "published=%d guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d storms=%d not_rejoined=%d\n",
+		r.Published, r.Guaranteed, r.Delivered, r.Lost, r.GapCovered, r.SilentLost, r.Duplicates, r.Reordered, r.Spurious, r.Undrained, r.Stuck, r.QueueOverBound, r.Storms, r.NotRejoined)
 	for _, d := range r.Details {
 		fmt.Fprintf(w, "  %s\n", d)
 	}

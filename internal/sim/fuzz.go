@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/traffic"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
@@ -31,6 +32,11 @@ type FuzzOptions struct {
 	// (one in four runs with fewer than δ faults; the node must implement
 	// the core's Leave).
 	NoLeaves bool
+	// Ideal turns off the draws of what real processes do (the dial,
+	// link and restart behaviours of the runtime, stalls, rows from the
+	// root, restarts together, the testbed's joinpoints): the fuzzer as
+	// it was before them, for the seeds found then.
+	Ideal bool
 }
 
 // DefaultFuzzOptions: trees of 10–100 brokers, δ from 1 to 3, up to δ
@@ -75,8 +81,8 @@ func (r FuzzResult) Summary() string {
 		rule = "beyond"
 	}
 	rep := r.Report
-	s := fmt.Sprintf("seed=%d brokers=%d delta=%d faults=%d (%s δ) guaranteed=%d lost=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d",
-		r.Seed, r.Brokers, r.Delta, r.Faults, rule, rep.Guaranteed, rep.Lost, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.Stuck, rep.QueueOverBound)
+	s := fmt.Sprintf("seed=%d brokers=%d delta=%d faults=%d (%s δ) guaranteed=%d lost=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d stuck=%d over_bound=%d storms=%d not_rejoined=%d",
+		r.Seed, r.Brokers, r.Delta, r.Faults, rule, rep.Guaranteed, rep.Lost, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.Stuck, rep.QueueOverBound, rep.Storms, rep.NotRejoined)
 	if r.Err != nil {
 		s += " error=" + r.Err.Error()
 	}
@@ -86,11 +92,17 @@ func (r FuzzResult) Summary() string {
 // fault is one planned fault on one slot: a broker crash (and restart), a
 // freeze (and resume) or a link cut (and heal), active in [at, until).
 type fault struct {
-	kind   string // crash, freeze, cut
+	kind   string // crash, freeze, slow, cut
 	b, b2  message.BrokerID
 	at     time.Duration
 	until  time.Duration
 	rejoin []message.BrokerID
+	// stale (crash): the peers hold the old incarnation's links until
+	// stale after the restart (RestartOptions.StaleLink; < 0: no).
+	stale time.Duration
+	// stalls (slow): the stalls, each shorter than the failure timeout,
+	// from at on.
+	stalls []time.Duration
 }
 
 // FuzzRun draws one random scenario from seed and runs it. The same seed
@@ -139,9 +151,37 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		cfg.LinkDownAfter = time.Duration(50+pr.IntN(450)) * time.Millisecond
 	}
 	failTimeout := time.Duration(cfg.FailureTicks) * cfg.Tick
+	// What real processes do (ARCHITECTURE.md, "The simulator and the
+	// runtime must agree"), drawn from a stream of its own so that the
+	// rest of a seed's plan stays as it was: dials fail after any part of
+	// the runtime's dial timeout (overlay.Runtime.dialTimeout), a few fail
+	// to live brokers, the acceptor of a link is told LinkUp after the
+	// dialler; restarts, stale links, stalls (planFaults).
+	var rr *rand.Rand // nil: Ideal
+	if !o.Ideal {
+		rr = rand.New(rand.NewPCG(uint64(seed), 0x4ea1))
+	}
+	if rr != nil && rr.IntN(3) == 0 {
+		// Brokers on one host or a LAN (the testbed): a round trip well
+		// under a millisecond, at which an unpaced retry loop runs at
+		// thousands per second (at the milliseconds above it cannot
+		// exceed the storm bound).
+		cfg.LinkDelay = time.Duration(50+rr.IntN(450)) * time.Microsecond
+		cfg.LinkJitter = time.Duration(rr.IntN(100)) * time.Microsecond
+	}
+	if rr != nil {
+		cfg.DialTimeout = min(max(failTimeout, 500*time.Millisecond), 5*time.Second)
+		cfg.DialFailDraw = true
+		cfg.DialFailLive = [...]int{0, 5, 20}[rr.IntN(3)]
+		cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
+		cfg.ReplacedDown = true
+	}
 	plan := func(format string, args ...any) { res.Plan = append(res.Plan, fmt.Sprintf(format, args...)) }
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
 		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks, cfg.LinkDownAfter)
+	if rr != nil {
+		plan("dial timeout=%v failing live=%d/1000 accept delay<=%v; restarts resolve their joinpoints as the runtime", cfg.DialTimeout, cfg.DialFailLive, cfg.AcceptDelay)
+	}
 
 	s, err := New(cfg)
 	if err != nil {
@@ -150,6 +190,14 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	defer func() { res.Stats = s.Stats() }()
 	tree := RandomTree(pr, n, 2+pr.IntN(3))
+	// Where a restarted broker rejoins: the testbed's policy, or (Ideal)
+	// its tree neighbours.
+	rejoinVia := func(b message.BrokerID) []message.BrokerID {
+		if rr == nil {
+			return tree.Neighbours(b)
+		}
+		return tree.RestartJoinpoints(b, delta)
+	}
 	w := DefaultWorkload()
 
 	// Build the tree, sometimes crashing an already joined broker while a
@@ -188,7 +236,9 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 					res.Err = err
 					return res
 				}
-				s.At(s.Now()+3*failTimeout, func() { _ = s.Restart(victim, s.existing(tree.Neighbours(victim))...) })
+				s.At(s.Now()+3*failTimeout, func() {
+					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil})
+				})
 			}
 		}
 		ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.Joined(id) || s.State(id) == "crashed" })
@@ -230,6 +280,21 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		pubEdges = append(pubEdges, tree.Order[pr.IntN(n)])
 	}
 
+	// The storm rule's steady state is the brokers' control traffic before
+	// the wave, once the overlay is built and the subscriptions confirmed
+	// (a crash during a join is part of the build). At least two whole
+	// windows of it: a broker without a steady state is held to the floor
+	// alone, which a broker heartbeating to many links may reach.
+	if rr != nil {
+		if w := 2 * traffic.DefaultBound().Window; s.Now() < w {
+			if err := s.RunUntil(w); err != nil {
+				res.Err = err
+				return res
+			}
+		}
+	}
+	s.SetSteadyUntil(s.Now())
+
 	// The fault wave.
 	start := s.Now()
 	waveAt := start + time.Duration(300+pr.IntN(1200))*time.Millisecond
@@ -237,7 +302,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	if o.Quick {
 		maxDown = time.Second
 	}
-	faults := planFaults(pr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.GoneAfterTicks, cfg.Tick)
+	faults := planFaults(pr, rr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.GoneAfterTicks, cfg.Tick)
 	// A graceful leave during the wave, in one run of four with room for
 	// it within δ (a draining leaver counts toward δ). Drawn from its own
 	// stream, so that the rest of every seed's plan stays as it was.
@@ -269,10 +334,25 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		}
 		switch f.kind {
 		case "crash":
-			plan("crash %s at %s, restart at %s via %v", f.b, fmtTime(f.at), fmtTime(f.until), f.rejoin)
+			stale := ""
+			if f.stale >= 0 {
+				stale = fmt.Sprintf(", stale links %v", f.stale)
+			}
+			plan("crash %s at %s, restart at %s via %v%s", f.b, fmtTime(f.at), fmtTime(f.until), f.rejoin, stale)
 			f := f
 			s.At(f.at, func() { _ = s.Crash(f.b) })
-			s.At(f.until, func() { _ = s.Restart(f.b, s.existing(f.rejoin)...) })
+			s.At(f.until, func() {
+				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil})
+			})
+		case "slow":
+			plan("slow %s from %s: stalls %v", f.b, fmtTime(f.at), f.stalls)
+			f := f
+			at := f.at
+			for _, d := range f.stalls {
+				d := d
+				s.At(at, func() { _ = s.Stall(f.b, d) }) // not if it is down or frozen by then
+				at += d + failTimeout
+			}
 		case "freeze":
 			plan("freeze %s at %s, resume at %s", f.b, fmtTime(f.at), fmtTime(f.until))
 			f := f
@@ -342,6 +422,17 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	s.CheckDrained()
 	s.CheckLiveness()
+	// The rejoin rule is judged only once its bound has passed for every
+	// restart still waiting: run on until then (or until all rejoined).
+	if !res.Beyond {
+		if d := s.RejoinDeadline(); d > s.Now() {
+			if _, err := s.RunUntilCond(d-s.Now(), s.AllRejoined); err != nil {
+				res.Err = err
+				return res
+			}
+		}
+	}
+	s.CheckTraffic(!res.Beyond)
 	res.Report = s.Log().Check()
 	return res
 }
@@ -387,7 +478,15 @@ func planLeave(lr *rand.Rand, t Tree, faults []fault, waveAt time.Duration) (mes
 // a path between them, or spread at random; crashes (with restarts, some
 // late enough to be declared gone), freezes (false suspicions) and cuts.
 // Beyond δ every fault is a crash in one row (a partition).
-func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.BrokerID, at, failTimeout, maxDown time.Duration, goneTicks int, tick time.Duration) []fault {
+//
+// The draws of real processes come from rr (nil: none, FuzzOptions.Ideal): a row may start at the root
+// and a child of it; the crashes of a row may restart together (in any
+// order, milliseconds to seconds apart); a restarted broker's peers may
+// hold its old links for a while; some freezes are short stalls instead
+// (a slow broker, not a dead one), and brokers outside the row may stall
+// too. A restarted broker rejoins through Tree.RestartJoinpoints, the
+// testbed's policy (some of which may be recovering themselves).
+func planFaults(pr, rr *rand.Rand, t Tree, k, delta int, pubs, subs []message.BrokerID, at, failTimeout, maxDown time.Duration, goneTicks int, tick time.Duration) []fault {
 	if k == 0 {
 		return nil
 	}
@@ -408,6 +507,17 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 			chosen[b] = true
 			row = append(row, b)
 		}
+	}
+	ideal := rr == nil
+	if !ideal && k >= 2 && rr.IntN(6) == 0 {
+		// The root and a child of it (the root's joinpoints are its
+		// children, and a child of the root may have no other).
+		root := t.Order[0]
+		add(root)
+		if ch := t.Neighbours(root); len(ch) > 0 {
+			add(ch[rr.IntN(len(ch))])
+		}
+		mode = -1
 	}
 	switch mode {
 	case 0: // next to the publisher
@@ -469,6 +579,17 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 			}
 			f.until = f.at + down
 			f.rejoin = t.Neighbours(b)
+			if !ideal {
+				f.rejoin = t.RestartJoinpoints(b, delta)
+			}
+			f.stale = -1
+			if !ideal && rr.IntN(2) == 0 {
+				f.stale = time.Duration(rr.Int64N(int64(3*failTimeout) + 1))
+			}
+		case r < 85 && !ideal && rr.IntN(3) == 0:
+			f.kind = "slow"
+			f.stalls = stalls(rr, 1+rr.IntN(3), tick, failTimeout)
+			f.until = stallsEnd(f.at, f.stalls, failTimeout)
 		case r < 85:
 			f.kind = "freeze"
 			// A false suspicion: long enough to be suspected, never gone.
@@ -484,6 +605,60 @@ func planFaults(pr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Broker
 			f.until = f.at + 100*time.Millisecond + time.Duration(pr.Int64N(int64(min(2*time.Second, gone/2-100*time.Millisecond))))
 		}
 		out = append(out, f)
+	}
+	// The crashes of a row restarting together: from the latest planned
+	// restart on, in a random order within a spread of milliseconds to
+	// seconds (a restarted broker's joinpoint may still be down, or just
+	// up and recovering itself).
+	var crashes []int
+	for i, f := range out {
+		if f.kind == "crash" {
+			crashes = append(crashes, i)
+		}
+	}
+	if !ideal && len(crashes) >= 2 && rr.IntN(3) == 0 {
+		var base time.Duration
+		for _, i := range crashes {
+			base = max(base, out[i].until)
+		}
+		spread := [...]time.Duration{20 * time.Millisecond, 500 * time.Millisecond, 3 * time.Second}[rr.IntN(3)]
+		for _, i := range crashes {
+			out[i].until = base + time.Duration(rr.Int64N(int64(spread)+1))
+		}
+	}
+	// Brokers outside the row stalling briefly during the wave: slow, not
+	// suspected (silence of a stall plus a heartbeat period stays below
+	// the failure timeout), so they are no fault of the δ budget.
+	if !ideal && rr.IntN(3) == 0 {
+		for i := 1 + rr.IntN(3); i > 0; i-- {
+			b := t.Order[rr.IntN(len(t.Order))]
+			if chosen[b] {
+				continue
+			}
+			chosen[b] = true
+			f := fault{kind: "slow", b: b, at: at + time.Duration(rr.IntN(1000))*time.Millisecond,
+				stalls: stalls(rr, 1+rr.IntN(3), tick, failTimeout)}
+			f.until = stallsEnd(f.at, f.stalls, failTimeout)
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// stallsEnd is when the last of stalls from at ends (one failure timeout
+// between two).
+func stallsEnd(at time.Duration, stalls []time.Duration, failTimeout time.Duration) time.Duration {
+	for _, d := range stalls {
+		at += d + failTimeout
+	}
+	return at
+}
+
+// stalls draws n scheduling stalls shorter than half the failure timeout.
+func stalls(rr *rand.Rand, n int, tick, failTimeout time.Duration) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = tick + time.Duration(rr.Int64N(int64(max(failTimeout/2-tick, 1))))
 	}
 	return out
 }
@@ -509,6 +684,7 @@ func (s *Sim) existing(ids []message.BrokerID) []message.BrokerID {
 // within δ (a partition may legitimately hold publications).
 type FuzzSummary struct {
 	Runs, Failed, Lost, Duplicates, Reordered, Undrained int
+	Storms                                               int // storms (broker, type) of all runs
 	Errors                                               int // runs that could not complete
 	BeyondRuns, BeyondFailed, BeyondGapCovered           int
 	BeyondSilentLost                                     int
@@ -525,6 +701,7 @@ func (fs *FuzzSummary) Add(r FuzzResult) {
 	}
 	rep := r.Report
 	fs.Duplicates += rep.Duplicates
+	fs.Storms += rep.Storms
 	fs.Reordered += rep.Reordered
 	if r.Beyond {
 		fs.BeyondRuns++
@@ -542,13 +719,13 @@ func (fs *FuzzSummary) Add(r FuzzResult) {
 
 // OK reports whether every count that must be zero is.
 func (fs FuzzSummary) OK() bool {
-	return fs.Failed+fs.Lost+fs.Duplicates+fs.Reordered+fs.Undrained == 0
+	return fs.Failed+fs.Lost+fs.Duplicates+fs.Reordered+fs.Undrained+fs.Storms == 0
 }
 
 // Line is the final line of `deltapub sim fuzz`.
 func (fs FuzzSummary) Line() string {
-	return fmt.Sprintf("runs=%d failed=%d lost=%d duplicates=%d reordered=%d undrained=%d",
-		fs.Runs, fs.Failed, fs.Lost, fs.Duplicates, fs.Reordered, fs.Undrained)
+	return fmt.Sprintf("runs=%d failed=%d lost=%d duplicates=%d reordered=%d undrained=%d storms=%d",
+		fs.Runs, fs.Failed, fs.Lost, fs.Duplicates, fs.Reordered, fs.Undrained, fs.Storms)
 }
 
 // Fuzz runs runs random scenarios with seeds first, first+1, ... on

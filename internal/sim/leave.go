@@ -56,6 +56,7 @@ func (s *Sim) Leave(id message.BrokerID) error {
 		return fmt.Errorf("sim: leave %s: this node kind cannot leave", id)
 	}
 	s.tracef("%s LEAVE", id)
+	s.noteFault()
 	for _, c := range b.clients {
 		if c.sub >= 0 {
 			s.log.Subs[c.sub].Excluded = true

@@ -31,6 +31,11 @@ type Log struct {
 	// Stuck lists liveness failures found after quiescence: a live
 	// subscription never confirmed, a publication never answered.
 	Stuck []string
+	// Storms and NotRejoined are the liveness rules of internal/traffic
+	// (Sim.CheckTraffic): a broker's control traffic far above its steady
+	// state; a restarted broker not joined within the bound.
+	Storms      []string
+	NotRejoined []string
 	// Errors lists environment-level failures: a message that does not
 	// round-trip through the wire format.
 	Errors []string
@@ -259,6 +264,8 @@ type Report struct {
 	Undrained      int
 	Unconfirmed    int // subscriptions never confirmed (not a failure by itself)
 	Stuck          int // liveness failures after quiescence (see Log.Stuck)
+	Storms         int // (broker, type) whose control rate broke the storm bound
+	NotRejoined    int // restarts not joined within the rejoin bound (within δ)
 	Errors         int // messages that do not round-trip through the wire format
 	PerSub         []SubReport
 	Details        []string
@@ -281,11 +288,11 @@ type SubReport struct {
 // counts; beyond δ only duplicates, reordering, spurious deliveries and
 // silent loss do.
 func (r Report) Failed(beyond bool) bool {
-	bad := r.Duplicates + r.Reordered + r.Spurious + r.Errors
+	bad := r.Duplicates + r.Reordered + r.Spurious + r.Errors + r.Storms
 	if beyond {
 		return bad+r.SilentLost > 0
 	}
-	return bad+r.Lost+r.Undrained+r.QueueOverBound+r.Stuck > 0
+	return bad+r.Lost+r.Undrained+r.QueueOverBound+r.Stuck+r.NotRejoined > 0
 }
 
 // Match decides whether a publication matches a filter for the oracle. It
@@ -313,7 +320,13 @@ func (l *Log) Check() Report {
 	r.Undrained = len(l.Undrained)
 	r.Stuck = len(l.Stuck)
 	r.Errors = len(l.Errors)
+	r.Storms = len(l.Storms)
+	r.NotRejoined = len(l.NotRejoined)
 	r.Details = append(r.Details, l.Errors...)
+	// A storm or a broker that never rejoined is usually the cause of the
+	// stuck subscriptions and undrained queues that follow: first.
+	r.Details = append(r.Details, l.Storms...)
+	r.Details = append(r.Details, l.NotRejoined...)
 	r.Details = append(r.Details, l.Stuck...)
 	r.Details = append(r.Details, l.QueueOverBound...)
 	r.Details = append(r.Details, l.Undrained...)

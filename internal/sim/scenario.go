@@ -24,12 +24,19 @@ import (
 //	tree chain=N | tree random=N [degree=D] | tree B1-B2 B2-B3 ...
 //	                            create the brokers and join them one after another
 //	join B9 via B3 [B2 ...]     a new broker joins now (does not wait)
-//	wait joined B9 | wait confirmed [S1 ...]   [max=DURATION]
+//	wait joined B9 | wait confirmed [S1 ...] | wait rejoined   [max=DURATION]
+//	                            (rejoined: every restarted broker is a member again; by
+//	                            default waits up to the rejoin bound, which is then judged)
 //	subscribe S1 B6 class=a x<5 | subscribe S1 B6 random
 //	subscribers N               N random subscriptions S1..SN at random brokers
 //	publish P1 B1 every=20ms for=2s [class=a x=3 ...]   (random attributes if none)
 //	unsubscribe S1
-//	crash B3 [B4 ...] | restart B3 [via B2 ...] | freeze B5 ... | resume B5 ...
+//	crash B3 [B4 ...] | restart B3 [via B2 ...] [stale-link D] | freeze B5 ... | resume B5 ...
+//	                            (stale-link: B3's peers keep its old links D after the
+//	                            restart, losing what they send on them, then LinkDown;
+//	                            resolve: the core is given the first joinpoint that answers
+//	                            a dial, alone, as the runtime does)
+//	slow B3 DURATION            a stall: frozen for DURATION, then resumed (does not wait)
 //	cut B2 B3 | heal B2 B3
 //	leave B3 [max=DURATION]     graceful leave; runs until B3 has left (leave.go)
 //	run DURATION                advance virtual time
@@ -128,6 +135,9 @@ func RunScenario(sc *Scenario, factory NodeFactory, trace io.Writer) (*ScenarioR
 	if r.s == nil {
 		return nil, fmt.Errorf("sim: %s: no tree was built", sc.Name)
 	}
+	// The liveness rules: storms always, the rejoin bound within δ (judged
+	// only if the script ran past it: see "wait rejoined").
+	r.s.CheckTraffic(!r.beyond)
 	rep := r.s.Log().Check()
 	res := &ScenarioResult{Report: rep, Beyond: r.beyond, Stats: r.s.Stats()}
 	res.Outcome = r.outcome(rep, false)
@@ -230,6 +240,16 @@ func (r *runner) exec(l scriptLine) error {
 				return fmt.Errorf("want: wait joined BROKER")
 			}
 			cond = func() bool { return s.Joined(message.BrokerID(rest[1])) }
+		case "rejoined":
+			// Every restart so far has rejoined; by default wait as long
+			// as the rejoin rule allows, so that it is judged.
+			if _, ok := opts["max"]; !ok {
+				max = 0
+				if d := s.RejoinDeadline() - s.Now(); d > 0 {
+					max = d
+				}
+			}
+			cond = s.AllRejoined
 		case "confirmed":
 			names := rest[1:]
 			for _, n := range names {
@@ -249,7 +269,7 @@ func (r *runner) exec(l scriptLine) error {
 				return true
 			}
 		default:
-			return fmt.Errorf("wait %s: want joined or confirmed", rest[0])
+			return fmt.Errorf("wait %s: want joined, rejoined or confirmed", rest[0])
 		}
 		ok, err := s.RunUntilCond(max, cond)
 		if err != nil {
@@ -338,17 +358,36 @@ func (r *runner) exec(l scriptLine) error {
 		}
 		return nil
 	case "restart":
+		const want = "want: restart BROKER [via JOINPOINT ...] [stale-link DURATION] [resolve]"
 		if len(rest) == 0 {
-			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
+			return fmt.Errorf(want)
 		}
 		id := message.BrokerID(rest[0])
-		jps := s.existing(r.tree.Neighbours(id))
-		if len(rest) > 2 && rest[1] == "via" {
-			jps = ids(rest[2:])
-		} else if len(rest) != 1 {
-			return fmt.Errorf("want: restart BROKER [via JOINPOINT ...]")
+		o := RestartOptions{Joinpoints: s.existing(r.tree.Neighbours(id)), StaleLink: -1}
+		if n := len(rest); n >= 2 && rest[n-1] == "resolve" {
+			o.Resolve, rest = true, rest[:n-1]
 		}
-		return s.Restart(id, jps...)
+		if n := len(rest); n >= 3 && rest[n-2] == "stale-link" {
+			if o.StaleLink, err = parseDur("stale-link", rest[n-1]); err != nil {
+				return err
+			}
+			rest = rest[:n-2]
+		}
+		if len(rest) > 2 && rest[1] == "via" {
+			o.Joinpoints = ids(rest[2:])
+		} else if len(rest) != 1 {
+			return fmt.Errorf(want)
+		}
+		return s.RestartWith(id, o)
+	case "slow":
+		if len(rest) != 2 {
+			return fmt.Errorf("want: slow BROKER DURATION")
+		}
+		d, err := parseDur("slow", rest[1])
+		if err != nil {
+			return err
+		}
+		return s.Stall(message.BrokerID(rest[0]), d)
 	case "leave":
 		return r.leave(opts, rest)
 	case "cut", "heal":
@@ -386,7 +425,7 @@ func (r *runner) exec(l scriptLine) error {
 		r.beyond = true
 		return nil
 	}
-	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, freeze, resume, cut, heal, leave, run, settle, beyond)")
+	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, slow, freeze, resume, cut, heal, leave, run, settle, beyond)")
 }
 
 func (r *runner) config(args []string) error {
@@ -541,6 +580,11 @@ func (r *runner) outcome(rep Report, full bool) string {
 		}
 		fmt.Fprintf(&b, "%s silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d over_bound=%d stuck=%d\n",
 			lossNoted, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.QueueOverBound, rep.Stuck)
+	}
+	if full || rep.Storms+rep.NotRejoined > 0 {
+		// (in the stable outcome only when not 0: the files before the
+		// rules stay as they were)
+		fmt.Fprintf(&b, "storms=%d not_rejoined=%d\n", rep.Storms, rep.NotRejoined)
 	}
 	for _, ps := range rep.PerSub {
 		state := ""

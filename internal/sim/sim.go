@@ -21,6 +21,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/traffic"
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -54,11 +55,35 @@ type Config struct {
 	// told LinkDown (an idle timeout). Negative: never; the core must
 	// detect the failure by its heartbeats.
 	LinkDownAfter time.Duration
+	// What real processes do that an ideal network does not, drawn by the
+	// fuzzer (the zero values are the ideal network of the scenario files).
+	// DialFailDraw: a dial to a crashed broker fails after a delay drawn
+	// from [one round trip, DialTimeout] (a real dial fails at any point
+	// of its handshake, not exactly at the timeout).
+	DialFailDraw bool
+	// DialFailLive is the chance, per thousand, that a dial to a live,
+	// reachable broker fails anyway (a lost handshake), after a drawn
+	// delay as above.
+	DialFailLive int
+	// AcceptDelay: the accepting end of a new link is told LinkUp after
+	// a delay drawn from [0, AcceptDelay] (its handshake completes after
+	// the dialler's). What the dialler sends meanwhile arrives right
+	// after that LinkUp, in order (the runtime steps a link's messages
+	// only after its PeerUp); what the acceptor would send on the link
+	// before its LinkUp is lost (it does not hold that link yet).
+	AcceptDelay time.Duration
+	// ReplacedDown: an end that still holds a link a new one replaces
+	// (never told it went down) is told LinkDown before LinkUp, as the
+	// runtime does (overlay.Runtime.linkUp).
+	ReplacedDown bool
 	// ClientDelay is the one-way delay between a client and its edge.
 	ClientDelay time.Duration
 	// SampleEvery is how often queue lengths are sampled for the bound
 	// check and the statistics (0: never).
 	SampleEvery time.Duration
+	// ControlEvery is how often every broker's control-message counters
+	// are read for the storm rule (traffic.go; 0: never).
+	ControlEvery time.Duration
 	// MaxEvents bounds a run: past it the run stops with ErrEventBound.
 	MaxEvents int64
 	// Wire sends every broker message through the wire format (encoded
@@ -113,6 +138,7 @@ func DefaultConfig() Config {
 		LinkDownAfter:  -1,
 		ClientDelay:    100 * time.Microsecond,
 		SampleEvery:    50 * time.Millisecond,
+		ControlEvery:   time.Second, // traffic.DefaultBound's window
 		MaxEvents:      50_000_000,
 	}
 }
@@ -171,6 +197,11 @@ type broker struct {
 	everJoined  bool // some incarnation was a member
 	clients     []*client
 	maxQueue    int
+	// ctl counts the control messages b's core output, by type (over all
+	// incarnations); restart is the index in Sim.restarts of b's restart
+	// that has not joined yet (-1: none).
+	ctl     []int64
+	restart int
 	// linkTo mirrors Sim.links for the links of this broker, by peer
 	// (send looks a link up per message: one small, hot map by name
 	// instead of hashing the pair). Set where Sim.links is.
@@ -211,6 +242,11 @@ type link struct {
 	// removed from it), i.e. s.links[l.k] != l, without hashing the key.
 	replaced bool
 	last     [2]time.Duration
+	// upAt is when each direction's sender is told LinkUp (Config.AcceptDelay):
+	// it sends nothing on the link before.
+	upAt [2]time.Duration
+	// told: the end (0: k.a, 1: k.b) was told LinkDown for this link.
+	told [2]bool
 	// q holds the messages in flight in each direction behind the one in
 	// the event heap (see fifo).
 	q [2]fifo
@@ -289,6 +325,13 @@ type Sim struct {
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
 	onNotice func(b message.BrokerID, n Notice)
 
+	// The liveness rules (traffic.go): the control readings, the restarts,
+	// the instants of the first and the last fault (-1: none).
+	readings              []traffic.Reading
+	restarts              []restartRec
+	firstFault, lastFault time.Duration
+	steadyUntil           time.Duration // SetSteadyUntil (-1: the first fault)
+
 	// The parallel engine (Config.Workers > 0, par.go). The main Sim has
 	// par; each partition is a Sim of its own (shard set) sharing the
 	// brokers, links and log with the main one and having its own clock,
@@ -318,6 +361,9 @@ func New(cfg Config) (*Sim, error) {
 		log:     newLog(),
 
 		firstViolation: -1,
+		firstFault:     -1,
+		lastFault:      -1,
+		steadyUntil:    -1,
 	}
 	s.main = s
 	s.stats.Notices = map[string]int64{}
@@ -326,6 +372,9 @@ func New(cfg Config) (*Sim, error) {
 	}
 	if cfg.SampleEvery > 0 {
 		s.schedule(cfg.SampleEvery, s.sample)
+	}
+	if cfg.ControlEvery > 0 {
+		s.schedule(cfg.ControlEvery, s.readControl)
 	}
 	return s, nil
 }
@@ -547,6 +596,7 @@ func (s *Sim) notice(b *broker, n Notice) {
 	s.stats.Notices[n.Kind]++
 	if n.Kind == "joined" {
 		b.joined, b.everJoined = true, true
+		s.noteJoined(b)
 	}
 	s.tracef("%s notice %s %s %s", b.id, n.Kind, n.Peer, n.Detail)
 	if s.onNotice != nil {
@@ -570,7 +620,7 @@ func (s *Sim) AddBroker(id message.BrokerID) error {
 	if _, dup := s.brokers[id]; dup {
 		return fmt.Errorf("sim: broker %s already exists", id)
 	}
-	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0, idx: len(s.order)}
+	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0, idx: len(s.order), restart: -1}
 	if s.par != nil {
 		s.par.place(b)
 	}
@@ -681,7 +731,11 @@ func (s *Sim) Join(id message.BrokerID, joinpoints ...message.BrokerID) error {
 // or reports Joined in its status.
 func (s *Sim) Joined(id message.BrokerID) bool {
 	b, ok := s.brokers[id]
-	return ok && b.isJoined()
+	if !ok || !b.isJoined() {
+		return false
+	}
+	s.noteJoined(b) // a node that reports Joined in its status without a notice
+	return true
 }
 
 // isJoined is Joined for a known broker (polled every tick while it joins).
@@ -724,6 +778,12 @@ func (s *Sim) Crash(id message.BrokerID) error {
 		return fmt.Errorf("sim: crash %s: already crashed", id)
 	}
 	s.tracef("%s CRASH", id)
+	s.noteFault()
+	if b.restart >= 0 {
+		// Crashed again before it rejoined: the next restart is judged.
+		s.restarts[b.restart].dropped = true
+		b.restart = -1
+	}
 	b.state = stateCrashed
 	b.inc++
 	b.node = nil
@@ -747,6 +807,31 @@ func (s *Sim) Crash(id message.BrokerID) error {
 // Restart starts a crashed broker again with its state lost and a larger
 // epoch, rejoining through joinpoints (typically its former neighbours).
 func (s *Sim) Restart(id message.BrokerID, joinpoints ...message.BrokerID) error {
+	return s.RestartWith(id, RestartOptions{Joinpoints: joinpoints, StaleLink: -1})
+}
+
+// RestartOptions are how a broker restarts (RestartWith).
+type RestartOptions struct {
+	Joinpoints []message.BrokerID
+	// StaleLink ≥ 0: the broker comes back on the same address while its
+	// peers still hold links of its old incarnation not yet reported down;
+	// each such peer is told LinkDown StaleLink after the restart (QUIC
+	// notices by a stateless reset or the idle timeout), and what it sends
+	// on the link until then is lost. < 0: only Config.LinkDownAfter, if
+	// ever, tells them.
+	StaleLink time.Duration
+	// Resolve: the runtime's resolution of bare joinpoint addresses
+	// (overlay.Runtime.resolveJoinpoints) before the core joins: every
+	// joinpoint is dialled at once, and the core is given all that
+	// answered, in order (a recovering broker answers a dial too); none
+	// answering, the round is repeated after a pause that doubles up to
+	// 5 s. Without it the joinpoints are known by name ("ID@addr", as the
+	// testbed gives them) and the core dials them itself.
+	Resolve bool
+}
+
+// RestartWith is Restart with options.
+func (s *Sim) RestartWith(id message.BrokerID, o RestartOptions) error {
 	b, err := s.broker(id)
 	if err != nil {
 		return err
@@ -754,11 +839,120 @@ func (s *Sim) Restart(id message.BrokerID, joinpoints ...message.BrokerID) error
 	if b.state != stateCrashed {
 		return fmt.Errorf("sim: restart %s: it is %s, not crashed", id, b.state)
 	}
-	s.tracef("%s RESTART epoch %d", id, b.epoch+1)
+	if o.StaleLink >= 0 {
+		s.tracef("%s RESTART epoch %d (its old links stale for %v)", id, b.epoch+1, o.StaleLink)
+	} else {
+		s.tracef("%s RESTART epoch %d", id, b.epoch+1)
+	}
+	s.noteFault()
 	if err := s.start(b); err != nil {
 		return err
 	}
-	return s.Join(id, joinpoints...)
+	b.restart = len(s.restarts)
+	s.restarts = append(s.restarts, restartRec{Restart: traffic.Restart{Broker: string(id), At: s.now, JoinedAt: -1}})
+	if o.StaleLink >= 0 {
+		for _, l := range s.linksOf(id) {
+			p := l.bA
+			if p == b {
+				p = l.bB
+			}
+			if s.links[l.k] != l || !l.up || l.told[l.endOf(p.id)] || p.inc != l.incOf(p.id) {
+				continue // replaced, closed, reported, or its peer restarted too
+			}
+			l := l
+			s.input(p, o.StaleLink, func() { s.staleDown(l, p, id, "stale: the peer restarted") })
+		}
+	}
+	if o.Resolve {
+		for _, j := range o.Joinpoints {
+			if _, err := s.broker(j); err != nil {
+				return err
+			}
+		}
+		s.resolveJoin(b, o.Joinpoints, 0, 0)
+		return nil
+	}
+	return s.Join(id, o.Joinpoints...)
+}
+
+// resolveJoin runs one round of b's runtime resolving its joinpoints
+// (RestartOptions.Resolve): every one dialled at once, the core started
+// with those that answered once every dial is answered, or another round
+// after pause.
+func (s *Sim) resolveJoin(b *broker, jps []message.BrokerID, round int, pause time.Duration) {
+	inc := b.inc
+	answered := make([]bool, len(jps))
+	pending := len(jps)
+	done := func() {
+		if pending--; pending > 0 || b.inc != inc {
+			return
+		}
+		var up []message.BrokerID
+		for i, ok := range answered {
+			if ok {
+				up = append(up, jps[i])
+			}
+		}
+		if len(up) > 0 {
+			s.tracef("%s: joinpoints %v answered (round %d)", b.id, up, round+1)
+			_ = s.Join(b.id, up...)
+			return
+		}
+		s.tracef("%s: no joinpoint of %v answered (round %d); next round in %v", b.id, jps, round+1, pause)
+		s.schedule(s.now+pause, func() {
+			if b.inc == inc {
+				s.resolveJoin(b, jps, round+1, min(2*pause, 5*time.Second))
+			}
+		})
+	}
+	if pause == 0 {
+		failTimeout := time.Duration(s.cfg.FailureTicks) * s.cfg.Tick
+		pause = min(max(failTimeout, 200*time.Millisecond), 5*time.Second)
+	}
+	if len(jps) == 0 {
+		return
+	}
+	reqAt := s.now
+	for i, j := range jps {
+		t := s.brokers[j]
+		k := keyOf(b.id, t.id)
+		s.stats.Dials++
+		s.schedule(s.now+2*s.cfg.LinkDelay, func() {
+			if b.inc != inc {
+				return
+			}
+			// A broker that left has exited: nothing answers at its address.
+			gone := t.state == stateCrashed || s.HasLeft(t.id)
+			lost := t.state == stateUp && !gone && !s.cuts[k] && s.cfg.DialFailLive > 0 && s.rng.IntN(1000) < s.cfg.DialFailLive
+			if t.state == stateUp && !gone && !s.cuts[k] && !lost && t != b {
+				answered[i] = true
+				done()
+				return
+			}
+			s.stats.DialsFailed++
+			failAt := reqAt + s.cfg.DialTimeout
+			if s.cfg.DialFailDraw && gone || lost {
+				failAt = s.now + time.Duration(s.rng.Int64N(int64(reqAt+s.cfg.DialTimeout-s.now)+1))
+			}
+			s.schedule(failAt, done)
+		})
+	}
+}
+
+// Stall freezes a broker for d (a scheduling stall of a slow process: it
+// loses nothing, its peers see silence) and resumes it.
+func (s *Sim) Stall(id message.BrokerID, d time.Duration) error {
+	if err := s.Freeze(id); err != nil {
+		return err
+	}
+	b := s.brokers[id]
+	inc := b.inc
+	s.At(s.now+d, func() {
+		if b.inc == inc && b.state == stateFrozen {
+			_ = s.Resume(id)
+		}
+	})
+	return nil
 }
 
 // Freeze stops a broker without losing anything: inputs wait and are
@@ -772,6 +966,7 @@ func (s *Sim) Freeze(id message.BrokerID) error {
 		return fmt.Errorf("sim: freeze %s: it is %s", id, b.state)
 	}
 	s.tracef("%s FREEZE", id)
+	s.noteFault()
 	b.state = stateFrozen
 	return nil
 }
@@ -787,6 +982,7 @@ func (s *Sim) Resume(id message.BrokerID) error {
 		return fmt.Errorf("sim: resume %s: it is %s, not frozen", id, b.state)
 	}
 	s.tracef("%s RESUME (%d inputs waiting)", id, len(b.pending))
+	s.noteFault()
 	b.state = stateUp
 	pending := b.pending
 	b.pending = nil
@@ -812,6 +1008,7 @@ func (s *Sim) Cut(a, b message.BrokerID) error {
 		return fmt.Errorf("sim: cut %s-%s: already cut", a, b)
 	}
 	s.tracef("CUT %s-%s", a, b)
+	s.noteFault()
 	s.cuts[k] = true
 	if l := s.links[k]; l != nil && !l.broken {
 		l.broken = true
@@ -827,6 +1024,7 @@ func (s *Sim) Heal(a, b message.BrokerID) error {
 		return fmt.Errorf("sim: heal %s-%s: not cut", a, b)
 	}
 	s.tracef("HEAL %s-%s", a, b)
+	s.noteFault()
 	delete(s.cuts, k)
 	return nil
 }
@@ -859,14 +1057,29 @@ func (s *Sim) reportDown(l *link, dead message.BrokerID) {
 		if peer == end {
 			peer = l.k.b
 		}
-		s.input(b, s.cfg.LinkDownAfter, func() {
-			if s.links[l.k] != l || !l.up {
-				return
-			}
-			s.tracef("%s linkdown %s (idle timeout)", end, peer)
-			b.node.LinkDown(peer)
-		})
+		s.input(b, s.cfg.LinkDownAfter, func() { s.staleDown(l, b, peer, "idle timeout") })
 	}
+}
+
+// staleDown tells b, an end of the broken link l, LinkDown for it (at the
+// idle timeout, or when a restarted peer resets it), unless the link was
+// replaced, closed, or already reported to b.
+func (s *Sim) staleDown(l *link, b *broker, peer message.BrokerID, why string) {
+	end := l.endOf(b.id)
+	if s.links[l.k] != l || !l.up || l.told[end] {
+		return
+	}
+	l.told[end] = true
+	s.tracef("%s linkdown %s (%s)", b.id, peer, why)
+	b.node.LinkDown(peer)
+}
+
+// endOf is 0 for l.k.a, 1 for l.k.b.
+func (l *link) endOf(id message.BrokerID) int {
+	if id == l.k.a {
+		return 0
+	}
+	return 1
 }
 
 // --- network ---
@@ -922,10 +1135,22 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 		if b.inc != inc {
 			return
 		}
-		if t.state != stateUp || s.cuts[k] {
+		lostHandshake := t.state == stateUp && !s.cuts[k] && s.cfg.DialFailLive > 0 && s.rng.IntN(1000) < s.cfg.DialFailLive
+		if t.state != stateUp || s.cuts[k] || lostHandshake {
 			s.stats.DialsFailed++
-			s.tracef("%s dial %s: failed (%s, cut=%v)", b.id, to, t.state, s.cuts[k])
-			s.scheduleFor(reqAt+s.cfg.DialTimeout, b, func() { b.node.DialFailed(to) })
+			failAt := reqAt + s.cfg.DialTimeout // a frozen or cut-off peer: the timeout
+			if s.cfg.DialFailDraw && t.state == stateCrashed || lostHandshake {
+				failAt = s.now + time.Duration(s.rng.Int64N(int64(reqAt+s.cfg.DialTimeout-s.now)+1))
+			}
+			switch {
+			case lostHandshake:
+				s.tracef("%s dial %s: failed (lost handshake), answered at %s", b.id, to, fmtTime(failAt))
+			case s.cfg.DialFailDraw:
+				s.tracef("%s dial %s: failed (%s, cut=%v), answered at %s", b.id, to, t.state, s.cuts[k], fmtTime(failAt))
+			default:
+				s.tracef("%s dial %s: failed (%s, cut=%v)", b.id, to, t.state, s.cuts[k])
+			}
+			s.scheduleFor(failAt, b, func() { b.node.DialFailed(to) })
 			return
 		}
 		if l := s.links[k]; s.alive(l) {
@@ -946,7 +1171,15 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 		} else {
 			l.incA, l.incB, l.bA, l.bB = t.inc, b.inc, t, b
 		}
-		if old := s.links[k]; old != nil {
+		var acc time.Duration // t, the acceptor, is told LinkUp acc later
+		if s.cfg.AcceptDelay > 0 {
+			acc = time.Duration(s.rng.Int64N(int64(s.cfg.AcceptDelay) + 1))
+		}
+		toT := l.endOf(b.id) // the direction from b to t
+		l.last[toT] = s.now + acc
+		l.upAt[1-toT] = s.now + acc
+		old := s.links[k]
+		if old != nil {
 			old.replaced = true
 		}
 		s.links[k] = l
@@ -957,9 +1190,30 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 		}
 		b.linkTo[to] = l
 		t.linkTo[b.id] = l
-		s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
+		if acc > 0 {
+			s.tracef("link %s-%s up (#%d, dialled by %s, accepted %v later)", b.id, to, l.id, b.id, acc)
+		} else {
+			s.tracef("link %s-%s up (#%d, dialled by %s)", b.id, to, l.id, b.id)
+		}
+		// An end that still holds the link l replaces (of the same
+		// incarnation, never told it went down) is told LinkDown first,
+		// as the runtime does when a new link replaces an old one.
+		for _, x := range [2]struct {
+			b    *broker
+			peer message.BrokerID
+			at   time.Duration
+		}{{b, to, s.now}, {t, b.id, s.now + acc}} {
+			if e := old.endOfOrNeg(x.b.id); s.cfg.ReplacedDown && e >= 0 && old.up && !old.told[e] && old.incOf(x.b.id) == x.b.inc {
+				old.told[e] = true
+				x := x
+				s.scheduleFor(x.at, x.b, func() {
+					s.tracef("%s linkdown %s (replaced by a new link)", x.b.id, x.peer)
+					x.b.node.LinkDown(x.peer)
+				})
+			}
+		}
 		s.scheduleFor(s.now, b, func() { b.node.LinkUp(to) })
-		s.scheduleFor(s.now, t, func() { t.node.LinkUp(b.id) })
+		s.scheduleFor(s.now+acc, t, func() { t.node.LinkUp(b.id) })
 	}
 }
 
@@ -990,6 +1244,9 @@ func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 func (s *Sim) send(b *broker, env Envelope) {
 	typ := env.Msg.Type()
 	name := s.countType(typ)
+	if typ != message.TypePub {
+		b.countControl(typ) // what the core output, sent or not (as its own counters)
+	}
 	l := b.linkTo[env.To] // s.links[keyOf(b.id, env.To)]
 	// dir 0: b is l.k.a (brokers are unique by id: pointers compare).
 	dir, inc := 0, 0
@@ -999,7 +1256,7 @@ func (s *Sim) send(b *broker, env Envelope) {
 			dir, inc = 1, l.incB
 		}
 	}
-	if l == nil || !l.up || inc != b.inc || l.shut[dir] {
+	if l == nil || !l.up || inc != b.inc || l.shut[dir] || s.now < l.upAt[dir] {
 		s.stats.NoLinkDrops++
 		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
 		return
@@ -1121,4 +1378,12 @@ func (s *Sim) CheckDrained() {
 			s.log.problem(&s.log.Undrained, "queue of %s not drained: %d messages after quiescence", b.id, q)
 		}
 	}
+}
+
+// endOfOrNeg is endOf for a possibly nil link (-1 when nil).
+func (l *link) endOfOrNeg(id message.BrokerID) int {
+	if l == nil {
+		return -1
+	}
+	return l.endOf(id)
 }
