@@ -418,3 +418,34 @@ func TestRuntimeBackpressureNeverLeavesAHole(t *testing.T) {
 		}
 	})
 }
+
+// TestRuntimeJoinsThroughTheNextJoinpoint: a restarted broker's first
+// joinpoint answers the dial but is not a member (it is restarting too,
+// its own joinpoint gone); the runtime hands the core every joinpoint, so
+// the core moves on to the next one, a member, and joins there. Given the
+// first that answered alone (as the runtime once did), it asked that one
+// for ever.
+func TestRuntimeJoinsThroughTheNextJoinpoint(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			net := newFakeNet(64)
+			b1 := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, nil)
+			// B6 is up and answers dials, but never becomes a member.
+			b6 := startTestBroker(t, net, "B6", "127.0.0.1:6", []string{"127.0.0.1:99"}, nil)
+			join := []string{"127.0.0.1:6", "127.0.0.1:1"}
+			if named {
+				join = []string{"B6@127.0.0.1:6", "B1@127.0.0.1:1"}
+			}
+			b5 := startTestBroker(t, net, "B5", "127.0.0.1:5", join, nil)
+			for tries := 0; !b5.rt.Joined(); tries++ {
+				if tries > 1000 {
+					t.Fatalf("named=%v: B5 did not join within 10 s of virtual time", named)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for _, b := range []*testBroker{b5, b6, b1} {
+				b.shutdown(t)
+			}
+		})
+	}
+}
