@@ -345,6 +345,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		n.checkRecovery()
 		return
 	}
+	before := n.topo.Neighbours(n.cfg.ID)
 	if topology.Validate(m.Map) == nil {
 		self := n.self
 		for _, e := range m.Map {
@@ -358,6 +359,11 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 	}
 	n.installSubs(from, m.Subs)
 	delete(n.stateWait, from)
+	// The map we started from (the joinpoint's) shows our tree neighbours
+	// only within δ+1 hops of the joinpoint: a joinpoint farther up than
+	// our parent does not hold our children. This reply's map may show
+	// them: ask them too, or we become routable without their side.
+	n.askNewNeighbours(before)
 	n.checkRecovery()
 	n.routesChanged()
 	n.answerStateRequests()
@@ -608,7 +614,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 // publications for them were lost silently).
 func (n *Node) askNewNeighbours(before []message.BrokerID) {
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		if slices.Contains(before, nb) || n.stateWait[nb] || n.stateless[nb] {
+		if slices.Contains(before, nb) || n.stateWait[nb] || n.stateless[nb] || n.mapFrom[nb] {
 			continue
 		}
 		n.askState(Peer{ID: nb})

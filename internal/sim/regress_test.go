@@ -163,3 +163,29 @@ func TestFuzzRegressionsBeyondDelta(t *testing.T) {
 		}
 	}
 }
+
+// Fuzz runs with the draws of real processes (`deltapub sim fuzz
+// --brokers 10-60 --delta 1-3`) that once failed within δ.
+func TestFuzzRegressionsRealDraws(t *testing.T) {
+	o := DefaultFuzzOptions()
+	o.BrokersMin, o.BrokersMax = 10, 60
+	cases := []struct {
+		seed int64
+		why  string
+	}{
+		// A lost join handshake placed B24 under B7, not under B11 as the
+		// plan had it; restarted with the plan's joinpoints [B11 B9 B7],
+		// B24 took B11's map, which ends at B24 (its children are four
+		// hops from B11), asked only B7 and B9, and became routable
+		// without its children's side: it swallowed P1's publications for
+		// S1 at B45 and S2, S3 at B26, reported them discarded, and B7
+		// purged them. Scenario restart_children_beyond_joinpoints.
+		{7023, "a restarted broker did not ask the children its parent's map showed"},
+	}
+	for _, c := range cases {
+		r := FuzzRun(c.seed, o)
+		if r.Failed() {
+			t.Errorf("seed %d (%s): %s\n%v", c.seed, c.why, r.Summary(), r.Report.Details)
+		}
+	}
+}
