@@ -65,24 +65,25 @@ type Node struct {
 	peerIDs []message.BrokerID
 
 	// Membership.
-	member       bool // has a map (bootstrapped, or a JoinReply arrived)
-	joined       bool // full member: routable
-	leaving      bool
-	left         bool
-	lv           *leaveState // graceful leave in progress (leave.go)
-	jn           joining     // the walk over the joinpoints while not a member (retry.go)
-	rejoin       bool
-	stateWait    map[message.BrokerID]bool             // recovery: peers whose StateReply is awaited
-	admitting    map[message.BrokerID]uint64           // joinpoint: joiners admitted here (epoch), until confirmed
-	pendingState map[message.BrokerID]bool             // StateRequests not answered yet (see answerStateRequests)
-	askedBehind  map[message.BrokerID]bool             // recovery: awaited peers whose back side was asked
-	askedFor     map[message.BrokerID]message.BrokerID // recovery: a broker asked behind an awaited one -> that one (member.go dropLeft)
-	stateless    map[message.BrokerID]bool             // recovery: peers that answered NotMember (no state to give)
-	namedBy      map[message.BrokerID]message.BrokerID // recovery: a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (member.go unplaced)
-	mapFrom      map[message.BrokerID]bool             // recovery: brokers whose map we merged (JoinReply, StateReply)
-	unjoinedSeen map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (member.go unplaced)
-	stateWaitT   int
-	assembling   map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
+	member          bool // has a map (bootstrapped, or a JoinReply arrived)
+	joined          bool // full member: routable
+	leaving         bool
+	leaveWhenJoined bool // Leave was asked while not joined yet (leave.go)
+	left            bool
+	lv              *leaveState // graceful leave in progress (leave.go)
+	jn              joining     // the walk over the joinpoints while not a member (retry.go)
+	rejoin          bool
+	stateWait       map[message.BrokerID]bool             // recovery: peers whose StateReply is awaited
+	admitting       map[message.BrokerID]uint64           // joinpoint: joiners admitted here (epoch), until confirmed
+	pendingState    map[message.BrokerID]bool             // StateRequests not answered yet (see answerStateRequests)
+	askedBehind     map[message.BrokerID]bool             // recovery: awaited peers whose back side was asked
+	askedFor        map[message.BrokerID]message.BrokerID // recovery: a broker asked behind an awaited one -> that one (member.go dropLeft)
+	stateless       map[message.BrokerID]bool             // recovery: peers that answered NotMember (no state to give)
+	namedBy         map[message.BrokerID]message.BrokerID // recovery: a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (member.go unplaced)
+	mapFrom         map[message.BrokerID]bool             // recovery: brokers whose map we merged (JoinReply, StateReply)
+	unjoinedSeen    map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (member.go unplaced)
+	stateWaitT      int
+	assembling      map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
 
 	// Publication forwarding.
 	queue      []*qentry
@@ -276,6 +277,10 @@ func (n *Node) becomeJoined() {
 	}
 	n.joined = true
 	clear(n.unjoinedSeen)
+	if n.leaveWhenJoined {
+		n.leaveWhenJoined = false
+		defer n.Leave() // after the joined heartbeats and the answers below
+	}
 	defer n.answerStateRequests()
 	n.notice(NoticeJoined, "", "")
 	for _, id := range n.sortedPeers() {

@@ -48,7 +48,17 @@ const leaveRepairBound = 4
 //     from-pointers that named this broker (Via).
 //  4. When the flood is confirmed and the queue still empty, the node is
 //     left (NoticeLeft) and closes its links.
+//
+// A leave asked while the broker is joining or recovering (a member not
+// routable yet) takes effect once it is joined: until then it holds
+// nothing its neighbours need (they bypass it), but gone without a leave
+// it would count as a crash toward δ, and its place would stay in the
+// tree until gone_after.
 func (n *Node) Leave() {
+	if n.member && !n.joined && !n.leaving {
+		n.leaveWhenJoined = true
+		return
+	}
 	if !n.joined || n.leaving {
 		return
 	}

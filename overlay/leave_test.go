@@ -324,3 +324,30 @@ func TestAdjacentLeaves(t *testing.T) {
 		})
 	}
 }
+
+// A leave asked while the broker is recovering (a member, not routable
+// yet) is not dropped: it starts once the broker is joined.
+func TestLeaveWhileRecoveringStartsOnceJoined(t *testing.T) {
+	n := chainNode(t, 2)
+	n.joined = false // recovering: a member, not routable yet
+	n.stateWait = map[message.BrokerID]bool{"B": true}
+	linked(n, "B")
+	n.Leave()
+	if n.leaving {
+		t.Fatal("a recovering broker started its leave before it was joined")
+	}
+	n.stateWait = nil
+	n.becomeJoined()
+	if !n.leaving {
+		t.Fatal("the leave asked while recovering did not start once joined")
+	}
+	sent := false
+	for _, e := range n.Ready().Messages {
+		if lr, ok := e.Msg.(*message.LeaveRequest); ok && lr.Drain && e.To == "B" {
+			sent = true
+		}
+	}
+	if !sent {
+		t.Fatal("no LeaveRequest{Drain} to the linked peer once joined")
+	}
+}

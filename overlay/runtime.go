@@ -395,9 +395,15 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 			}
 			r.log.Info().Msg("leaving the overlay")
 			r.leaving = true
+			wait := r.leaveTimeout()
+			if !r.node.Joined() {
+				// The core leaves once it has joined (recovery is bounded
+				// by gone_after).
+				wait += r.cfg.GoneAfter
+			}
 			r.node.Leave()
 			r.drain()
-			leaveDeadline = time.After(r.leaveTimeout())
+			leaveDeadline = time.After(wait)
 		case <-leaveDeadline:
 			r.log.Warn().Str("after", r.leaveTimeout().String()).Msg("leave not confirmed in time; exiting anyway (the overlay will treat this broker as crashed)")
 			r.shutdown()

@@ -82,9 +82,10 @@ type leaveResult struct {
 // leaveWait bounds how long a leave may take before it is reported as
 // failed: the runtime's own bound on a leave (overlay.Runtime.leaveTimeout:
 // 4 failure timeouts, within 1s..10s, after which it exits anyway and the
-// overlay treats it as crashed) plus a margin for a loaded machine.
+// overlay treats it as crashed; gone_after more for a broker still
+// recovering, which leaves once joined) plus a margin for a loaded machine.
 func leaveWait(o OverlaySpec) time.Duration {
-	return min(max(4*o.FailureTimeout.Duration, time.Second), 10*time.Second) + 5*time.Second
+	return min(max(4*o.FailureTimeout.Duration, time.Second), 10*time.Second) + o.GoneAfter.Duration + 5*time.Second
 }
 
 // awaitLeave reports, once, how a leave started at t0 ended: done closes
