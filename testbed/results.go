@@ -33,9 +33,10 @@ type Summary struct {
 	Faults                []FaultSummary           `json:"faults"`
 	FaultWindowMs         float64                  `json:"fault_window_ms"`
 	EndMs                 float64                  `json:"end_ms"`
-	WarmupMs              float64                  `json:"warmup_ms"`    // publishing starts; broker plots begin here (the subscription flood before would dwarf the rest)
-	NearFaults            []string                 `json:"near_faults"`  // brokers plotted in rate/cpu plots
-	CPUMeasured           bool                     `json:"cpu_measured"` // false: the mode cannot attribute CPU to brokers (cpu fields are 0)
+	WarmupMs              float64                  `json:"warmup_ms"`          // publishing starts; broker plots begin here (the subscription flood before would dwarf the rest)
+	NearFaults            []string                 `json:"near_faults"`        // brokers plotted in rate/cpu plots
+	CPUMeasured           bool                     `json:"cpu_measured"`       // false: the mode cannot attribute CPU to brokers (cpu fields are 0)
+	LoadAfterRestart      []LoadAfterRestart       `json:"load_after_restart"` // per restart: R's rate (and CPU) against its neighbours' (restartload.go); a figure, not a rule
 	Plots                 []string                 `json:"plots,omitempty"`
 	Notes                 []string                 `json:"notes,omitempty"`
 	DeliveriesCSVTruncate bool                     `json:"deliveries_csv_truncated,omitempty"`
@@ -300,6 +301,7 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 	}
 	samples := append([]BrokerSample(nil), r.samples...)
 	dels := append([]Delivery(nil), r.dels...)
+	sum.LoadAfterRestart = loadAfterRestart(p, r.faults, r.manual, samples)
 	r.mu.Unlock()
 
 	if err := writeDeliveries(filepath.Join(dir, "deliveries.csv"), p, dels); err != nil {

@@ -220,6 +220,10 @@ func FormatSummary(sum *Summary, dir string) string {
 		fmt.Fprintf(&b, "  at %.1fs %s: p99 before %.2f, during %.2f, after %.2f (max during %.2f)\n",
 			f.AtMs/1000, f.Fault, f.Before.P99, f.During.P99, f.After.P99, f.During.Max)
 	}
+	for _, l := range sum.LoadAfterRestart {
+		b.WriteString(formatLoadAfterRestart(l))
+		b.WriteByte('\n')
+	}
 	if sum.ControlMessages != nil {
 		fmt.Fprintf(&b, "  control messages %d", *sum.ControlMessages)
 		if sum.ControlPerDelivery != nil {
