@@ -135,9 +135,10 @@ func runBroker(args []string) int {
 	}
 	// A repeated line is counted, not repeated (loglimit.go): the summaries
 	// go to base, everything else through the limiter.
-	base := newLogger(os.Stderr, cfg.Log.Level, cfg.Log.Format).With().Str("broker", cfg.ID).Logger()
-	limiter := newLogLimiter(base, logBurst, logWindowD, logMaxKeys)
-	log := base.Hook(limiter)
+	out := logOutput(os.Stderr, cfg.Log.Format)
+	summaries := loggerTo(out, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
+	limiter := newLogLimiter(out, summaries, logBurst, logWindowD, logMaxKeys)
+	log := loggerTo(limiter, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
 	b, err := overlay.NewBroker(cfg, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
@@ -161,16 +162,27 @@ func runBroker(args []string) int {
 // newLogger makes a zerolog logger writing JSON lines or console text to
 // w. level and format were validated by the configuration.
 func newLogger(w io.Writer, level, format string) zerolog.Logger {
-	if format == "console" {
-		// Colours only on a terminal: logs redirected to files stay plain.
-		color := false
-		if f, ok := w.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				color = true
-			}
-		}
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !color}
+	return loggerTo(logOutput(w, format), level)
+}
+
+// logOutput is where log lines go in format ("console": readable lines,
+// else JSON as written).
+func logOutput(w io.Writer, format string) io.Writer {
+	if format != "console" {
+		return w
 	}
+	// Colours only on a terminal: logs redirected to files stay plain.
+	color := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			color = true
+		}
+	}
+	return zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !color}
+}
+
+// loggerTo is a JSON logger at level writing to w.
+func loggerTo(w io.Writer, level string) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
 		lvl = zerolog.InfoLevel

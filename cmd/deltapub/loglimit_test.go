@@ -15,11 +15,10 @@ import (
 // limitedLogger is a JSON logger through a limiter on a fake clock.
 func limitedLogger(burst int, window time.Duration, maxKeys int) (zerolog.Logger, *logLimiter, *bytes.Buffer, *time.Time) {
 	var buf bytes.Buffer
-	base := zerolog.New(&buf)
-	l := newLogLimiter(base, burst, window, maxKeys)
+	l := newLogLimiter(&buf, zerolog.New(&buf), burst, window, maxKeys)
 	now := time.Unix(1000, 0)
 	l.now = func() time.Time { return now }
-	return base.Hook(l), l, &buf, &now
+	return zerolog.New(l).With().Timestamp().Logger(), l, &buf, &now
 }
 
 func lines(t *testing.T, buf *bytes.Buffer) []map[string]any {
@@ -41,7 +40,7 @@ func lines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 func TestLogLimiterCountsRepeats(t *testing.T) {
 	log, _, buf, now := limitedLogger(3, time.Second, 16)
 	for i := 0; i < 1000; i++ {
-		log.Info().Int("i", i).Msg("join retry")
+		log.Info().Str("peer", "B2").Msg("join retry")
 		*now = now.Add(time.Millisecond / 2) // 1000 lines in 0.5 s
 	}
 	log.Warn().Msg("other") // a distinct line passes
@@ -50,7 +49,7 @@ func TestLogLimiterCountsRepeats(t *testing.T) {
 	}
 	// The window ends: the next line brings the summary first.
 	*now = now.Add(time.Second)
-	log.Info().Msg("join retry")
+	log.Info().Str("peer", "B2").Msg("join retry")
 	got := lines(t, buf)
 	if len(got) != 6 {
 		t.Fatalf("after the window: %d lines %v", len(got), got)
@@ -116,9 +115,8 @@ func TestLogLimiterRunFlushesAtTheEnd(t *testing.T) {
 
 func TestLogLimiterConcurrent(t *testing.T) {
 	var buf syncBuffer
-	base := zerolog.New(&buf)
-	l := newLogLimiter(base, 2, time.Hour, 8)
-	log := base.Hook(l)
+	l := newLogLimiter(&buf, zerolog.New(&buf), 2, time.Hour, 8)
+	log := zerolog.New(l)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -152,4 +150,17 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Lines of one message with other fields are other lines: they all pass
+// (a link up to each of ten peers is ten events, not a loop).
+func TestLogLimiterFieldsArePartOfTheKey(t *testing.T) {
+	log, _, buf, _ := limitedLogger(1, time.Second, 64)
+	for i := 0; i < 10; i++ {
+		log.Info().Int("peer", i).Msg("link up")
+	}
+	log.Info().Int("peer", 3).Msg("link up") // the same line again: counted
+	if got := lines(t, buf); len(got) != 10 {
+		t.Fatalf("%d lines, want the 10 distinct ones: %v", len(got), got)
+	}
 }
