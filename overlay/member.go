@@ -15,39 +15,49 @@ import (
 // From recomputed for x (PROTOCOL §3), sorted by SubID. For a neighbour,
 // "behind x" is "its direction is x". For a broker farther away (a
 // recovering broker asking across failed ones) it is "x lies on the path
-// from here to From": a From strictly before x on that path is the
-// subscriber's own edge (a pointer stops short of δ+1 hops only there), so
-// subscriptions of the failed brokers in between, and of branches off the
-// path, are included.
+// from here to From": within δ+1 hops of us, a From strictly before x on
+// that path is the subscriber's own edge (a pointer stops short of δ+1
+// hops only there), so subscriptions of the failed brokers in between, and
+// of branches off the path, are included.
+//
+// Beyond δ+1 hops (a joinpoint of a restart placed elsewhere than the
+// runtime's list assumed), or when our map does not place x at all, a
+// pointer δ+1 hops from us that may lie on our way to x does not say on
+// which side of x its subscriber is: before x, or behind it. Such a
+// subscription is left out. Named, x installed it toward us although its
+// subscriber was behind x, took the answer of its own child for a
+// duplicate (the first answer wins), became routable, dropped the
+// publications for it as coming from that direction and reported them
+// discarded, and its upstream purged them (fuzz seed 7007). x learns it
+// from the brokers of its own side, whose pointers are exact.
 func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 	n.geometry()
-	d := n.dist[x]
+	d, placed := n.dist[x]
 	var out []message.SubState
 	for _, e := range n.table.Entries() {
 		if e.Local {
 			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.cfg.ID})
 			continue
 		}
-		if d <= 1 {
+		if placed && d <= 1 {
 			if e.Dir == x {
 				continue
 			}
 			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.topo.FromFor(e.From, d)})
 			continue
 		}
-		behind := false
 		pf := n.pathTo(e.From)
-		for _, b := range pf[min(1, len(pf)):] {
-			if b == x {
-				behind = true
-				break
-			}
+		if placed && slices.Contains(pf[min(1, len(pf)):], x) {
+			continue // behind x
 		}
-		if behind {
-			continue
+		if (!placed || d > n.cfg.Delta+1) && len(pf)-1 >= n.cfg.Delta+1 && (!placed || slices.Contains(n.pathTo(x), e.From)) {
+			continue // its subscriber may be behind x: we cannot tell
 		}
 		from := e.From
-		if p := n.topo.Path(x, from); len(p) > n.cfg.Delta+2 {
+		if !placed {
+			// A pointer short of δ+1 hops is the subscriber's edge, in our
+			// map, so not behind x (farther than our map): as it is.
+		} else if p := n.topo.Path(x, from); len(p) > n.cfg.Delta+2 {
 			from = p[n.cfg.Delta+1]
 		} else if p == nil {
 			from = n.cfg.ID

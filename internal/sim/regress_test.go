@@ -181,6 +181,15 @@ func TestFuzzRegressionsRealDraws(t *testing.T) {
 		// S1 at B45 and S2, S3 at B26, reported them discarded, and B7
 		// purged them. Scenario restart_children_beyond_joinpoints.
 		{7023, "a restarted broker did not ask the children its parent's map showed"},
+		// A lost join handshake put B38 under B32, not under B35 as the
+		// plan had it, so B47's fourth restart joinpoint B35 was five hops
+		// away. B35's pointer for S4 (at B49, behind B47) was B44, δ+1
+		// hops from B35 on its way to B47: it named S4 with From B44, its
+		// answer came before B48's, and B47 installed S4 toward B44,
+		// became routable, dropped the publications for S4 as coming from
+		// there and reported them discarded: B43 purged them. Scenarios
+		// restart_joinpoint_beyond_neighbourhood, restart_joinpoint_not_placing.
+		{7007, "a joinpoint beyond δ+1 hops named a subscription behind the restarted broker toward itself"},
 	}
 	for _, c := range cases {
 		r := FuzzRun(c.seed, o)
