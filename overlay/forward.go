@@ -151,7 +151,11 @@ func (n *Node) direction(b message.BrokerID) message.BrokerID {
 // recipient gets, before anything new, every queued publication routed to
 // it, in stamp order (the switch rule that keeps per-source "highest
 // sequence seen" a sound duplicate filter; docs/protocol.md).
-func (n *Node) routesChanged() {
+func (n *Node) routesChanged() { n.reroute("") }
+
+// reroute is routesChanged; it reports whether it retransmitted to peer
+// linked (a next hop it gained).
+func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
 	n.routeVer++
 	n.rtGen++
 	n.geometry()
@@ -180,6 +184,7 @@ func (n *Node) routesChanged() {
 	for _, t := range tos {
 		if p := n.peer(t); p.up {
 			n.retransmitTo(t)
+			retransmitted = retransmitted || t == linked
 		} else {
 			n.dial(Peer{ID: t}, false)
 		}
@@ -192,6 +197,7 @@ func (n *Node) routesChanged() {
 	n.probeFrontiers()
 	n.floodsReroute()
 	n.checkHoles()
+	return retransmitted
 }
 
 // probeFrontiers dials, behind every unusable tree neighbour, the closest

@@ -33,6 +33,14 @@ type harness struct {
 	// after the start, as the runtime does; false: it is dropped.
 	prestart      map[message.BrokerID]bool
 	prestartHolds bool
+
+	// gated: dials between these pairs are left pending (neither LinkUp
+	// nor DialFailed) until openGated; slow: messages from [0] to [1] wait
+	// in slowHeld until releaseSlow (a link that delivers late, as a new
+	// QUIC connection may next to an established one).
+	gated    map[[2]message.BrokerID]bool
+	slow     map[[2]message.BrokerID]bool
+	slowHeld []flight
 }
 
 type flight struct {
@@ -96,6 +104,9 @@ func (h *harness) collect(id message.BrokerID) {
 	r := n.Ready()
 	h.notices = append(h.notices, r.Notices...)
 	for _, d := range r.Dials {
+		if h.gated[pair(id, d.ID)] {
+			continue // pending until openGated
+		}
 		if h.alive(d.ID) && !h.frozen[d.ID] && d.ID != id {
 			if !h.links[pair(id, d.ID)] {
 				h.links[pair(id, d.ID)] = true
@@ -127,6 +138,10 @@ func (h *harness) round() {
 	h.inflight = nil
 	for _, f := range batch {
 		if !h.alive(f.to) || !h.links[pair(f.from, f.to)] {
+			continue
+		}
+		if h.slow[[2]message.BrokerID{f.from, f.to}] {
+			h.slowHeld = append(h.slowHeld, f)
 			continue
 		}
 		if h.frozen[f.to] {
@@ -365,6 +380,23 @@ func TestHarnessBypassDeltaAdjacent(t *testing.T) {
 }
 
 func (h *harness) freeze(id message.BrokerID) { h.frozen[id] = true }
+
+// openGated brings up the gated link a-b as a dial answered now: a is told
+// LinkUp first (and its outputs collected) before b is.
+func (h *harness) openGated(a, b message.BrokerID) {
+	delete(h.gated, pair(a, b))
+	h.links[pair(a, b)] = true
+	h.do(a, func(n *Node) { n.LinkUp(b) })
+	h.do(b, func(n *Node) { n.LinkUp(a) })
+}
+
+// releaseSlow delivers what the slow links held, in order, before anything
+// newer, and makes them ordinary links again.
+func (h *harness) releaseSlow() {
+	h.slow = nil
+	h.inflight = append(h.slowHeld, h.inflight...)
+	h.slowHeld = nil
+}
 
 // resume delivers what waited in the frozen broker's links, in order,
 // before anything newer.
