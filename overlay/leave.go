@@ -295,10 +295,27 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// far side of p[0], or whose route goes elsewhere, keeps its own.
 	// (Routes may name brokers another repair already removed: only the
 	// ones we know are used.)
+	//
+	// A route that starts at a child of x the repair re-attached under R
+	// (x's parent, or for a leaving root its smallest child) is entered
+	// through R by every broker not behind its first broker: x's place on
+	// the path is taken by R, so the distance does not shrink and R, not
+	// only a broker of p, may be the one at δ+1 hops. Such a route is taken
+	// as R followed by p. (On p alone, a broker that knew no broker of p
+	// within δ+1 fell back to the last broker before x, δ hops away, and
+	// one crash there hid the subscription's side: fuzz seed 1128 of the
+	// testbed, B8 behind B3 after the root B1 left, its pointer for B4's
+	// subscriptions B3 instead of the new root B2.)
 	routes := map[message.SubID][]message.BrokerID{}
 	for _, g := range m.Via {
 		for _, s := range g.Subs {
 			routes[s] = g.Path
+		}
+	}
+	adopter := map[message.BrokerID]message.BrokerID{}
+	for _, r := range m.Reparent {
+		if r.Parent != "" {
+			adopter[r.ID] = r.Parent
 		}
 	}
 	n.geometry()
@@ -308,7 +325,15 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 			continue
 		}
 		from := e.From
-		if p, ok := routes[e.Sub]; ok && len(p) > 0 && !onPath(p, n.cfg.ID) {
+		p, ok := routes[e.Sub]
+		if ok && len(p) > 0 {
+			if r, ok := adopter[p[0]]; ok && r != n.cfg.ID && !onPath(p, r) {
+				if _, known := n.dist[r]; known && !onPath(n.pathTo(r), p[0]) {
+					p = append([]message.BrokerID{r}, p...)
+				}
+			}
+		}
+		if ok && len(p) > 0 && !onPath(p, n.cfg.ID) {
 			// j: the farthest broker of p we know whose path from us
 			// enters p at p[0] (then our route continues along p up to it).
 			j := -1
