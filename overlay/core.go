@@ -27,6 +27,7 @@ type peer struct {
 	epoch     uint64 // last incarnation heard from it
 	joined    bool   // its last heartbeat said it is routable
 	heardHB   bool   // a heartbeat arrived on the current link
+	leaving   bool   // it said it is leaving (routable before, not now, same epoch; or LeaveRequest{Drain})
 	dialing   bool   // a dial was requested and not answered
 	dialWait  int    // ticks before the next dial may be requested
 	dialFails int    // dials in a row that failed (or brought a link that died before a heartbeat): the backoff's attempt
@@ -629,6 +630,10 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 			n.stateWait[p.id] = true
 			defer n.send(p.id, &message.StateRequest{Node: n.self})
 		}
+		// Routable before and not now, in the same incarnation: it is
+		// leaving (its LeaveRequest follows). Said before the routes are
+		// recomputed below (probeFrontiers).
+		p.leaving = !m.Joined && m.Epoch == p.epoch && (p.joined || p.leaving)
 		p.epoch = m.Epoch
 		p.joined = m.Joined
 		p.heardHB = true
@@ -901,6 +906,14 @@ func (n *Node) unusable(b message.BrokerID) bool {
 		return true
 	}
 	return p.heardHB && !p.joined
+}
+
+// leavingAlive reports whether b is unusable only because it is leaving
+// (draining) while its link is up and it is heard: alive, unlike a
+// suspected or gone broker.
+func (n *Node) leavingAlive(b message.BrokerID) bool {
+	p, ok := n.peers[b]
+	return ok && p.leaving && p.up && p.heardHB && !p.joined && !p.suspected && !p.gone
 }
 
 // Status returns a read-only snapshot.

@@ -26,6 +26,7 @@ type harness struct {
 	held     map[message.BrokerID][]flight
 	got      map[message.ClientID][]message.Message // client messages by client (ClientIDs are global in the harness)
 	notices  []Notice
+	dials    [][2]message.BrokerID // every dial requested (from, to), in order
 	cfg      Config
 
 	// prestart: restarted brokers whose core is not started yet
@@ -104,6 +105,7 @@ func (h *harness) collect(id message.BrokerID) {
 	r := n.Ready()
 	h.notices = append(h.notices, r.Notices...)
 	for _, d := range r.Dials {
+		h.dials = append(h.dials, [2]message.BrokerID{id, d.ID})
 		if h.gated[pair(id, d.ID)] {
 			continue // pending until openGated
 		}

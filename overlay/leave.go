@@ -115,7 +115,7 @@ func (n *Node) onLeaveDrain(from message.BrokerID, m *message.LeaveRequest) {
 	p := n.peer(from)
 	if m.Node.Epoch >= p.epoch {
 		was := n.unusable(from)
-		p.epoch, p.joined, p.heardHB = m.Node.Epoch, false, true
+		p.epoch, p.joined, p.heardHB, p.leaving = m.Node.Epoch, false, true, true
 		if !was {
 			n.notice(NoticeNotRoutable, from, "leaving")
 			n.routesChanged()
