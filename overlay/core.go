@@ -84,6 +84,8 @@ type Node struct {
 	mapFrom         map[message.BrokerID]bool             // recovery: brokers whose map we merged (JoinReply, StateReply)
 	unjoinedSeen    map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (member.go unplaced)
 	stateWaitT      int
+	reaskAt         map[message.BrokerID]int64     // recovery: when an awaited peer is asked again (member.go reaskState)
+	reaskN          map[message.BrokerID]int       // recovery: how often it was asked again
 	assembling      map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
 
 	// Publication forwarding.
@@ -303,9 +305,7 @@ func (n *Node) Tick() {
 	n.joinTick()
 	if n.member && !n.joined && n.stateWait != nil {
 		n.stateWaitT++
-		if n.stateWaitT%n.cfg.FailureTicks == 0 {
-			n.reaskState()
-		}
+		n.reaskState()
 		n.checkRecovery()
 	}
 	changed := false

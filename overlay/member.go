@@ -197,6 +197,7 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 	n.installSubs(from, m.Subs)
 	if n.rejoin {
 		n.stateWait = map[message.BrokerID]bool{}
+		n.reaskAt, n.reaskN = nil, nil
 		clear(n.stateless)
 		clear(n.namedBy)
 		clear(n.mapFrom)
@@ -643,11 +644,34 @@ func (n *Node) askNewNeighbours(before []message.BrokerID) {
 // is lost it is asked again. A duplicate request is harmless: it is answered once more
 // (pendingState is a set), and an answer that is no longer awaited is
 // ignored.
+//
+// Paced per peer: the first re-ask a failure timeout after the recovery
+// began, each next one after a backoff (retry.go), and none while a state
+// answer of that peer is arriving in parts. A large state (thousands of
+// subscriptions) on a loaded machine takes longer than a failure timeout to
+// arrive; asked again at a fixed pace, every neighbour sent it again and
+// again, and the recovering broker drowned in copies and never finished.
 func (n *Node) reaskState() {
 	for _, id := range sortedIDs(n.stateWait) {
-		if p := n.peers[id]; p != nil && p.up && p.heardHB && !p.suspected {
-			n.send(id, &message.StateRequest{Node: n.self})
+		p := n.peers[id]
+		if p == nil || !p.up || !p.heardHB || p.suspected || n.assembling[id] != nil {
+			continue
 		}
+		if n.reaskAt == nil {
+			n.reaskAt = map[message.BrokerID]int64{}
+			n.reaskN = map[message.BrokerID]int{}
+		}
+		at, ok := n.reaskAt[id]
+		if !ok {
+			n.reaskAt[id] = n.now + int64(n.cfg.FailureTicks)
+			continue
+		}
+		if n.now < at {
+			continue
+		}
+		n.reaskN[id]++
+		n.reaskAt[id] = n.now + int64(n.backoff(n.cfg.FailureTicks, n.reaskN[id]))
+		n.send(id, &message.StateRequest{Node: n.self})
 	}
 }
 

@@ -136,3 +136,38 @@ func TestDialFailuresBackOff(t *testing.T) {
 		t.Fatalf("a heartbeat left dialFails at %d", p.dialFails)
 	}
 }
+
+// A recovering broker asks an awaited peer that is linked and heard but
+// has not answered again, paced (at most once per failure timeout), and
+// never while that peer's answer is arriving in parts: a large state on a
+// loaded machine takes longer than a failure timeout, and re-asked at a
+// fixed pace every neighbour sent it again and again.
+func TestReaskStateIsPacedAndWaitsForParts(t *testing.T) {
+	for _, arriving := range []bool{false, true} {
+		n := chainNode(t, 2)
+		n.joined = false // recovering
+		n.stateWait = map[message.BrokerID]bool{"B": true}
+		linked(n, "B")
+		if arriving {
+			n.assembling = map[message.BrokerID]*assembly{"B": {head: &message.StateReply{}, more: 3}}
+		}
+		n.Ready()
+		asks := 0
+		const ticks = 300 // below GoneAfterTicks: the recovery is still waiting
+		for i := 0; i < ticks; i++ {
+			n.Step("B", &message.Heartbeat{Epoch: 1, Joined: true})
+			n.Tick()
+			for _, e := range n.Ready().Messages {
+				if _, ok := e.Msg.(*message.StateRequest); ok && e.To == "B" {
+					asks++
+				}
+			}
+		}
+		switch {
+		case arriving && asks != 0:
+			t.Errorf("asked %d times while the answer was arriving in parts, want 0", asks)
+		case !arriving && (asks < 2 || asks > ticks/n.cfg.FailureTicks):
+			t.Errorf("asked %d times in %d ticks, want 2..%d", asks, ticks, ticks/n.cfg.FailureTicks)
+		}
+	}
+}
