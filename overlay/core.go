@@ -29,6 +29,7 @@ type peer struct {
 	heardHB   bool   // a heartbeat arrived on the current link
 	leaving   bool   // it said it is leaving (routable before, not now, same epoch; or LeaveRequest{Drain})
 	dialing   bool   // a dial was requested and not answered
+	joinDial  bool   // that dial was the join walk's (tryJoinpoint)
 	dialWait  int    // ticks before the next dial may be requested
 	dialFails int    // dials in a row that failed (or brought a link that died before a heartbeat): the backoff's attempt
 	dackSent  uint64 // store version covered by the last DACK on this link
@@ -738,11 +739,19 @@ func (n *Node) DialFailed(id message.BrokerID) {
 	if !ok {
 		return
 	}
-	p.dialing = false
+	joinDial := p.joinDial
+	p.dialing, p.joinDial = false, false
 	p.dialFails++
 	p.dialWait = n.backoff(n.cfg.FailureTicks, p.dialFails-1)
 	if !n.member && n.jn.isCurrent(id) {
 		n.nextJoinpoint()
+		return
+	}
+	if joinDial && n.member && !n.wanted(id) {
+		// A joinpoint the join walk moved past (it answered too late)
+		// and that nothing needs now: its failed dial says nothing a
+		// route depends on, and suspecting a live broker for it only
+		// spreads a false suspicion.
 		return
 	}
 	if !p.suspected && !p.up {
@@ -759,7 +768,7 @@ func (n *Node) dial(to Peer, force bool) {
 	if to.Addr == "" {
 		to.Addr = n.addrOf(to.ID)
 	}
-	p.dialing = true
+	p.dialing, p.joinDial = true, false
 	p.dialWait = n.cfg.FailureTicks
 	n.out.Dials = append(n.out.Dials, to)
 }
@@ -966,6 +975,10 @@ func (n *Node) QueueLen() int { return n.queueLen }
 
 // Joined reports whether the node is a full member (cheap).
 func (n *Node) Joined() bool { return n.joined }
+
+// Parent is this broker's parent in the tree ("" for the root or before
+// it joined).
+func (n *Node) Parent() message.BrokerID { return n.self.Parent }
 
 // countControl counts a control message of type t sent: by type in
 // ctrlSent (an index, not a map update by name per message), in

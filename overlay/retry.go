@@ -96,6 +96,7 @@ func (n *Node) tryJoinpoint() {
 		return
 	}
 	n.dial(Peer{ID: jp.ID, Addr: jp.Addr}, true)
+	n.peer(jp.ID).joinDial = true
 }
 
 func (n *Node) askJoin(id message.BrokerID) {

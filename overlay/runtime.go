@@ -90,7 +90,7 @@ type Runtime struct {
 	// State below is owned by the Run goroutine.
 	started    bool                            // Bootstrap or Join called
 	links      map[message.BrokerID]*linkState // current link per peer
-	dialing    map[message.BrokerID]bool       // dials in flight
+	dialing    map[message.BrokerID]dialState  // dials in flight
 	sessions   map[message.ClientID]*sessionState
 	sessionIDs map[ClientSession]message.ClientID
 	nextClient message.ClientID
@@ -155,6 +155,7 @@ const (
 	evClientMsg
 	evClientDown
 	evDialFailed
+	evDialSlow // a dial's handshake outlasted dialTimeout; it goes on
 	evDialed
 	evJoinpoints // the joinpoints are known (resolveJoinpoints): start
 	evCall
@@ -193,7 +194,7 @@ func NewRuntime(cfg BrokerConfig, epoch uint64, log zerolog.Logger, reg *prometh
 		in:         make(chan event, cfg.Limits.InputQueue),
 		done:       make(chan struct{}),
 		links:      map[message.BrokerID]*linkState{},
-		dialing:    map[message.BrokerID]bool{},
+		dialing:    map[message.BrokerID]dialState{},
 		sessions:   map[message.ClientID]*sessionState{},
 		sessionIDs: map[ClientSession]message.ClientID{},
 		laterAck:   map[message.ClientID]bool{},
@@ -349,18 +350,14 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 			r.handle(ev)
 			// Take what else is waiting, up to a batch, before carrying
 			// out the outputs: one drain per batch instead of per message.
-		batch:
-			for i := 0; i < 256; i++ {
-				select {
-				case ev := <-r.in:
-					r.handle(ev)
-				default:
-					break batch
-				}
-			}
+			r.handleWaiting(inputBatch - 1)
 			r.drain()
 			r.m.stepSeconds.Observe(r.now().Sub(t0).Seconds())
 		case now := <-ticker.C:
+			// What has arrived is stepped before time moves on: a tick
+			// must not find a peer silent whose heartbeat waits in the
+			// queue (a busy machine delivers both at once).
+			r.handleWaiting(inputBatch)
 			// The ticker drops ticks when the process was not scheduled in
 			// time (a busy machine): catch up on them, so the core's time
 			// keeps pace with the wall clock and timeouts mean what they
@@ -417,6 +414,21 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 	}
 }
 
+// inputBatch bounds the events handled before the outputs are carried out.
+const inputBatch = 256
+
+// handleWaiting handles the events already waiting, at most limit of them.
+func (r *Runtime) handleWaiting(limit int) {
+	for range limit {
+		select {
+		case ev := <-r.in:
+			r.handle(ev)
+		default:
+			return
+		}
+	}
+}
+
 // leaveTimeout bounds a graceful leave: long enough for the neighbourhood
 // to confirm, short enough for a supervisor waiting on SIGTERM.
 func (r *Runtime) leaveTimeout() time.Duration {
@@ -443,9 +455,16 @@ func (r *Runtime) refreshStatus() {
 	r.m.setSnapshot(st)
 }
 
-// dialTimeout bounds one dial: a frozen peer never answers its handshake.
+// dialTimeout is how long the core waits for a dial: a frozen peer never
+// answers its handshake.
 func (r *Runtime) dialTimeout() time.Duration {
 	return min(max(r.cfg.FailureTimeout, 500*time.Millisecond), 5*time.Second)
+}
+
+// dialPatience bounds a dial's handshake once the core was told it failed
+// (dialTimeout): a live peer on a starved machine answers late.
+func (r *Runtime) dialPatience() time.Duration {
+	return max(4*r.dialTimeout(), 5*time.Second)
 }
 
 // resolveJoinpoints turns the configured joinpoints into the core's list:
@@ -566,19 +585,19 @@ func (r *Runtime) handle(ev event) {
 		if ls.announced {
 			r.node.LinkDown(peer)
 		}
-	case evDialFailed:
-		delete(r.dialing, ev.peer)
-		if ls := r.links[ev.peer]; ls != nil {
-			// The other side's dial won the race: one link, already up.
-			if !ls.announced && r.started {
-				r.announce(ev.peer, ls)
-			}
+	case evDialSlow:
+		if r.dialing[ev.peer] != dialActive {
 			return
 		}
-		r.log.Debug().Str("peer", string(ev.peer)).Err(ev.err).Msg("dial failed")
-		if r.started {
-			r.node.DialFailed(ev.peer)
+		r.dialing[ev.peer] = dialSlow
+		r.dialFailed(ev.peer, errors.New("no answer within the dial timeout; the handshake goes on"))
+	case evDialFailed:
+		st := r.dialing[ev.peer]
+		delete(r.dialing, ev.peer)
+		if st == dialSlow {
+			return // the core was told already and did not ask again
 		}
+		r.dialFailed(ev.peer, ev.err)
 	case evJoinpoints:
 		if !r.started {
 			r.start(ev.peers)
@@ -651,6 +670,21 @@ func (r *Runtime) peerMessages(l PeerLink, msgs []message.Message) {
 		if r.links[peer] != ls {
 			return // closed while stepping (a slow link): the rest is lost with it
 		}
+	}
+}
+
+// dialFailed tells the core that its dial of peer did not succeed,
+// unless the peer's own dial won the race and its link is up.
+func (r *Runtime) dialFailed(peer message.BrokerID, err error) {
+	if ls := r.links[peer]; ls != nil {
+		if !ls.announced && r.started {
+			r.announce(peer, ls)
+		}
+		return
+	}
+	r.log.Debug().Str("peer", string(peer)).Err(err).Msg("dial failed")
+	if r.started {
+		r.node.DialFailed(peer)
 	}
 }
 
@@ -856,27 +890,62 @@ func (r *Runtime) dial(p Peer) {
 		delete(r.links, p.ID)
 		r.m.linkCloses.WithLabelValues("redial").Inc()
 	}
-	if r.dialing[p.ID] {
+	switch r.dialing[p.ID] {
+	case dialActive, dialSlowAsked:
 		return // the dial in flight will answer
+	case dialSlow:
+		r.dialing[p.ID] = dialSlowAsked // its outcome answers this request
+		return
 	}
-	r.dialing[p.ID] = true
-	ctx, tr, timeout := r.dialCtx, r.tr, r.dialTimeout()
+	r.dialing[p.ID] = dialActive
+	ctx, tr, timeout, patience := r.dialCtx, r.tr, r.dialTimeout(), r.dialPatience()
 	go func() {
-		dctx, cancel := context.WithTimeout(ctx, timeout)
+		dctx, cancel := context.WithTimeout(ctx, patience)
 		defer cancel()
-		l, err := tr.Dial(dctx, p.ID, p.Addr)
+		type result struct {
+			l   PeerLink
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			l, err := tr.Dial(dctx, p.ID, p.Addr)
+			done <- result{l, err}
+		}()
+		var res result
+		slow := time.NewTimer(timeout)
+		select {
+		case res = <-done:
+			slow.Stop()
+		case <-slow.C:
+			// The core is told now, as for a peer that does not answer
+			// (it suspects it and goes around it), but the handshake is
+			// not thrown away: on a starved machine it is slow, not
+			// lost, and each new one costs more CPU than waiting.
+			r.put(event{kind: evDialSlow, peer: p.ID})
+			res = <-done
+		}
 		switch {
-		case err != nil:
-			r.put(event{kind: evDialFailed, peer: p.ID, err: err})
-		case l.Peer() != p.ID:
+		case res.err != nil:
+			r.put(event{kind: evDialFailed, peer: p.ID, err: res.err})
+		case res.l.Peer() != p.ID:
 			// Another broker answers at that address now.
-			r.put(event{kind: evDialed, link: l})
-			r.put(event{kind: evDialFailed, peer: p.ID, err: fmt.Errorf("overlay: %s answered at %s instead of %s", l.Peer(), p.Addr, p.ID)})
+			r.put(event{kind: evDialed, link: res.l})
+			r.put(event{kind: evDialFailed, peer: p.ID, err: fmt.Errorf("overlay: %s answered at %s instead of %s", res.l.Peer(), p.Addr, p.ID)})
 		default:
-			r.put(event{kind: evDialed, link: l})
+			r.put(event{kind: evDialed, link: res.l})
 		}
 	}()
 }
+
+// dialState is where a dial in flight stands with the core.
+type dialState uint8
+
+const (
+	dialNone      dialState = iota
+	dialActive              // the core waits for its outcome
+	dialSlow                // the core was told DialFailed at dialTimeout; the handshake goes on
+	dialSlowAsked           // as dialSlow, and the core asked again: it waits for the outcome
+)
 
 // sendPeer sends m on the link to peer; see Runtime for the policy when
 // the link's queue is full.

@@ -26,7 +26,8 @@ import (
 //     crashed together or staggered (ms to a second apart), restarted
 //     together or staggered; sometimes crashed again shortly after its
 //     restart (a crash during a recovery), or with its neighbour in the
-//     row crashed while it joins through it (a crash during a join);
+//     row crashed while it joins through it (a crash during a join, for
+//     δ ≥ 2: the restarted broker counts as down until it has rejoined);
 //   - a row frozen and resumed before gone_after (a false suspicion);
 //   - a tree link cut and healed;
 //   - a graceful leave.
@@ -312,9 +313,12 @@ func drawFaults(r *rand.Rand, t0 *Topology, delta int, runTime time.Duration, an
 				c := restartAt[b] + ms(20, 600)
 				ep = append(ep, fuzzAction{at: c, kind: ActCrash, b: b}, fuzzAction{at: c + ms(200, 1500), kind: ActRestart, b: b})
 				d += ", " + b + " crashed again during its recovery"
-			case y == 1 && len(rw) == 1 && delta >= 1:
+			case y == 1 && len(rw) == 1 && delta >= 2:
 				// A crash of the restarted broker's joinpoint while it
 				// joins: its parent (or a child, for the root), if free.
+				// Two adjacent brokers are then down, the restarted one
+				// until it has rejoined (its peers still suspect it), so
+				// only for δ ≥ 2.
 				b := rw[0]
 				jp := t.Parent[b]
 				if jp == "" && len(t.Children[b]) > 0 {

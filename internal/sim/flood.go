@@ -17,6 +17,8 @@ type FloodNode struct {
 	cfg        NodeConfig
 	joined     bool
 	joinpoints []Peer
+	dialled    map[message.BrokerID]bool // joinpoints dialled; the first to come up is the parent
+	parent     message.BrokerID
 	links      map[message.BrokerID]bool
 	hellos     map[message.ClientID]message.ClientHello
 	nextSeq    map[message.ClientID]uint64
@@ -55,16 +57,33 @@ func (n *FloodNode) Bootstrap() {
 func (n *FloodNode) Join(jps []Peer) {
 	n.joinpoints = jps
 	if len(jps) > 0 {
-		n.out.Dials = append(n.out.Dials, jps[0])
+		n.dial(jps[0])
 	}
 }
 
 func (n *FloodNode) Tick() {}
 
+func (n *FloodNode) dial(p Peer) {
+	if n.dialled == nil {
+		n.dialled = map[message.BrokerID]bool{}
+	}
+	n.dialled[p.ID] = true
+	n.out.Dials = append(n.out.Dials, p)
+}
+
 func (n *FloodNode) LinkUp(p message.BrokerID) {
+	if n.joined && n.dialled[p] && p != n.parent {
+		// A joinpoint that answered after the next one was tried (a slow
+		// handshake): a second link up the tree would make a cycle.
+		n.out.Closes = append(n.out.Closes, p)
+		return
+	}
 	n.links[p] = true
 	if !n.joined {
 		n.joined = true
+		if n.dialled[p] {
+			n.parent = p
+		}
 		n.out.Notices = append(n.out.Notices, Notice{Kind: "joined", Peer: p})
 	}
 }
@@ -77,7 +96,7 @@ func (n *FloodNode) DialFailed(p message.BrokerID) {
 	}
 	for i, jp := range n.joinpoints {
 		if jp.ID == p && i+1 < len(n.joinpoints) {
-			n.out.Dials = append(n.out.Dials, n.joinpoints[i+1])
+			n.dial(n.joinpoints[i+1])
 			return
 		}
 	}

@@ -173,6 +173,11 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		cfg.DialTimeout = min(max(failTimeout, 500*time.Millisecond), 5*time.Second)
 		cfg.DialFailDraw = true
 		cfg.DialFailLive = [...]int{0, 5, 20}[rr.IntN(3)]
+		// Handshakes slower than the dial timeout, drawn from a stream
+		// of their own (the plan's other draws stay as they were).
+		sr := rand.New(rand.NewPCG(uint64(seed), 0x5105))
+		cfg.SlowHandshake = [...]int{0, 0, 10, 50}[sr.IntN(4)]
+		cfg.DialPatience = max(4*cfg.DialTimeout, 5*time.Second) // overlay.Runtime.dialPatience
 		cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
 		cfg.ReplacedDown = true
 	}
@@ -180,7 +185,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
 		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks, cfg.LinkDownAfter)
 	if rr != nil {
-		plan("dial timeout=%v failing live=%d/1000 accept delay<=%v; restarts resolve their joinpoints as the runtime", cfg.DialTimeout, cfg.DialFailLive, cfg.AcceptDelay)
+		plan("dial timeout=%v failing live=%d/1000 slow handshakes=%d/1000 accept delay<=%v; restarts resolve their joinpoints as the runtime", cfg.DialTimeout, cfg.DialFailLive, cfg.SlowHandshake, cfg.AcceptDelay)
 	}
 
 	s, err := New(cfg)
@@ -207,6 +212,12 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		joinCrashAt = 2 + pr.IntN(n-2)
 	}
 	var joinCrashed message.BrokerID
+	// A join takes a few round trips; a slow handshake (SlowHandshake)
+	// can hold one back by up to DialPatience.
+	joinBound := 3 * time.Second
+	if cfg.SlowHandshake > 0 {
+		joinBound += cfg.DialPatience
+	}
 	for i, id := range tree.Order {
 		if err := s.AddBroker(id); err != nil {
 			res.Err = err
@@ -241,21 +252,31 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 				})
 			}
 		}
-		ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.Joined(id) || s.State(id) == "crashed" })
+		ok, err := s.RunUntilCond(joinBound, func() bool { return s.Joined(id) || s.State(id) == "crashed" })
 		if err != nil {
 			res.Err = err
 			return res
 		}
 		if !ok {
-			res.Err = fmt.Errorf("%s did not join within 3s (virtual)", id)
+			res.Err = fmt.Errorf("%s did not join within %v (virtual)", id, joinBound)
 			return res
 		}
 	}
 	if joinCrashed != "" {
-		ok, err := s.RunUntilCond(5*time.Second, func() bool { return s.Joined(joinCrashed) })
+		ok, err := s.RunUntilCond(joinBound+2*time.Second, func() bool { return s.Joined(joinCrashed) })
 		if err != nil || !ok {
 			res.Err = fmt.Errorf("%s did not rejoin after its crash during a join (%v)", joinCrashed, err)
 			return res
+		}
+	}
+	// A join can place a broker under another of its joinpoints than
+	// planned (its first joinpoint answered too late): the faults and the
+	// restarts' joinpoints follow the tree as it was built, as a testbed
+	// user's would.
+	for _, id := range tree.Order[1:] {
+		if p := s.brokers[id].node.Status().Parent; p != "" && p != tree.Parent[id] {
+			plan("tree: %s joined under %s instead of %s", id, p, tree.Parent[id])
+			tree.Parent[id] = p
 		}
 	}
 

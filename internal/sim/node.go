@@ -67,6 +67,7 @@ type Ready struct {
 type NodeStatus struct {
 	Joined   bool
 	QueueLen int
+	Parent   message.BrokerID
 }
 
 // NodeConfig is what the simulator knows about a broker when it creates its

@@ -78,5 +78,5 @@ func (o overlayNode) Ready() Ready {
 // Status uses the core's cheap accessors: a full overlay.Status snapshot
 // copies the routing table, too costly to sample often in large runs.
 func (o overlayNode) Status() NodeStatus {
-	return NodeStatus{Joined: o.n.Joined(), QueueLen: o.n.QueueLen()}
+	return NodeStatus{Joined: o.n.Joined(), QueueLen: o.n.QueueLen(), Parent: o.n.Parent()}
 }

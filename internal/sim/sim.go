@@ -65,6 +65,14 @@ type Config struct {
 	// reachable broker fails anyway (a lost handshake), after a drawn
 	// delay as above.
 	DialFailLive int
+	// SlowHandshake is the chance, per thousand, that a dial to a live,
+	// reachable broker outlasts DialTimeout (a starved machine): the core
+	// is told DialFailed at DialTimeout, as the runtime does, and the
+	// handshake goes on; the link comes up after a drawn delay up to
+	// DialPatience, unless the peer is gone by then. A dial the core asks
+	// for meanwhile is answered by that handshake's outcome.
+	SlowHandshake int
+	DialPatience  time.Duration
 	// AcceptDelay: the accepting end of a new link is told LinkUp after
 	// a delay drawn from [0, AcceptDelay] (its handshake completes after
 	// the dialler's). What the dialler sends meanwhile arrives right
@@ -151,6 +159,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("sim: Tick must be > 0, got %v", c.Tick)
 	case c.LinkDelay < 0 || c.LinkJitter < 0 || c.ClientDelay < 0:
 		return errors.New("sim: LinkDelay, LinkJitter and ClientDelay must be ≥ 0")
+	case c.SlowHandshake > 0 && c.DialPatience < c.DialTimeout:
+		return fmt.Errorf("sim: DialPatience %v shorter than DialTimeout %v", c.DialPatience, c.DialTimeout)
 	case c.DialTimeout < 2*c.LinkDelay:
 		return fmt.Errorf("sim: DialTimeout %v shorter than a round trip %v", c.DialTimeout, 2*c.LinkDelay)
 	case c.NewNode == nil:
@@ -206,6 +216,10 @@ type broker struct {
 	// (send looks a link up per message: one small, hot map by name
 	// instead of hashing the pair). Set where Sim.links is.
 	linkTo map[message.BrokerID]*link
+	// slowDials are this incarnation's slow handshakes in flight
+	// (SlowHandshake), by peer: asked records that the core dialled again
+	// after it was told the dial failed.
+	slowDials map[message.BrokerID]*slowDial
 
 	// The parallel engine's (par.go): the creation index, the partition,
 	// the counter that orders the events this broker (or its clients)
@@ -277,6 +291,7 @@ type Stats struct {
 type Sim struct {
 	cfg      Config
 	rng      *rand.Rand
+	slowRng  *rand.Rand // SlowHandshake's draws: a stream of their own
 	now      time.Duration
 	seq      uint64
 	q        eventHeap
@@ -353,6 +368,7 @@ func New(cfg Config) (*Sim, error) {
 	s := &Sim{
 		cfg:     cfg,
 		rng:     rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15)),
+		slowRng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5105d1a1)),
 		brokers: map[message.BrokerID]*broker{},
 		links:   map[linkKey]*link{},
 		cuts:    map[linkKey]bool{},
@@ -1111,7 +1127,16 @@ func (s *Sim) delay(b *broker) time.Duration {
 	return d
 }
 
+type slowDial struct {
+	inc   int // the incarnation that dialled
+	asked bool
+}
+
 func (s *Sim) dial(b *broker, to message.BrokerID) {
+	if sd := b.slowDials[to]; sd != nil && sd.inc == b.inc {
+		sd.asked = true // the runtime's dial in flight answers (overlay.Runtime.dial)
+		return
+	}
 	s.stats.Dials++
 	inc := b.inc
 	reqAt := s.now
@@ -1153,6 +1178,48 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 			s.scheduleFor(failAt, b, func() { b.node.DialFailed(to) })
 			return
 		}
+		if s.cfg.SlowHandshake > 0 && s.slowRng.IntN(1000) < s.cfg.SlowHandshake {
+			s.slowHandshake(b, t, to, inc, reqAt, k)
+			return
+		}
+		s.linkDialled(b, t, to, reqAt, k)
+	}
+}
+
+// slowHandshake is a dial of a live peer whose handshake outlasts the dial
+// timeout: DialFailed at the timeout, the link later (SlowHandshake).
+func (s *Sim) slowHandshake(b, t *broker, to message.BrokerID, inc int, reqAt time.Duration, k linkKey) {
+	failAt := reqAt + s.cfg.DialTimeout
+	upAt := failAt + time.Duration(s.slowRng.Int64N(int64(s.cfg.DialPatience-s.cfg.DialTimeout)+1))
+	s.tracef("%s dial %s: slow handshake, answered at %s, up at %s", b.id, to, fmtTime(failAt), fmtTime(upAt))
+	sd := &slowDial{inc: inc}
+	if b.slowDials == nil {
+		b.slowDials = map[message.BrokerID]*slowDial{}
+	}
+	b.slowDials[to] = sd
+	s.scheduleFor(failAt, b, func() { b.node.DialFailed(to) })
+	s.schedule(upAt, func() {
+		if b.inc != inc {
+			return
+		}
+		if b.slowDials[to] == sd {
+			delete(b.slowDials, to)
+		}
+		if t.state != stateUp || s.cuts[k] {
+			s.tracef("%s dial %s: slow handshake failed (%s, cut=%v; asked again: %v)", b.id, to, t.state, s.cuts[k], sd.asked)
+			if sd.asked {
+				s.scheduleFor(s.now, b, func() { b.node.DialFailed(to) })
+			}
+			return
+		}
+		s.linkDialled(b, t, to, reqAt, k)
+	})
+}
+
+// linkDialled brings up the link b dialled to t at reqAt (unless one is
+// up already) and tells both ends.
+func (s *Sim) linkDialled(b, t *broker, to message.BrokerID, reqAt time.Duration, k linkKey) {
+	{
 		if l := s.links[k]; s.alive(l) {
 			if l.since >= reqAt {
 				// Both dialled at once: the transport keeps one link and
