@@ -27,6 +27,7 @@ type peer struct {
 	epoch     uint64 // last incarnation heard from it
 	joined    bool   // its last heartbeat said it is routable
 	heardHB   bool   // a heartbeat arrived on the current link
+	heardAny  bool   // a heartbeat arrived on some link: joined is what it last said
 	leaving   bool   // it said it is leaving (routable before, not now, same epoch; or LeaveRequest{Drain})
 	dialing   bool   // a dial was requested and not answered
 	joinDial  bool   // that dial was the join walk's (tryJoinpoint)
@@ -637,7 +638,7 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 		p.leaving = !m.Joined && m.Epoch == p.epoch && (p.joined || p.leaving)
 		p.epoch = m.Epoch
 		p.joined = m.Joined
-		p.heardHB = true
+		p.heardHB, p.heardAny = true, true
 		if m.Joined {
 			n.askUnplaced(p.id) // it holds our map's missing part now (flood.go holdUnplaced)
 		}
@@ -914,7 +915,18 @@ func (n *Node) unusable(b message.BrokerID) bool {
 	if p.suspected || p.gone {
 		return true
 	}
-	return p.heardHB && !p.joined
+	// Not joined by its last heartbeat, on this link or an earlier one: a
+	// new link (a redial, a replaced stale link) does not make a
+	// recovering broker routable before it says it is. What an older
+	// incarnation said does not count once the map holds a newer one.
+	if p.heardHB {
+		return !p.joined
+	}
+	if !p.heardAny || p.joined {
+		return false
+	}
+	e, ok := n.topo.Get(b)
+	return !ok || e.Epoch <= p.epoch
 }
 
 // leavingAlive reports whether b is unusable only because it is leaving

@@ -30,7 +30,7 @@ func chainNode(t *testing.T, delta int) *Node {
 // linked marks peer id as linked with a heartbeat saying joined.
 func linked(n *Node, id message.BrokerID) {
 	p := n.peer(id)
-	p.up, p.heardHB, p.joined, p.epoch = true, true, true, 1
+	p.up, p.heardHB, p.heardAny, p.joined, p.epoch = true, true, true, true, 1
 }
 
 // computeHop: a bypass hop whose link is not up yet is passed over for a
@@ -140,7 +140,7 @@ func TestRecoveryStatelessChain(t *testing.T) {
 			n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 2, Parent: "B"})
 			for _, id := range []message.BrokerID{"B", "C"} {
 				p := n.peer(id)
-				p.up, p.heardHB, p.joined, p.epoch = true, true, false, 2
+				p.up, p.heardHB, p.heardAny, p.joined, p.epoch = true, true, true, false, 2
 			}
 			n.member = true
 			n.stateWait = map[message.BrokerID]bool{"B": true}

@@ -119,7 +119,7 @@ func TestFloodTargetsCacheFollowsChanges(t *testing.T) {
 	n.removeMember("H")
 	check("H removed (map and peer set)")
 	n.topo.Put(message.MapNode{ID: "H", Addr: "addr-H", Epoch: 2, Parent: "A"})
-	n.peer("H").heardHB = true // a new peer record, not joined
+	n.peer("H").heardHB, n.peer("H").heardAny = true, true // a new peer record, not joined
 	check("H back, recovering")
 	n.peer("H").joined = true
 	check("H joined")

@@ -26,7 +26,7 @@ func childOfUnknownParent(t *testing.T) *Node {
 	n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "C"})
 	linked(n, "D")
 	p := n.peer("B")
-	p.up, p.heardHB, p.epoch = true, true, 2
+	p.up, p.heardHB, p.heardAny, p.epoch = true, true, true, 2
 	n.Ready()
 	return n
 }
@@ -51,7 +51,7 @@ func TestJoinRequestFromParentNotInMapIsRefused(t *testing.T) {
 	}
 	// A broker nobody names is still admitted as a new child.
 	p := n.peer("X")
-	p.up, p.heardHB, p.epoch = true, true, 1
+	p.up, p.heardHB, p.heardAny, p.epoch = true, true, true, 1
 	n.Step("X", &message.JoinRequest{Node: message.MapNode{ID: "X", Addr: "addr-X", Epoch: 1}})
 	if n.topo.Parent("X") != "C" {
 		t.Fatalf("X not admitted as C's child: parent %q", n.topo.Parent("X"))

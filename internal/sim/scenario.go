@@ -17,7 +17,8 @@ import (
 // `go test ./internal/sim -rewrite` regenerates. Commands:
 //
 //	config key=value ...        before anything else: delta, seed, tick, heartbeat, failure,
-//	                            dack, gone (ticks), delay, jitter, dialtimeout, linkdown
+//	                            dack, gone (ticks), delay, jitter, dialtimeout, accept (the
+//	                            accepting end of a link is told LinkUp up to this later), linkdown
 //	                            (a duration or "never"), maxqueue, wire (on|off: messages
 //	                            through the wire format, default on), frame (bytes: the
 //	                            largest frame a receiver accepts, as limits.max_frame)
@@ -468,6 +469,8 @@ func (r *runner) config(args []string) error {
 			r.cfg.LinkJitter, err = parseDur(k, v)
 		case "dialtimeout":
 			r.cfg.DialTimeout, err = parseDur(k, v)
+		case "accept":
+			r.cfg.AcceptDelay, err = parseDur(k, v)
 		case "wire":
 			if v != "on" && v != "off" {
 				return fmt.Errorf("wire: %q, want on or off", v)
