@@ -262,7 +262,7 @@ func NewNode(cfg Config) (*Node, error) {
 	// numbers them above every number its earlier incarnations used, or
 	// the brokers that remember those would take its first floods for
 	// duplicates (a restarted joinpoint's join, or its leave's repair,
-	// never applied: fuzz seed 61495).
+	// never applied: scenario restart_then_leave_topo_numbering.txt).
 	n.topoSeq, n.gapSeq = cfg.Epoch<<32, cfg.Epoch<<32
 	return n, nil
 }
@@ -627,7 +627,8 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 			// subscriptions are ours to learn before we become routable
 			// (beyond δ: two restarted neighbours each refused the other's
 			// join; the one joined later became routable with no
-			// subscriptions and swallowed publications, seed 80098).
+			// subscriptions and swallowed publications: scenario
+			// beyond_restart_notmember_asked_again.txt).
 			delete(n.stateless, p.id)
 			n.stateWait[p.id] = true
 			defer n.send(p.id, &message.StateRequest{Node: n.self})
@@ -703,8 +704,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	// publications before older ones and dropped those as already sent on
 	// (acceptOlder), while the broker behind it, reached by the bypass
 	// link too, took the newer ones first from it and dropped the older
-	// ones arriving on the bypass link (testbed fuzz seed 500048, process
-	// mode: 15 publications lost, TestLinkUpReroutesPassedOverHop).
+	// ones arriving on the bypass link (TestLinkUpReroutesPassedOverHop).
 	if n.member && n.bypassInUse() && n.reroute(id) {
 		n.leaveLinkUp(id)
 		return

@@ -111,7 +111,7 @@ func TestDackDue(t *testing.T) {
 // A recovering broker whose side toward B holds only restarted brokers
 // (B and C both answer NotMember, each naming the other as a former
 // neighbour) completes its recovery instead of asking them in turn
-// forever (fuzz seeds 2560 and 7322).
+// forever (scenario restart_chain_stateless.txt).
 func TestRecoveryStatelessChain(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -217,10 +217,11 @@ func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
 // A duplicate of a publication still queued here holds the discarded
 // watermark about its upstream stamps below them: discarded(U) means every
 // publication received with a U-stamp up to it has left the queue, and
-// this one has not (fuzz seed 3101458: B12 took P2/1/8 from B10 by bypass,
-// then again through the restarted B11, reported discarded about B11's
-// stamp, and B11 purged the copy that B12 still held toward a crashed
-// broker). The hold goes when the queued copy leaves.
+// this one has not (scenario restart_duplicate_holds_discarded.txt: a
+// broker took a publication by bypass, then again through a restarted
+// neighbour, reported discarded about that neighbour's stamp, and the
+// neighbour purged the copy still held here toward a crashed broker). The
+// hold goes when the queued copy leaves.
 func TestDuplicateOfQueuedHoldsDiscarded(t *testing.T) {
 	n := chainNode(t, 3)
 	// G under A, H under G: the side away from the subscriber at D.

@@ -414,7 +414,8 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		// Forwarded from here on the old tree, the flood would reach
 		// brokers that take it as coming from a broker no longer in their
 		// maps, with a wrong direction, and floods waiting on each other
-		// around the new edges never completed (fuzz seed 50515). Not
+		// around the new edges never completed (scenario
+		// leave_repaired_leaver_forwards_no_flood.txt). Not
 		// answered either: the sender keeps waiting for us until the
 		// repair makes us gone there, then reroutes on the new tree.
 		return
@@ -428,7 +429,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			// answer only completes its part toward us; our own answer
 			// upstream still awaits all our targets, it included, so the
 			// confirmation at the origin still means every broker has the
-			// entry (fuzz seed 13).
+			// entry (scenario gone_removal_crossed_floods.txt).
 			n.sendFloodAck(k, from)
 			return
 		}

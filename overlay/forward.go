@@ -211,12 +211,13 @@ func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
 // failed, the bypass hops the routes need are dialled anyway
 // (routesChanged), and its frontier is every broker behind it: when
 // the centre of a star leaves, each child dialled every other one, n(n−1)
-// handshakes at once. On real processes (fuzz seed 500066, 19 brokers, a
-// 2-core machine) those dials outlasted the dial timeout, each failed dial
+// handshakes at once. On real processes (19 brokers on a 2-core machine)
+// those dials outlasted the dial timeout, each failed dial
 // made a live broker suspected, the bypass and then the repaired tree's
 // links could not come up, and a subscriber's edge got nothing for 2 s
 // (its publications were lost when it crashed later). The simulator's
-// dials cost nothing and take one round trip, whatever their number.
+// dials cost nothing and take one round trip, whatever their number, so
+// the rule is checked by counting dials (TestLeaveStarRootDialsOnlyWhatRoutesNeed).
 func (n *Node) probeFrontiers() {
 	if !n.member || n.left {
 		return
@@ -398,7 +399,7 @@ type dupHold struct {
 // leaves, discarded(U) stays below them. Otherwise U takes "discarded" for
 // "made safe here" and purges m while its only other copy is queued
 // toward a broker that crashes; U's switch rule then has nothing to
-// retransmit (fuzz seed 3101458).
+// retransmit (scenario restart_duplicate_holds_discarded.txt).
 func (n *Node) holdDuplicate(m *message.Pub) {
 	if n.queueLen == 0 || len(m.Stamps) == 0 {
 		return
@@ -421,7 +422,8 @@ func (n *Node) holdDuplicate(m *message.Pub) {
 // in order). A tree repair can make this broker a relay between brokers it
 // never relayed for: a neighbour of a leaver, re-attached, gets
 // publications queued for the far side of the leaver that are older than
-// newer ones it already relayed elsewhere (fuzz seed 63444: a publication
+// newer ones it already relayed elsewhere (scenario
+// leave_relay_older_publication.txt: a publication
 // in flight to a frozen broker when its link closed, retransmitted after
 // the repair through a broker that had taken a newer one for another
 // subscriber, was dropped there as a duplicate). So the copy is forwarded

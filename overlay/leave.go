@@ -273,7 +273,8 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// them when it started to leave; a gone broker's clients are gone). A
 	// broker that was falsely suspected meanwhile missed that withdrawal:
 	// it drops them here, or it would keep routing and queueing toward the
-	// removed broker for good (fuzz with leaves, seed 1132). Brokers that
+	// removed broker for good (scenario
+	// freeze_misses_leaver_withdrawal.txt). Brokers that
 	// do not apply the repair were reached by the withdrawal itself.
 	var dead []message.SubID
 	for _, e := range n.table.Entries() {
@@ -303,9 +304,9 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// only a broker of p, may be the one at δ+1 hops. Such a route is taken
 	// as R followed by p. (On p alone, a broker that knew no broker of p
 	// within δ+1 fell back to the last broker before x, δ hops away, and
-	// one crash there hid the subscription's side: fuzz seed 1128 of the
-	// testbed, B8 behind B3 after the root B1 left, its pointer for B4's
-	// subscriptions B3 instead of the new root B2.)
+	// one crash there hid the subscription's side: scenarios
+	// leave_root_repoint_through_new_root.txt,
+	// leave_interior_repoint_through_parent.txt.)
 	routes := map[message.SubID][]message.BrokerID{}
 	for _, g := range m.Via {
 		for _, s := range g.Subs {
@@ -414,9 +415,10 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// broker's recipient, which holds it queued and sends it in stamp order
 	// (the switch rule). Routed back, it could overtake older publications
 	// of its source still queued for that broker, which would then drop
-	// them as duplicates: lost (fuzz with leaves, seed 21788: a broker cut
-	// off from the publisher's edge while the bypass past it, through the
-	// leaver, carried newer ones). With no stamper known it is routed
+	// them as duplicates: lost (scenario
+	// leave_queued_keeps_off_source_side.txt: a broker cut off from the
+	// publisher's edge while the bypass past it, through the leaver,
+	// carried newer ones). With no stamper known it is routed
 	// everywhere: copies the brokers there drop as duplicates.
 	var newRecips []message.BrokerID
 	for _, e := range n.queue {

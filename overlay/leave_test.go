@@ -359,8 +359,8 @@ func TestLeaveWhileRecoveringStartsOnceJoined(t *testing.T) {
 // (toward the subscribers' edges) and the new tree edges: a child
 // does not probe every broker behind the leaver (it is alive; nothing
 // behind it failed). Probed, each child dialled every other one, n(n−1)
-// QUIC handshakes at once: on real processes (fuzz seed 500066, 19
-// brokers, 2 cores) they outlasted the dial timeout, failed dials made
+// QUIC handshakes at once: on real processes (19 brokers, 2 cores) they
+// outlasted the dial timeout, failed dials made
 // live brokers suspected, and a subscriber's edge got nothing for 2 s.
 func TestLeaveStarRootDialsOnlyWhatRoutesNeed(t *testing.T) {
 	h := newHarness(t, 2)

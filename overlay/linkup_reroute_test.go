@@ -8,8 +8,8 @@ import (
 	"github.com/deltapub/deltapub/message"
 )
 
-// TestLinkUpReroutesPassedOverHop is testbed fuzz seed 500048 in process
-// mode (a 16-broker chain, δ = 3): B8 crashed under the publisher's edge B9;
+// TestLinkUpReroutesPassedOverHop: on real processes (a 16-broker chain,
+// δ = 3), B8 crashed under the publisher's edge B9;
 // B9's bypass toward B5 (the from-pointer of a subscriber at B3) passed
 // over B7, whose link was not up yet, for B6, linked and heard first. When
 // B7's link came up, B9 retransmitted on it at once what it routed to B7

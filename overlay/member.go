@@ -28,8 +28,9 @@ import (
 // subscriber was behind x, took the answer of its own child for a
 // duplicate (the first answer wins), became routable, dropped the
 // publications for it as coming from that direction and reported them
-// discarded, and its upstream purged them (fuzz seed 7007). x learns it
-// from the brokers of its own side, whose pointers are exact.
+// discarded, and its upstream purged them (scenarios
+// restart_joinpoint_beyond_neighbourhood.txt, restart_joinpoint_not_placing.txt).
+// x learns it from the brokers of its own side, whose pointers are exact.
 func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 	n.geometry()
 	d, placed := n.dist[x]
@@ -124,7 +125,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		// restarted, more than δ of us in a row): it has a place in the
 		// tree that we cannot give it. Admitted as our new child it would
 		// close a cycle (it under us, and we, or a broker beyond us, under
-		// it: fuzz seeds 60031, 60117, 60174 beyond δ), the two sides
+		// it: scenario beyond_restart_parent_not_child.txt), the two sides
 		// disagreeing on its place for good. Refused, it tries its other
 		// joinpoints (its former neighbours), one of which holds its place.
 		n.send(from, &message.JoinReply{Err: "joinpoint " + string(n.cfg.ID) + " does not hold the place of " + string(j.ID) + " (named as a parent only)"})
@@ -138,7 +139,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	// and joins here anew is a member again: left marked gone (the removal
 	// cleared its suspicion, so no unsuspect clears it), it stayed
 	// unusable for good, and publications for its side stayed queued here
-	// (fuzz seed 72106 beyond δ).
+	// (scenario gone_rejoin_anew.txt).
 	p.gone = false
 	p.epoch, p.joined, p.heardHB = j.Epoch, false, true
 	n.routesChanged()
@@ -228,7 +229,8 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		// Leaving, and its repair is out: the others' maps no longer hold
 		// it, while its own still shows the old tree. Handing that out
 		// would put it back in their maps (a restarted neighbour's entry
-		// with this broker as its parent: fuzz seed 50902). It has no
+		// with this broker as its parent: scenario
+		// leave_repaired_leaver_answers_not_member.txt). It has no
 		// state to give any more.
 		n.send(from, &message.StateReply{NotMember: true})
 		return
@@ -248,7 +250,7 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		// parent (our own, typically: after more than δ restarts in a row
 		// our map can hold the edge to it without its entry): left out, the
 		// edge is missing on our side only, and neither side routes
-		// through it (fuzz seed 60174).
+		// through it (scenario beyond_restart_parent_not_child.txt).
 		n.topo.Put(m.Node)
 		n.resyncDirs[from] = true
 	}
@@ -337,7 +339,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		n.stateless[from] = true
 		n.askBehind(from)
 		// Naming us as its former neighbour, it is a tree neighbour our
-		// partial map may not hold (unplaced, seed 78303).
+		// partial map may not hold (unplaced).
 		nb := n.isNeighbour(from) || slices.ContainsFunc(m.Joinpoints, func(jp message.MapNode) bool { return jp.ID == n.cfg.ID })
 		for _, jp := range m.Joinpoints {
 			if jp.ID == n.cfg.ID || jp.ID == from || n.stateless[jp.ID] || n.stateWait[jp.ID] {
@@ -407,10 +409,11 @@ func (n *Node) checkRecovery() {
 			// it left, or was removed as gone) that has not answered
 			// within a failure timeout, or is suspected: it holds no state
 			// of our neighbourhood. Waiting for it would hold the recovery
-			// until gone_after (fuzz seeds 178 and 51088: a broker crashed
-			// next to a leaver restarts with the leaver among its
-			// joinpoints; a removed broker's link is not even monitored,
-			// so it may never be suspected).
+			// until gone_after (a broker crashed next to a leaver restarts
+			// with the leaver among its joinpoints: scenario
+			// restart_joinpoint_left.txt; a removed broker's link is not
+			// even monitored, so it may never be suspected: scenario
+			// restart_joinpoint_leaving_unsuspected.txt).
 			n.dropLeft(id)
 			continue
 		}
@@ -442,27 +445,32 @@ func (n *Node) checkRecovery() {
 }
 
 // unplaced reports whether id, an awaited peer our map does not hold, may
-// still be a member that our map merely does not show (beyond δ: our map
-// was rebuilt from the partial maps of brokers that restarted in a row), so
-// that its silence is no sign that it left: our map names it as a parent
-// (Map.Dangling), or a restarted tree neighbour y named it as its former
-// neighbour (NotMember) and no broker whose map we merged in this recovery
-// is within δ hops of y (its map, complete within δ+1, would hold id, 2
-// hops from us, if id were a member). It is then waited for like a
-// suspected neighbour with nobody to ask behind it (until it answers, or
-// gone_after). Dropped, we became routable without its side: a
-// subscription flood ended here as at a leaf and was confirmed while that
-// side never got it, and the publications from there were lost silently
-// (fuzz seeds 63349, 66001, 66249 of --brokers 10-60 --delta 1 --faults
-// 3). A leaver is still dropped at once where such a map shows it absent
-// (fuzz seed 2300316: δ = 3, a leaf's neighbour that had left). The map of
-// a broker heard not joined while we were not joined does not count: it
-// restarted in the same incident and rebuilt its map from partial maps
-// (fuzz seed 78253 of --brokers 10-60 --delta 1-3 --faults 4: B19, restarted
-// within δ of B21, did not show B22, B21's former child next to the
-// publisher, and B20 dropped it). y counts as a tree neighbour when its
-// NotMember names us among its former neighbours, even if our map, rebuilt
-// by restarted brokers, does not hold it (seed 78303).
+// still be a member that our map merely does not show, so that its silence
+// is no sign that it left.
+//
+// Rule: id is unplaced when our map names it as a parent (Map.Dangling),
+// or when a restarted tree neighbour y named it as its former neighbour
+// (NotMember) and no broker whose map we merged in this recovery, and that
+// was not heard not joined while we were not joined, is within δ hops of
+// y. An unplaced peer is waited for like a suspected neighbour with nobody
+// to ask behind it (until it answers, or gone_after); any other silent
+// peer our map does not hold is dropped as a broker that left.
+//
+// Argument: a merged map is complete within δ+1 hops of its holder, so a
+// holder within δ of y would show id, 2 hops from us, if id were a member:
+// absent there, id left, and waiting for it would hold the recovery (and a
+// restarted neighbour's join) until gone_after (restart_named_leaver_dropped.txt).
+// Without such a map, more than δ brokers in a row restarted and rebuilt
+// their maps from partial ones, and nothing says id left: dropped, we
+// became routable without its side, a subscription flood ended here as at
+// a leaf and was confirmed, and the publications from that side were lost
+// with no gap notice (beyond_restart_named_peer_awaited.txt). A broker
+// heard not joined while we were not joined restarted in the same incident
+// and rebuilt its map from partial maps too, so its map proves nothing
+// (beyond_restart_map_of_restarted_not_trusted.txt). And y counts as a
+// tree neighbour when its NotMember names us among its former neighbours,
+// even if our rebuilt map does not hold y (beyond_restart_notmember_names_us.txt).
+// Scenario files are in internal/sim/testdata.
 func (n *Node) unplaced(id message.BrokerID) bool {
 	if n.topo.Dangling(id) {
 		return true
@@ -516,11 +524,11 @@ func (n *Node) askBehind(id message.BrokerID) int {
 // dropLeft stops waiting for f, which left our map (a leaver: it holds
 // no state to give). If it was asked on behalf of an awaited broker x (it
 // was the closest live one behind x), x's side is asked again on the map
-// as it is now: the leave's repair put other brokers behind x (fuzz seed
-// 600229: a broker restarting next to two crashed ones asked the next
-// one behind them, which was leaving; its NotMember left that whole side
-// unasked, the recovery completed without its subscriptions, and the
-// publications for them were swallowed).
+// as it is now: the leave's repair put other brokers behind x. (A broker
+// restarting next to two crashed ones asked the next one behind them,
+// which was leaving; its NotMember left that whole side unasked, the
+// recovery completed without its subscriptions, and the publications for
+// them were swallowed.)
 func (n *Node) dropLeft(f message.BrokerID) {
 	delete(n.stateWait, f)
 	x, ok := n.askedFor[f]
@@ -618,11 +626,11 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 // broker, and the subscriptions of their side reach us through them now.
 // An awaited neighbour that was removed (a leaver, or declared gone) has
 // no state to give; without this the recovery completed with neither its
-// nor its replacements' side (fuzz seed 66055 of --brokers 10-60 --delta 1
-// --faults 3: B7 restarted under its crashed parent B5 with a map that did
-// not show B5's parent B3, waited for B5 until B5 was removed as gone and
-// B7 put under B3, and became routable without B3's side's subscriptions:
-// publications for them were lost silently).
+// nor its replacements' side (scenario
+// beyond_restart_repair_neighbour_asked.txt: restarted under its crashed
+// parent with a map that did not show that parent's parent, a broker
+// waited for the parent until it was removed as gone, and became routable
+// without its new parent's side: publications for it were lost silently).
 func (n *Node) askNewNeighbours(before []message.BrokerID) {
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if slices.Contains(before, nb) || n.stateWait[nb] || n.stateless[nb] || n.mapFrom[nb] {

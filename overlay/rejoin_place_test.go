@@ -10,8 +10,8 @@ import (
 // childOfUnknownParent returns node C, joined, whose map holds its own
 // entry under parent B and its child D, but not B itself: the map of a
 // broker that restarted after more than δ of its neighbours in a row and
-// rebuilt it from the partial maps of brokers farther away (fuzz seeds
-// 60031, 60117, 60174 beyond δ). B's link is up.
+// rebuilt it from the partial maps of brokers farther away (scenario
+// beyond_restart_parent_not_child.txt). B's link is up.
 func childOfUnknownParent(t *testing.T) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -141,9 +141,8 @@ func TestFloodFromUnplacedSenderIsHeld(t *testing.T) {
 // A flood from a broker our map does not hold, with one neighbour unusable
 // (recovering) and another one we have no link to, not yet suspected (our
 // dial to it just failed): the sender may be behind either, so the flood is
-// held, not placed behind the unusable one (fuzz seed 72406 beyond δ: sent
-// on with that side as its from-pointer, it never reached the publishers
-// there).
+// held, not placed behind the unusable one (beyond δ: sent on with that
+// side as its from-pointer, it never reached the publishers there).
 func TestFloodFromUnknownSenderBesideUnlinkedNeighbourIsHeld(t *testing.T) {
 	n := childWithTwoChildren(t, 1, 2, "B", "E", "G")
 	n.peer("B").joined = false // recovering: unusable
@@ -176,10 +175,10 @@ func TestFloodFromUnknownSenderBesideUnlinkedNeighbourIsHeld(t *testing.T) {
 // A flood from a broker our map does not hold, with one neighbour unusable
 // (recovering) and another one linked whose first heartbeat has not arrived
 // yet (it restarted: that heartbeat says it is recovering): held, not placed
-// behind the one known unusable (fuzz seed 82128 beyond δ: placed behind the
-// recovering B2, S12's entry pointed away from B9's side, where the sender
-// was, the flood was confirmed and the publications from B2's side for S12
-// were dropped). The sender is asked for a resync once, not again when the
+// behind the one known unusable (scenario restart_unplaced_unheard.txt:
+// placed behind the recovering neighbour, the entry pointed away from the
+// sender's side, the flood was confirmed and the publications from the
+// other side were dropped). The sender is asked for a resync once, not again when the
 // held flood is replayed without placing it, and again on a new link.
 func TestFloodFromUnknownSenderBesideUnheardNeighbourIsHeld(t *testing.T) {
 	n := childWithTwoChildren(t, 1, 2, "B", "E", "G")
@@ -239,8 +238,8 @@ func TestFloodFromUnknownSenderBesideUnheardNeighbourIsHeld(t *testing.T) {
 }
 
 // A broker removed from the tree as gone that restarts and joins us anew is
-// routable again once it says it is joined (fuzz seed 72106 beyond δ: it
-// stayed marked gone, and what we queued for its side stayed queued).
+// routable again once it says it is joined (scenario gone_rejoin_anew.txt:
+// it stayed marked gone, and what we queued for its side stayed queued).
 func TestGoneBrokerJoiningAnewIsRoutable(t *testing.T) {
 	n := rootWithGoneChild(t)
 	n.peer("B").up = true

@@ -12,8 +12,9 @@ import (
 // crashed broker learns the map again when it recovers; a falsely
 // suspected one (frozen, cut off) resumes with its old map: it would keep a
 // broker that left as a neighbour, wait for it in every subscription flood
-// and route around it until gone_after (fuzz with leaves, seed 1272: a
-// broker frozen while its child left). So every broker keeps the
+// and route around it until gone_after (scenario
+// freeze_misses_leave_repair.txt: a broker frozen while its child left).
+// So every broker keeps the
 // topology floods it started or relayed lately, and sends a peer that
 // speaks again after a suspicion those passed on since its silence began,
 // for it alone (Hops 0: the brokers behind it were reached). The receiver
@@ -43,8 +44,8 @@ func (n *Node) recordTopo(f *flood) {
 // silent (within gone_after: older ones would have made p gone). Its
 // silence began a failure timeout before the suspicion: what was sent to
 // it meanwhile waited unprocessed and was lost when the link was closed
-// (fuzz seed 70645: a leave's repair passed on just before the
-// suspicion).
+// (scenario freeze_misses_repair_before_suspicion.txt: a leave's repair
+// passed on just before the suspicion).
 func (n *Node) resendTopo(p *peer) {
 	horizon := n.now - int64(n.cfg.GoneAfterTicks)
 	since := p.suspAt - int64(n.cfg.FailureTicks) - 1

@@ -392,8 +392,8 @@ func TestRecipientsOnceSameAsMatch(t *testing.T) {
 	}
 }
 
-// A publication that names an attribute twice (refused at the edge since
-// session 4, but a peer running older code could still forward one) is
+// A publication that names an attribute twice (refused at the edge, but a
+// peer running older code could still forward one) is
 // reported to each matching local entry once: the index finds such an
 // entry once per copy of the attribute.
 func TestRecipientsLocalOncePerPublication(t *testing.T) {

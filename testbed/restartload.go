@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The load after a restart (issue 14): does a restarted broker's message
+// The load after a restart: does a restarted broker's message
 // rate (and CPU, where measured) come back to within 2× of its tree
 // neighbours', and how soon? A figure for summary.json and the printed
 // summary, not a verdict rule: it never fails a run.

@@ -40,6 +40,8 @@ import (
 //	slow B3 DURATION            a stall: frozen for DURATION, then resumed (does not wait)
 //	cut B2 B3 | heal B2 B3
 //	leave B3 [max=DURATION]     graceful leave; runs until B3 has left (leave.go)
+//	leave B3 start              begin B3's leave and go on at once (what follows happens
+//	                            while B3 drains)
 //	run DURATION                advance virtual time
 //	settle [for=DURATION]       stop publishing, run, then check that every queue drained
 //	beyond                      the scenario exceeds δ: judge it by the beyond-δ rules
@@ -390,6 +392,12 @@ func (r *runner) exec(l scriptLine) error {
 		}
 		return s.Stall(message.BrokerID(rest[0]), d)
 	case "leave":
+		if len(rest) == 2 && rest[1] == "start" {
+			// Only begin the leave: what follows happens while B drains.
+			// The planned tree keeps B, so a later restart next to it
+			// names its joinpoints.
+			return s.Leave(message.BrokerID(rest[0]))
+		}
 		return r.leave(opts, rest)
 	case "cut", "heal":
 		if len(rest) != 2 {
