@@ -748,11 +748,12 @@ func (n *Node) DialFailed(id message.BrokerID) {
 		n.nextJoinpoint()
 		return
 	}
-	if joinDial && n.member && !n.wanted(id) {
-		// A joinpoint the join walk moved past (it answered too late)
-		// and that nothing needs now: its failed dial says nothing a
-		// route depends on, and suspecting a live broker for it only
-		// spreads a false suspicion.
+	if n.member && !n.wanted(id) && (joinDial || !slices.Contains(n.frontier(), id)) {
+		// A peer nothing needs now: a joinpoint the join walk moved past,
+		// a bypass hop given up before its dial answered. Its failed dial
+		// says nothing a route depends on; suspecting it would spread a
+		// false suspicion of a live broker, and since nothing dials it
+		// again it would end declared gone, its subscriptions dropped.
 		return
 	}
 	if !p.suspected && !p.up {

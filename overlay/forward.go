@@ -222,17 +222,25 @@ func (n *Node) probeFrontiers() {
 	if !n.member || n.left {
 		return
 	}
+	for _, f := range n.frontier() {
+		if p := n.peer(f); !p.up && !p.dialing && !p.suspected {
+			n.dial(Peer{ID: f}, false)
+		}
+	}
+}
+
+// frontier lists, behind every unusable tree neighbour but a draining
+// leaver, the closest brokers not known to be unusable (probeFrontiers).
+func (n *Node) frontier() []message.BrokerID {
+	var out []message.BrokerID
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if !n.unusable(nb) || n.leavingAlive(nb) {
 			continue
 		}
 		front, _ := n.topo.Frontier(nb, n.unusable)
-		for _, f := range front {
-			if p := n.peer(f); !p.up && !p.dialing && !p.suspected {
-				n.dial(Peer{ID: f}, false)
-			}
-		}
+		out = append(out, front...)
 	}
+	return out
 }
 
 // computeHop returns the next hop toward r: the closest broker on the
