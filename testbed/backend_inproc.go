@@ -245,7 +245,7 @@ func (h *inprocHost) listenMem(cfg runtime.BrokerConfig, epoch uint64) (*runtime
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ep, err := runtime.ListenMem(h.mem, &cfg, epoch, rt)
+	ep, err := runtime.ListenMem(h.mem, &cfg, rt)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -27,8 +27,8 @@ import (
 //     and bytes (MemConfig.SendQueue, SendQueueBytes): TrySend reports false
 //     and Send waits while it is full, never a silent drop;
 //   - one link per pair of brokers: a dial finds the link already up, and a
-//     link from a newer incarnation replaces the older one, whose PeerDown
-//     is reported before the new link's PeerUp;
+//     new link to a peer (a restarted broker's, say) replaces the one held
+//     to it, whose PeerDown is reported before the new link's PeerUp;
 //   - a link closed at one end delivers what that end had queued, then ends
 //     at the other (PeerDown); handler calls come from one goroutine per
 //     link or session, in order.
@@ -68,9 +68,8 @@ func NewMemNetwork() *MemNetwork {
 // MemConfig describes one broker's endpoint on a MemNetwork. Zero values
 // take internal/quic's defaults.
 type MemConfig struct {
-	ID    message.BrokerID // required
-	Epoch uint64           // this incarnation's epoch: a newer one's links replace an older one's
-	Addr  string           // where it listens, and what its peers learn; unique among live endpoints
+	ID   message.BrokerID // required
+	Addr string           // where it listens, and what its peers learn; unique among live endpoints
 
 	MaxFrame       int // largest frame accepted, in bytes; default wire.DefaultMaxFrame
 	SendQueue      int // frames queued per link or session before a send waits; default quic.DefaultSendQueue
@@ -141,10 +140,10 @@ func (n *MemNetwork) Listen(cfg MemConfig, h Handler) (*MemEndpoint, error) {
 }
 
 // ListenMem adds the endpoint of cfg (its advertised address, frame and
-// queue limits) for rt, with this incarnation's epoch: ListenQUIC's twin.
-func ListenMem(n *MemNetwork, cfg *BrokerConfig, epoch uint64, rt *Runtime) (*MemEndpoint, error) {
+// queue limits) for rt: ListenQUIC's twin.
+func ListenMem(n *MemNetwork, cfg *BrokerConfig, rt *Runtime) (*MemEndpoint, error) {
 	return n.Listen(MemConfig{
-		ID: message.BrokerID(cfg.ID), Epoch: epoch, Addr: cfg.AdvertisedAddr(),
+		ID: message.BrokerID(cfg.ID), Addr: cfg.AdvertisedAddr(),
 		MaxFrame: cfg.Limits.MaxFrame, SendQueue: cfg.Limits.SendQueue, SendQueueBytes: cfg.Limits.SendQueueBytes,
 	}, rt)
 }

@@ -82,7 +82,7 @@ func (nopHandler) ClientDown(ClientSession, error)                 {}
 
 func listen(t *testing.T, n *MemNetwork, id, addr string, h Handler) *MemEndpoint {
 	t.Helper()
-	ep, err := n.Listen(MemConfig{ID: message.BrokerID(id), Epoch: 1, Addr: addr}, h)
+	ep, err := n.Listen(MemConfig{ID: message.BrokerID(id), Addr: addr}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestMemNetworkFreeze(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := NewMemNetwork()
 		rb := &recorder{}
-		a, err := n.Listen(MemConfig{ID: "A", Epoch: 1, Addr: "a:1", SendQueue: 4}, nopHandler{})
+		a, err := n.Listen(MemConfig{ID: "A", Addr: "a:1", SendQueue: 4}, nopHandler{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +250,7 @@ func TestMemNetworkCrashAndRestartOnTheSameAddress(t *testing.T) {
 			t.Fatalf("dial of a crashed broker's address: %v, want no answer", err)
 		}
 		rb2 := &recorder{}
-		b2, err := n.Listen(MemConfig{ID: "B", Epoch: 2, Addr: "b:1"}, rb2)
+		b2, err := n.Listen(MemConfig{ID: "B", Addr: "b:1"}, rb2)
 		if err != nil {
 			t.Fatalf("restart on the same address: %v", err)
 		}
@@ -273,7 +273,7 @@ func TestMemNetworkCloseAndFrameBound(t *testing.T) {
 		n := NewMemNetwork()
 		rb := &recorder{}
 		a := listen(t, n, "A", "a:1", nopHandler{})
-		_, err := n.Listen(MemConfig{ID: "B", Epoch: 1, Addr: "b:1", MaxFrame: 1024}, rb)
+		_, err := n.Listen(MemConfig{ID: "B", Addr: "b:1", MaxFrame: 1024}, rb)
 		if err != nil {
 			t.Fatal(err)
 		}

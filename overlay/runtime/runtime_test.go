@@ -40,7 +40,7 @@ func startTestBroker(t *testing.T, net *MemNetwork, id, addr string, join []stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := ListenMem(net, &cfg, 1, rt)
+	ep, err := ListenMem(net, &cfg, rt)
 	if err != nil {
 		t.Fatal(err)
 	}

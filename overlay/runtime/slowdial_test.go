@@ -45,7 +45,7 @@ func TestRuntimeKeepsASlowHandshake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep, err := ListenMem(net, &cfg, 1, rt)
+		ep, err := ListenMem(net, &cfg, rt)
 		if err != nil {
 			t.Fatal(err)
 		}
