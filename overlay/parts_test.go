@@ -353,24 +353,6 @@ func TestPartsSmallStateUnchanged(t *testing.T) {
 	}
 }
 
-// The runtime gives the core the frame limit of its readers.
-func TestNodeConfigCarriesMaxFrame(t *testing.T) {
-	c := DefaultBrokerConfig()
-	c.ID = "B1"
-	c.Limits.MaxFrame = 64 << 10
-	nc := c.NodeConfig(1)
-	if nc.MaxFrame != 64<<10 {
-		t.Fatalf("NodeConfig.MaxFrame %d, want limits.max_frame %d", nc.MaxFrame, 64<<10)
-	}
-	if _, err := NewNode(nc); err != nil {
-		t.Fatal(err)
-	}
-	nc.MaxFrame = 100
-	if _, err := NewNode(nc); err == nil {
-		t.Fatal("a 100-byte MaxFrame was accepted")
-	}
-}
-
 // A repair's routes cut into parts (a route spanning several parts is
 // repeated with its share) come back as the same route of every
 // subscription, and each part fits.

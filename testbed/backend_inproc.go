@@ -11,22 +11,38 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/deltapub/deltapub/internal/quic"
+	"github.com/deltapub/deltapub/client"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
+	"github.com/deltapub/deltapub/overlay/runtime"
 )
 
 // inprocBackend runs every broker inside the testbed process: the same
-// runtime and core as `deltapub broker`, each on its own QUIC endpoint on
-// 127.0.0.1, with the clients over real QUIC as in process mode.
+// runtime and core as `deltapub broker`, on the transport [inproc]
+// transport names.
 //
-// The testbed owns each broker's endpoint, which is what makes a crash
-// possible without a process to kill: the endpoint is closed at once (no
-// leave, no goodbye from the core; QUIC tells the peers the connection is
-// closed, so they may learn of the failure sooner than after a SIGKILL),
-// then the runtime is stopped and its state dropped. A freeze blocks the
-// runtime's goroutine (a call into it that waits for the resume): it
-// processes nothing and its input queue fills, as under SIGSTOP. CPU and
+//   - "memory" (the default): runtime.MemNetwork, the runtime's in-memory
+//     twin of QUIC, for the brokers' links and the clients' sessions alike.
+//     A crash is silent (MemEndpoint.Crash: its peers keep their links to
+//     it, what they send vanishes, and they find out from their heartbeats,
+//     as after a SIGKILL); a restart listens again on the same address
+//     while its peers may still hold the old incarnation's link; a freeze
+//     stops the endpoint (nothing in or out, dials to it wait, its
+//     senders' queues fill up) as well as the runtime's goroutine.
+//   - "quic": a QUIC endpoint per broker on 127.0.0.1, with the clients
+//     over real QUIC as in process mode. A crash closes the endpoint at once
+//     (QUIC tells the peers the connection is closed, so they may learn of
+//     the failure sooner than after a SIGKILL); a restart listens on a fresh
+//     port (internal/quic's Endpoint.Close leaves its UDP socket bound:
+//     quic-go does not close a socket it was given; the broker announces its
+//     address when it rejoins); a freeze blocks the runtime's goroutine only
+//     (the endpoint keeps reading until the runtime's input queue fills).
+//
+// On both, the crashed runtime is then killed (Runtime.Kill: Run returns at
+// once, with no leave) and its state dropped; a freeze blocks the
+// runtime's goroutine (a call into it that waits for the resume: it
+// processes nothing, as under SIGSTOP); a cut is Runtime.Cut at both ends;
+// a leave ends the runtime's context with the transport open. CPU and
 // memory cannot be attributed to one broker in a shared process: they are
 // reported as unknown.
 type inprocBackend struct{ o Options }
@@ -37,13 +53,14 @@ func (b inprocBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 		return err
 	}
 	rec.Note("inproc: brokers share this process; per-broker CPU and memory are not measured")
+	rec.Note("inproc: transport " + h.transport())
 	return runRealtime(ctx, p, rec, h, b.o)
 }
 
 type inprocBroker struct {
-	rt      *overlay.Runtime
+	rt      *runtime.Runtime
 	reg     *prometheus.Registry
-	ep      *quic.Endpoint
+	tr      inprocTransport
 	cancel  context.CancelFunc
 	done    chan struct{}
 	unfreez chan struct{} // non-nil while frozen; closed by resume
@@ -52,18 +69,50 @@ type inprocBroker struct {
 	inc     int // incarnation: starts of this broker before this one
 }
 
+// inprocTransport is a broker's transport as the inproc host applies
+// faults to it.
+type inprocTransport interface {
+	runtime.Transport
+	crash()  // the broker dies: nothing more leaves it
+	freeze() // nothing more to or from it, until resume (where the transport can)
+	resume()
+	close() // the broker is gone (after Run, or at the end of the run)
+}
+
+// memInproc is a broker on the in-memory network.
+type memInproc struct{ *runtime.MemEndpoint }
+
+func (t memInproc) crash()  { t.Crash() }
+func (t memInproc) freeze() { t.Freeze() }
+func (t memInproc) resume() { t.Resume() }
+func (t memInproc) close()  { t.Close() }
+
+// quicInproc is a broker on its own QUIC endpoint. Its goroutines cannot
+// be frozen: only the runtime is.
+type quicInproc struct{ *runtime.QUICTransport }
+
+func (t quicInproc) crash() { t.Close() }
+func (quicInproc) freeze()  {}
+func (quicInproc) resume()  {}
+func (t quicInproc) close() { t.Close() }
+
 type inprocHost struct {
 	p        *Plan
+	mem      *runtime.MemNetwork // nil: QUIC
 	mu       sync.Mutex
 	brokers  map[string]*inprocBroker
 	starts   map[string]int // starts per broker so far
-	port     map[string]int
+	port     map[string]int // QUIC only
 	ctrlDone int64
 	stopOnce sync.Once
 }
 
 func newInprocHost(p *Plan) (*inprocHost, error) {
 	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, starts: map[string]int{}, port: map[string]int{}}
+	if p.Spec.Inproc.Transport != TransportQUIC {
+		h.mem = runtime.NewMemNetwork()
+		return h, nil
+	}
 	if base := p.Spec.Process.BasePort; base != 0 {
 		for i, n := range p.Topo.Names {
 			h.port[n] = base + 2*i
@@ -83,21 +132,38 @@ func newInprocHost(p *Plan) (*inprocHost, error) {
 	return h, nil
 }
 
+func (h *inprocHost) transport() string {
+	if h.mem != nil {
+		return TransportMemory
+	}
+	return TransportQUIC
+}
+
+// addr is where broker n listens: on the in-memory network a name of its
+// own (the same after a restart), on QUIC a port of 127.0.0.1.
 func (h *inprocHost) addr(n string) string {
+	if h.mem != nil {
+		return n + ".mem:7000"
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return fmt.Sprintf("127.0.0.1:%d", h.port[n])
 }
 func (h *inprocHost) clientAddr(n string) string { return h.addr(n) }
 
-type endpointTransport struct{ ep *quic.Endpoint }
-
-func (t endpointTransport) Dial(ctx context.Context, peer message.BrokerID, addr string) (overlay.PeerLink, error) {
-	l, err := t.ep.Dial(ctx, peer, addr)
-	if err != nil {
-		return nil, err
+// clientDial is how clients reach the brokers: through the in-memory
+// network, or (nil) over QUIC.
+func (h *inprocHost) clientDial() client.DialFunc {
+	if h.mem == nil {
+		return nil
 	}
-	return l, nil
+	return func(ctx context.Context, addr string) (client.Conn, error) {
+		c, err := h.mem.DialClient(ctx, addr)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return c, nil
+	}
 }
 
 func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string) error {
@@ -110,19 +176,18 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 			h.mu.Unlock()
 			return fmt.Errorf("%s is still running", name)
 		}
-		// A restarted broker listens on a fresh port: internal/quic's
-		// Endpoint.Close leaves its UDP socket bound (quic-go does not
-		// close a socket it was given), so the old port stays taken. The
-		// broker announces its address when it rejoins.
-		ports, err := pickPorts(1)
-		if err != nil {
-			h.mu.Unlock()
-			return err
+		if h.mem == nil {
+			// A restarted broker listens on a fresh port: see inprocBackend.
+			ports, err := pickPorts(1)
+			if err != nil {
+				h.mu.Unlock()
+				return err
+			}
+			h.port[name] = ports[0]
 		}
-		h.port[name] = ports[0]
 	}
 	h.mu.Unlock()
-	cfg, err := overlay.Preset("testbed")
+	cfg, err := runtime.Preset("testbed")
 	if err != nil {
 		return err
 	}
@@ -134,50 +199,26 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	for _, j := range joinpoints {
 		cfg.Join = append(cfg.Join, j+"@"+h.addr(j))
 	}
-	// A port picked free can be taken by another process before we bind
-	// it (tests of other packages run at the same time): bind failures of
-	// that kind move the broker to a freshly picked port, a few times.
-	var (
-		rt  *overlay.Runtime
-		reg *prometheus.Registry
-		ep  *quic.Endpoint
-	)
-	log := zerolog.Nop()
 	epoch := cfg.EpochAt(time.Now())
-	for attempt := 0; ; attempt++ {
-		cfg.Listen = h.addr(name) // addr takes h.mu
-		if err := cfg.Validate(); err != nil {
-			return err
-		}
-		reg = prometheus.NewRegistry()
-		rt, err = overlay.NewRuntime(cfg, epoch, log, reg)
-		if err != nil {
-			return err
-		}
-		ep, err = quic.Listen(quic.Config{
-			ID: message.BrokerID(name), Epoch: epoch, Addr: cfg.AdvertisedAddr(), Listen: cfg.Listen,
-			MaxFrame: cfg.Limits.MaxFrame, SendQueue: cfg.Limits.SendQueue, Log: log,
-		}, rt.QUICHandler()) // the runtime's own handler, honouring cuts
-		if err == nil {
-			break
-		}
-		if attempt >= 4 || !errors.Is(err, syscall.EADDRINUSE) {
-			return err
-		}
-		ports, perr := pickPorts(1)
-		if perr != nil {
-			return err
-		}
-		h.mu.Lock()
-		h.port[name] = ports[0]
-		h.mu.Unlock()
+	var (
+		rt  *runtime.Runtime
+		reg *prometheus.Registry
+		tr  inprocTransport
+	)
+	if h.mem != nil {
+		rt, reg, tr, err = h.listenMem(cfg, epoch)
+	} else {
+		rt, reg, tr, err = h.listenQUIC(cfg, epoch)
+	}
+	if err != nil {
+		return err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	b := &inprocBroker{rt: rt, reg: reg, ep: ep, cancel: cancel, done: make(chan struct{})}
+	b := &inprocBroker{rt: rt, reg: reg, tr: tr, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
-		_ = rt.Run(rctx, rt.CutTransport(endpointTransport{ep}))
-		ep.Close()
+		_ = rt.Run(rctx, tr)
+		tr.close()
 	}()
 	h.mu.Lock()
 	b.inc = h.starts[name]
@@ -185,6 +226,58 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	h.brokers[name] = b
 	h.mu.Unlock()
 	return nil
+}
+
+// newRuntime builds the runtime of cfg (validated) with a registry of its
+// own.
+func newRuntime(cfg runtime.BrokerConfig, epoch uint64) (*runtime.Runtime, *prometheus.Registry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	reg := prometheus.NewRegistry()
+	rt, err := runtime.NewRuntime(cfg, epoch, zerolog.Nop(), reg)
+	return rt, reg, err
+}
+
+func (h *inprocHost) listenMem(cfg runtime.BrokerConfig, epoch uint64) (*runtime.Runtime, *prometheus.Registry, inprocTransport, error) {
+	cfg.Listen = h.addr(cfg.ID)
+	rt, reg, err := newRuntime(cfg, epoch)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ep, err := runtime.ListenMem(h.mem, &cfg, rt)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rt, reg, memInproc{ep}, nil
+}
+
+// listenQUIC starts the broker on its port. A port picked free can be taken
+// by another process before we bind it (tests of other packages run at the
+// same time): bind failures of that kind move the broker to a freshly
+// picked port, a few times.
+func (h *inprocHost) listenQUIC(cfg runtime.BrokerConfig, epoch uint64) (*runtime.Runtime, *prometheus.Registry, inprocTransport, error) {
+	for attempt := 0; ; attempt++ {
+		cfg.Listen = h.addr(cfg.ID) // addr takes h.mu
+		rt, reg, err := newRuntime(cfg, epoch)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		tr, err := runtime.ListenQUIC(&cfg, epoch, nil, "", rt, zerolog.Nop())
+		if err == nil {
+			return rt, reg, quicInproc{tr}, nil
+		}
+		if attempt >= 4 || !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, nil, nil, err
+		}
+		ports, perr := pickPorts(1)
+		if perr != nil {
+			return nil, nil, nil, err
+		}
+		h.mu.Lock()
+		h.port[cfg.ID] = ports[0]
+		h.mu.Unlock()
+	}
 }
 
 func (h *inprocHost) get(name string) (*inprocBroker, error) {
@@ -228,8 +321,11 @@ func (h *inprocHost) crash(name string) error {
 	if err != nil {
 		return err
 	}
-	h.unfreeze(b)
-	b.ep.Close() // first: nothing more leaves this broker, not even a leave
+	// A frozen runtime goes on to be killed (its memory endpoint stays
+	// frozen until the crash: nothing in or out).
+	h.release(b)
+	b.tr.crash() // first: nothing more leaves this broker
+	b.rt.Kill()  // and no leave: Run returns at once
 	b.cancel()
 	select {
 	case <-b.done:
@@ -239,8 +335,8 @@ func (h *inprocHost) crash(name string) error {
 	}
 }
 
-// leave ends the broker's Run context without closing its endpoint first
-// (a crash closes it first): overlay.Runtime.Run then leaves the overlay
+// leave ends the broker's Run context with its transport open (a crash
+// stops the transport first): runtime.Runtime.Run then leaves the overlay
 // gracefully, as `deltapub broker` does on SIGTERM, and returns once the
 // neighbourhood confirmed the leave or after its own bound. The leave is
 // clean when Run returned with Runtime.HasLeft; a broker still running
@@ -269,7 +365,20 @@ func (h *inprocHost) leave(name string) (<-chan leaveResult, error) {
 	}), nil
 }
 
+// unfreeze resumes a frozen broker: its runtime and its transport.
 func (h *inprocHost) unfreeze(b *inprocBroker) {
+	h.mu.Lock()
+	if b.unfreez != nil {
+		close(b.unfreez)
+		b.unfreez = nil
+		b.tr.resume()
+	}
+	h.mu.Unlock()
+}
+
+// release lets a frozen broker's runtime go on, its transport still
+// frozen.
+func (h *inprocHost) release(b *inprocBroker) {
 	h.mu.Lock()
 	if b.unfreez != nil {
 		close(b.unfreez)
@@ -290,6 +399,9 @@ func (h *inprocHost) freeze(name string) error {
 	}
 	ch := make(chan struct{})
 	b.unfreez = ch
+	// The transport first: with no more inputs, the runtime soon gets to
+	// the call that blocks it.
+	b.tr.freeze()
 	h.mu.Unlock()
 	entered := make(chan struct{})
 	go func() {
@@ -302,8 +414,10 @@ func (h *inprocHost) freeze(name string) error {
 	case <-entered:
 		return nil
 	case <-b.done:
+		h.unfreeze(b)
 		return fmt.Errorf("%s stopped", name)
 	case <-time.After(5 * time.Second):
+		h.unfreeze(b)
 		return fmt.Errorf("%s did not freeze within 5s (runtime busy)", name)
 	}
 }
@@ -324,8 +438,8 @@ func (h *inprocHost) resume(name string) error {
 }
 
 // cut blocks the link a–b at both ends (Runtime.Cut, as the admin
-// endpoint's /ctl/cut in process mode). A restarted broker starts with no
-// cuts.
+// endpoint's /ctl/cut in process mode), on either transport. A restarted
+// broker starts with no cuts.
 func (h *inprocHost) cut(a, b string) error {
 	ra, rb, err := h.pair(a, b)
 	if err != nil {
@@ -347,7 +461,7 @@ func (h *inprocHost) heal(a, b string) error {
 	return nil
 }
 
-func (h *inprocHost) pair(a, b string) (*overlay.Runtime, *overlay.Runtime, error) {
+func (h *inprocHost) pair(a, b string) (*runtime.Runtime, *runtime.Runtime, error) {
 	ba, err := h.get(a)
 	if err != nil {
 		return nil, nil, err
@@ -369,7 +483,7 @@ func (h *inprocHost) stopAll() {
 		h.mu.Unlock()
 		for _, b := range bs {
 			h.unfreeze(b)
-			b.ep.Close()
+			b.tr.close()
 			b.cancel()
 		}
 		for _, b := range bs {

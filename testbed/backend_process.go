@@ -13,13 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/deltapub/deltapub/client"
 	"github.com/deltapub/deltapub/internal/admin"
 )
 
@@ -114,7 +115,7 @@ func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 	}
 	ready := make(chan struct{})
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine, after every child is gone
+		goruntime.LockOSThread() // never unlocked: the thread dies with the goroutine, after every child is gone
 		close(ready)
 		for f := range h.spawn {
 			f()
@@ -127,7 +128,8 @@ func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 func (h *procHost) addr(n string) string  { return fmt.Sprintf("127.0.0.1:%d", h.port[n]) }
 func (h *procHost) admin(n string) string { return fmt.Sprintf("127.0.0.1:%d", h.aport[n]) }
 
-func (h *procHost) clientAddr(n string) string { return h.addr(n) }
+func (h *procHost) clientAddr(n string) string  { return h.addr(n) }
+func (h *procHost) clientDial() client.DialFunc { return nil }
 
 func (h *procHost) start(ctx context.Context, name string, joinpoints []string) error {
 	h.mu.Lock()
@@ -377,7 +379,7 @@ func (h *procHost) resume(name string) error {
 }
 
 // cut blocks the link a–b at both ends through the brokers' admin
-// endpoints (POST /ctl/cut, overlay/runtime_cut.go): each closes its link to
+// endpoints (POST /ctl/cut, overlay/runtime/cut.go): each closes its link to
 // the other and refuses it until healed, like a network partition between
 // two live processes. A broker that is crashed or frozen cannot be asked;
 // cutting a link with a down end is an error. A restarted broker starts

@@ -72,6 +72,13 @@ func runExample(t *testing.T, file, mode string, o Options) (*Plan, *Summary, st
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runPlan(t, p, mode, o)
+}
+
+// runPlan runs p in mode, bounded by 50 s; it returns the summary and the
+// results directory.
+func runPlan(t *testing.T, p *Plan, mode string, o Options) (*Plan, *Summary, string) {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()

@@ -258,6 +258,9 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	if s.Process.GOGC < 0 || s.Process.GOGC > 100000 {
 		errs.add(L("process.gogc"), "gogc = %d: must be within 0..100000 (0: Go's default)", s.Process.GOGC)
 	}
+	if t := s.Inproc.Transport; t != TransportMemory && t != TransportQUIC {
+		errs.add(L("inproc.transport"), "transport = %q: must be %q (default) or %q", t, TransportMemory, TransportQUIC)
+	}
 	if s.Process.BasePort != 0 && (s.Process.BasePort < 1024 || s.Process.BasePort+2*len(topo.Names) > 65535) {
 		errs.add(L("process.base_port"), "base_port = %d: brokers need ports %d..%d within 1024..65535", s.Process.BasePort, s.Process.BasePort, s.Process.BasePort+2*len(topo.Names))
 	}

@@ -216,6 +216,8 @@ func TestBadFiles(t *testing.T) {
 		{"crash of a broker that left", goodBase + later("leave", "B3", "crash", `["B3"]`), 38, "crash B3 at 8s: B3 left the overlay at 7s"},
 		{"cut with a broker that left", goodBase + later("leave", "B3", "cut", `[["B1", "B3"]]`), 38, "cut B1-B3 at 8s: B3 left the overlay at 7s"},
 		{"freeze of a broker that left", goodBase + later("leave", "B3", "freeze", `["B3"]`), 38, "freeze B3 at 8s: B3 left the overlay at 7s"},
+		{"unknown inproc transport", goodBase + "\n[inproc]\ntransport = \"tcp\"\n", 34, `transport = "tcp": must be "memory" (default) or "quic"`},
+		{"empty inproc transport", goodBase + "\n[inproc]\ntransport = \"\"\n", 34, `transport = "": must be`},
 	}
 	for _, c := range cases {
 		_, err := Parse("bad.toml", []byte(c.src))

@@ -37,8 +37,10 @@ type host interface {
 	// leave starts a graceful leave of name and returns once it is under
 	// way; the channel then reports, within leaveWait, how it ended.
 	leave(name string) (<-chan leaveResult, error)
-	// clientAddr is where clients of name connect.
+	// clientAddr is where clients of name connect, and clientDial how
+	// (nil: over QUIC, client's default).
 	clientAddr(name string) string
+	clientDial() client.DialFunc
 	// sample measures name since the previous sample.
 	sample(name string) BrokerSample
 	// controlMessages is the total of control messages sent by every
@@ -80,7 +82,7 @@ type leaveResult struct {
 }
 
 // leaveWait bounds how long a leave may take before it is reported as
-// failed: the runtime's own bound on a leave (overlay.Runtime.leaveTimeout:
+// failed: the runtime's own bound on a leave (runtime.Runtime.leaveTimeout:
 // 4 failure timeouts, within 1s..10s, after which it exits anyway and the
 // overlay treats it as crashed; gone_after more for a broker still
 // recovering, which leaves once joined) plus a margin for a loaded machine.
@@ -268,7 +270,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 		// (bounded) before the run gives up.
 		for try := 0; try < setupTries; try++ {
 			cctx, ccancel := context.WithTimeout(ctx, setupTimeout)
-			c, err = client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: deliveryBuffer(p)})
+			c, err = client.Connect(cctx, h.clientAddr(broker), client.Options{Publisher: name, Epoch: 1, DeliveryBuffer: deliveryBuffer(p), Dial: h.clientDial()})
 			ccancel()
 			if err == nil || ctx.Err() != nil {
 				break

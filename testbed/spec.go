@@ -46,6 +46,7 @@ type Spec struct {
 	Faults     []FaultSpec      `toml:"faults"`
 	Metrics    MetricsSpec      `toml:"metrics"`
 	Process    ProcessSpec      `toml:"process"`
+	Inproc     InprocSpec       `toml:"inproc"`
 
 	// File is the path the spec was read from (not a TOML key).
 	File string `toml:"-"`
@@ -132,6 +133,22 @@ type ProcessSpec struct {
 	GOGC int `toml:"gogc"`
 }
 
+// InprocSpec tunes the inproc backend.
+type InprocSpec struct {
+	// Transport carries the brokers' links and the clients' sessions:
+	// "memory" (default), the runtime's in-memory twin of QUIC
+	// (runtime.MemNetwork: no sockets, a crash is silent and a restarted
+	// broker comes back on the same address, as in process mode), or
+	// "quic", a QUIC endpoint per broker on 127.0.0.1.
+	Transport string `toml:"transport"`
+}
+
+// Inproc transports (InprocSpec.Transport).
+const (
+	TransportMemory = "memory"
+	TransportQUIC   = "quic"
+)
+
 // defaults fills zero values. It runs before validation so that validation
 // sees the effective values.
 func (s *Spec) defaults() {
@@ -192,6 +209,9 @@ func (s *Spec) defaults() {
 		if sb.Subscriptions == 0 {
 			sb.Subscriptions = 1
 		}
+	}
+	if s.Inproc.Transport == "" && !s.lines.has("inproc.transport") {
+		s.Inproc.Transport = TransportMemory
 	}
 	if s.Process.GOMAXPROCS == 0 && !s.lines.has("process.gomaxprocs") {
 		s.Process.GOMAXPROCS = 1

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
+	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -157,9 +157,9 @@ Workloads are defined in matching/workload.
 	for i := range pubs {
 		pubs[i] = gen.Publication()
 	}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
+	var ms goruntime.MemStats
+	goruntime.GC()
+	goruntime.ReadMemStats(&ms)
 	before := ms.HeapAlloc
 	t0 := time.Now()
 	ix := matching.NewIndex()
@@ -170,8 +170,8 @@ Workloads are defined in matching/workload.
 		}
 	}
 	build := time.Since(t0)
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
+	goruntime.GC()
+	goruntime.ReadMemStats(&ms)
 	heapPerSub := float64(int64(ms.HeapAlloc)-int64(before)) / float64(*subs)
 
 	rep := matchReport{Subs: *subs, Workload: *wl, PubSkew: *pubSkew, Seed: *seed, Events: *events, HeapBytesPerSub: heapPerSub,

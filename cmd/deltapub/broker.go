@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/deltapub/deltapub/overlay"
+	"github.com/deltapub/deltapub/overlay/runtime"
 	"github.com/rs/zerolog"
 )
 
@@ -66,13 +66,13 @@ func runBroker(args []string) int {
 		fmt.Fprintf(os.Stderr, "deltapub broker: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := overlay.Preset(*preset)
+	cfg, err := runtime.Preset(*preset)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 		return 2
 	}
 	if *configFile != "" {
-		if cfg, err = overlay.LoadBrokerConfig(*configFile, cfg); err != nil {
+		if cfg, err = runtime.LoadBrokerConfig(*configFile, cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 			return 2
 		}
@@ -139,7 +139,7 @@ func runBroker(args []string) int {
 	summaries := loggerTo(out, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
 	limiter := newLogLimiter(out, summaries, logBurst, logWindowD, logMaxKeys)
 	log := loggerTo(limiter, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
-	b, err := overlay.NewBroker(cfg, log)
+	b, err := runtime.NewBroker(cfg, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 		return 1

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/message"
-	"github.com/deltapub/deltapub/overlay"
+	"github.com/deltapub/deltapub/overlay/runtime"
 )
 
 func init() {
@@ -80,7 +80,7 @@ func runCtl(args []string) int {
 		os.Stdout.Write(raw)
 		return 0
 	}
-	var st overlay.State
+	var st runtime.State
 	if err := json.Unmarshal(raw, &st); err != nil {
 		fmt.Fprintln(os.Stderr, "deltapub ctl: /state is not a broker state:", err)
 		return 1
@@ -127,7 +127,7 @@ func fetch(ctx context.Context, url string) ([]byte, error) {
 	return body, nil
 }
 
-func brokerMark(st *overlay.State, id message.BrokerID) string {
+func brokerMark(st *runtime.State, id message.BrokerID) string {
 	switch {
 	case id == st.ID:
 		return "self"
@@ -139,7 +139,7 @@ func brokerMark(st *overlay.State, id message.BrokerID) string {
 	return ""
 }
 
-func printTopology(w io.Writer, st *overlay.State) {
+func printTopology(w io.Writer, st *runtime.State) {
 	fmt.Fprintf(w, "broker %s (epoch %d), δ = %d, joined %v, %d brokers in its map\n",
 		st.ID, st.Epoch, st.Runtime.Delta, st.Joined, len(st.Map))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -156,7 +156,7 @@ func printTopology(w io.Writer, st *overlay.State) {
 
 // topologyDot renders the map for Graphviz: tree edges solid, bypass links
 // dashed, this broker bold, suspected brokers red, gone brokers grey.
-func topologyDot(st *overlay.State) string {
+func topologyDot(st *runtime.State) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "// deltapub topology as seen by %s (epoch %d)\ngraph deltapub {\n  node [shape=box, fontname=\"Helvetica\"];\n", st.ID, st.Epoch)
 	known := map[message.BrokerID]bool{}
@@ -188,7 +188,7 @@ func topologyDot(st *overlay.State) string {
 	return b.String()
 }
 
-func printQueue(w io.Writer, st *overlay.State) {
+func printQueue(w io.Writer, st *runtime.State) {
 	fmt.Fprintf(w, "broker %s: %d publications queued (input queue %d)\n", st.ID, st.QueueLen, st.Runtime.InputQueue)
 	keys := make([]string, 0, len(st.Arrived))
 	for k := range st.Arrived {
@@ -211,7 +211,7 @@ func printQueue(w io.Writer, st *overlay.State) {
 	tw.Flush()
 }
 
-func printPeers(w io.Writer, st *overlay.State) {
+func printPeers(w io.Writer, st *runtime.State) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tKIND\tUP\tSUSPECTED\tSILENT_TICKS")
 	for _, l := range st.Links {

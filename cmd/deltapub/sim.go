@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
+	goruntime "runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -147,7 +147,7 @@ func simFuzz(args []string) int {
 	fs := newFlagSet("sim fuzz", "deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--max-time D]")
 	runs := fs.Int("runs", 100, "number of random runs")
 	seed := fs.Int64("seed", 0, "seed of the first run (run i uses seed+i); 0: pick one and print it")
-	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "parallel runs (each run stays deterministic from its seed)")
+	workers := fs.Int("workers", goruntime.GOMAXPROCS(0), "parallel runs (each run stays deterministic from its seed)")
 	maxTime := fs.Duration("max-time", 0, "stop starting runs after this wall time and report the runs completed (0: no limit)")
 	var ff fuzzFlags
 	ff.register(fs)

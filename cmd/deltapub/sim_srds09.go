@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime"
+	goruntime "runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -22,7 +22,7 @@ func simSRDS09(args []string) int {
 	fs.IntVar(&o.Brokers, "brokers", o.Brokers, "brokers")
 	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "publishing before the crash")
 	fs.DurationVar(&o.After, "after", o.After, "publishing after the crash")
-	fs.IntVar(&o.Workers, "workers", min(runtime.GOMAXPROCS(0), 2), "parallel engine: brokers split into N subtrees simulated by N goroutines in windows of one link delay; its results differ from the serial engine's (other tie-breaking and random streams) but not with N; 0: the serial engine (the one fuzz, replay and scenarios use)")
+	fs.IntVar(&o.Workers, "workers", min(goruntime.GOMAXPROCS(0), 2), "parallel engine: brokers split into N subtrees simulated by N goroutines in windows of one link delay; its results differ from the serial engine's (other tie-breaking and random streams) but not with N; 0: the serial engine (the one fuzz, replay and scenarios use)")
 	node := fs.String("node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the runs to this file (go tool pprof)")
 	timeline := fs.String("timeline", "", "write the delivery delay timeline (CSV, time relative to the crash) to this file; with several runs, -K is added before the extension")

@@ -26,7 +26,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
+	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -392,7 +392,7 @@ func ratio(a, b float64) float64 {
 
 // ThisMachine describes the machine the harness runs on.
 func ThisMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadStart: loadAvg()}
+	m := Machine{CPUs: goruntime.NumCPU(), GoVersion: goruntime.Version(), OS: goruntime.GOOS + "/" + goruntime.GOARCH, LoadStart: loadAvg()}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		defer f.Close()
 		sc := bufio.NewScanner(io.LimitReader(f, 1<<20))

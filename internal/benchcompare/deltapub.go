@@ -12,7 +12,7 @@ import (
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
-	"github.com/deltapub/deltapub/overlay"
+	"github.com/deltapub/deltapub/overlay/runtime"
 	"github.com/rs/zerolog"
 )
 
@@ -54,12 +54,12 @@ func ProcessLauncher(exe string) BrokerLauncher {
 	}
 }
 
-// InProcessLauncher runs brokers inside this process (overlay.NewBroker):
+// InProcessLauncher runs brokers inside this process (runtime.NewBroker):
 // for tests, which cannot rely on a deltapub executable being built. The
 // testbed preset's short timeouts keep joins fast.
 func InProcessLauncher() BrokerLauncher {
 	return func(ctx context.Context, s BrokerSpec) (*RunningBroker, error) {
-		cfg, err := overlay.Preset("testbed")
+		cfg, err := runtime.Preset("testbed")
 		if err != nil {
 			return nil, err
 		}
@@ -67,7 +67,7 @@ func InProcessLauncher() BrokerLauncher {
 		if s.Join != "" {
 			cfg.Join = []string{s.Join}
 		}
-		b, err := overlay.NewBroker(cfg, zerolog.Nop())
+		b, err := runtime.NewBroker(cfg, zerolog.Nop())
 		if err != nil {
 			return nil, err
 		}

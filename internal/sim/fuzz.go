@@ -154,7 +154,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	// What real processes do (ARCHITECTURE.md, "The simulator and the
 	// runtime must agree"), drawn from a stream of its own so that the
 	// rest of a seed's plan stays as it was: dials fail after any part of
-	// the runtime's dial timeout (overlay.Runtime.dialTimeout), a few fail
+	// the runtime's dial timeout (runtime.Runtime.dialTimeout), a few fail
 	// to live brokers, the acceptor of a link is told LinkUp after the
 	// dialler; restarts, stale links, stalls (planFaults).
 	var rr *rand.Rand // nil: Ideal
@@ -177,7 +177,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		// of their own (the plan's other draws stay as they were).
 		sr := rand.New(rand.NewPCG(uint64(seed), 0x5105))
 		cfg.SlowHandshake = [...]int{0, 0, 10, 50}[sr.IntN(4)]
-		cfg.DialPatience = max(4*cfg.DialTimeout, 5*time.Second) // overlay.Runtime.dialPatience
+		cfg.DialPatience = max(4*cfg.DialTimeout, 5*time.Second) // runtime.Runtime.dialPatience
 		cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
 		cfg.ReplacedDown = true
 	}

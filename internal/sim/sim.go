@@ -82,7 +82,7 @@ type Config struct {
 	AcceptDelay time.Duration
 	// ReplacedDown: an end that still holds a link a new one replaces
 	// (never told it went down) is told LinkDown before LinkUp, as the
-	// runtime does (overlay.Runtime.linkUp).
+	// runtime does (runtime.Runtime.linkUp).
 	ReplacedDown bool
 	// ClientDelay is the one-way delay between a client and its edge.
 	ClientDelay time.Duration
@@ -837,7 +837,7 @@ type RestartOptions struct {
 	// ever, tells them.
 	StaleLink time.Duration
 	// Resolve: the runtime's resolution of bare joinpoint addresses
-	// (overlay.Runtime.resolveJoinpoints) before the core joins: every
+	// (runtime.Runtime.resolveJoinpoints) before the core joins: every
 	// joinpoint is dialled at once, and the core is given all that
 	// answered, in order (a recovering broker answers a dial too); none
 	// answering, the round is repeated after a pause that doubles up to
@@ -1134,7 +1134,7 @@ type slowDial struct {
 
 func (s *Sim) dial(b *broker, to message.BrokerID) {
 	if sd := b.slowDials[to]; sd != nil && sd.inc == b.inc {
-		sd.asked = true // the runtime's dial in flight answers (overlay.Runtime.dial)
+		sd.asked = true // the runtime's dial in flight answers (runtime.Runtime.dial)
 		return
 	}
 	s.stats.Dials++

@@ -1,17 +1,18 @@
-package overlay
+package runtime
 
 import (
 	"hash/fnv"
 	"time"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // NodeConfig is the pure core's configuration for this broker: durations
 // converted to ticks (rounded up), and the given epoch (see Epoch for how
 // it is chosen).
-func (c *BrokerConfig) NodeConfig(epoch uint64) Config {
-	nc := DefaultConfig()
+func (c *BrokerConfig) NodeConfig(epoch uint64) overlay.Config {
+	nc := overlay.DefaultConfig()
 	nc.ID = message.BrokerID(c.ID)
 	nc.Addr = c.AdvertisedAddr()
 	nc.Epoch = epoch

@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"context"
@@ -13,18 +13,19 @@ import (
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 	"github.com/rs/zerolog"
 )
 
-// testBroker is one runtime on a fakeNet, running until stop.
+// testBroker is one runtime on a MemNetwork, running until stop.
 type testBroker struct {
 	rt   *Runtime
-	ep   *fakeEndpoint
+	ep   *MemEndpoint
 	stop context.CancelFunc
 	done chan error
 }
 
-func startTestBroker(t *testing.T, net *fakeNet, id, addr string, join []string, edit func(*BrokerConfig)) *testBroker {
+func startTestBroker(t *testing.T, net *MemNetwork, id, addr string, join []string, edit func(*BrokerConfig)) *testBroker {
 	t.Helper()
 	cfg := TestbedBrokerConfig()
 	cfg.ID, cfg.Listen, cfg.Join = id, addr, join
@@ -39,11 +40,40 @@ func startTestBroker(t *testing.T, net *fakeNet, id, addr string, join []string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := net.add(message.BrokerID(id), addr, rt)
+	ep, err := ListenMem(net, &cfg, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &testBroker{rt: rt, ep: ep, stop: cancel, done: make(chan error, 1)}
-	go func() { b.done <- rt.Run(ctx, ep) }()
+	go func() {
+		err := rt.Run(ctx, ep)
+		ep.Close() // as the process exits
+		b.done <- err
+	}()
 	return b
+}
+
+// sessions is the number of client sessions b's runtime holds.
+func sessions(t *testing.T, b *testBroker) int {
+	t.Helper()
+	st, err := b.rt.State(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Runtime.Sessions
+}
+
+// connect opens a client session with the broker at addr and waits (in
+// virtual time) until the broker has taken it in.
+func connect(t *testing.T, net *MemNetwork, addr string) *MemClient {
+	t.Helper()
+	c, err := net.DialClient(t.Context(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	return c
 }
 
 // shutdown stops the broker and waits for Run to return (its leave is
@@ -56,54 +86,73 @@ func (b *testBroker) shutdown(t *testing.T) {
 	}
 }
 
-// recv returns the next message the broker sent to s, failing after a
+// recv returns the next message the broker sent to c, failing after a
 // minute of virtual time.
-func recv(t *testing.T, s *fakeSession) message.Message {
+func recv(t *testing.T, c *MemClient) message.Message {
 	t.Helper()
-	select {
-	case m := <-s.out:
-		return m
-	case <-time.After(time.Minute):
-		t.Fatal("no message for the client within a minute")
-		return nil
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	m, err := c.Next(ctx)
+	if err != nil {
+		t.Fatalf("no message for the client within a minute: %v", err)
 	}
+	return m
+}
+
+// queued returns what the broker sent to c and c has not read yet.
+func queued(c *MemClient) []message.Message {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out []message.Message
+	for {
+		m, err := c.Next(done)
+		if err != nil {
+			return out
+		}
+		out = append(out, m)
+	}
+}
+
+// closedWhy reads what c was sent and returns why the broker closed the
+// session ("" while it is open).
+func closedWhy(c *MemClient) string {
+	queued(c)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Next(done); err != nil && !errors.Is(err, context.Canceled) {
+		return err.Error()
+	}
+	return ""
 }
 
 func TestRuntimeRefusesClientsBeyondTheLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(64)
+		net := NewMemNetwork()
 		b := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, func(c *BrokerConfig) { c.Limits.MaxClients = 1 })
 		defer b.shutdown(t)
-		s1, s2 := newFakeSession(16), newFakeSession(16)
-		b.rt.ClientUp(s1)
-		b.rt.ClientUp(s2)
-		synctest.Wait()
-		if r := s2.closeReason(); !strings.Contains(r, "too many clients") {
+		c1 := connect(t, net, "127.0.0.1:1")
+		c2 := connect(t, net, "127.0.0.1:1")
+		if r := closedWhy(c2); !strings.Contains(r, "too many clients") {
 			t.Errorf("second session: close reason %q, want too many clients", r)
 		}
-		if r := s1.closeReason(); r != "" {
+		if r := closedWhy(c1); r != "" {
 			t.Errorf("first session closed: %q", r)
 		}
-		st, err := b.rt.State(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Runtime.Sessions != 1 {
-			t.Errorf("sessions %d, want 1", st.Runtime.Sessions)
+		if n := sessions(t, b); n != 1 {
+			t.Errorf("sessions %d, want 1", n)
 		}
 	})
 }
 
 func TestRuntimeRefusesSubscriptionsBeyondTheLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(64)
+		net := NewMemNetwork()
 		b := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, func(c *BrokerConfig) { c.Limits.MaxSubsPerClient = 1 })
 		defer b.shutdown(t)
-		s := newFakeSession(16)
-		b.rt.ClientUp(s)
+		s := connect(t, net, "127.0.0.1:1")
 		f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: matching.Str("A")}}}
-		b.rt.ClientMessage(s, &message.Subscribe{Req: 1, Filter: f})
-		b.rt.ClientMessage(s, &message.Subscribe{Req: 2, Filter: f})
+		s.Send(&message.Subscribe{Req: 1, Filter: f})
+		s.Send(&message.Subscribe{Req: 2, Filter: f})
 		for {
 			m := recv(t, s)
 			if a, ok := m.(*message.SubAck); ok && a.Req == 2 {
@@ -118,33 +167,32 @@ func TestRuntimeRefusesSubscriptionsBeyondTheLimit(t *testing.T) {
 
 func TestRuntimeDisconnectsSlowConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(64)
-		b := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, func(c *BrokerConfig) { c.Limits.MaxSubsPerClient = 1 })
+		net := NewMemNetwork()
+		b := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, func(c *BrokerConfig) {
+			c.Limits.MaxSubsPerClient = 1
+			c.Limits.SendQueue = 1
+		})
 		defer b.shutdown(t)
-		// A session that never has room: the first answer the broker owes
-		// it disconnects it, with a reason, instead of being dropped.
-		s := newFakeSession(0)
-		b.rt.ClientUp(s)
+		// A client that does not read, with room for one message: the
+		// second answer the broker owes it disconnects it, with a reason,
+		// instead of being dropped.
+		s := connect(t, net, "127.0.0.1:1")
 		f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: matching.Str("A")}}}
-		b.rt.ClientMessage(s, &message.Subscribe{Req: 1, Filter: f})
-		b.rt.ClientMessage(s, &message.Subscribe{Req: 2, Filter: f})
+		s.Send(&message.Subscribe{Req: 1, Filter: f})
+		s.Send(&message.Subscribe{Req: 2, Filter: f})
 		synctest.Wait()
-		if r := s.closeReason(); !strings.Contains(r, "slow consumer") {
+		if r := closedWhy(s); !strings.Contains(r, "slow consumer") {
 			t.Errorf("close reason %q, want slow consumer", r)
 		}
-		st, err := b.rt.State(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Runtime.Sessions != 0 {
-			t.Errorf("sessions %d after the disconnect, want 0", st.Runtime.Sessions)
+		if n := sessions(t, b); n != 0 {
+			t.Errorf("sessions %d after the disconnect, want 0", n)
 		}
 	})
 }
 
 func TestRuntimeResolvesJoinpointAndShutsDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(64)
+		net := NewMemNetwork()
 		b1 := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, nil)
 		b2 := startTestBroker(t, net, "B2", "127.0.0.1:2", []string{"127.0.0.1:1"}, nil)
 		time.Sleep(time.Second) // virtual
@@ -158,10 +206,9 @@ func TestRuntimeResolvesJoinpointAndShutsDown(t *testing.T) {
 				t.Errorf("%s: connected to %v, want one peer", st.ID, st.Runtime.Connected)
 			}
 		}
-		s := newFakeSession(16)
-		b2.rt.ClientUp(s)
+		s := connect(t, net, "127.0.0.1:2")
 		b2.shutdown(t)
-		if r := s.closeReason(); r == "" {
+		if r := closedWhy(s); r == "" {
 			t.Error("client session still open after shutdown")
 		}
 		b1.shutdown(t)
@@ -171,9 +218,10 @@ func TestRuntimeResolvesJoinpointAndShutsDown(t *testing.T) {
 	})
 }
 
-// chainOnFakeNet starts brokers B1..Bn in a chain (each joining the
-// previous) on a fake network and waits (virtual time) until all joined.
-func chainOnFakeNet(t *testing.T, net *fakeNet, n int, edit func(*BrokerConfig)) []*testBroker {
+// chainOnMemNet starts brokers B1..Bn in a chain (each joining the
+// previous) on an in-memory network and waits (virtual time) until all
+// joined.
+func chainOnMemNet(t *testing.T, net *MemNetwork, n int, edit func(*BrokerConfig)) []*testBroker {
 	t.Helper()
 	var bs []*testBroker
 	for i := 1; i <= n; i++ {
@@ -196,7 +244,7 @@ func chainOnFakeNet(t *testing.T, net *fakeNet, n int, edit func(*BrokerConfig))
 // TestRuntimeDeliversThroughAChain runs the real core in runtimes on the
 // in-memory transport: a subscriber at the last broker, a publisher at the
 // first, publications delivered exactly once and in order, each
-// acknowledged. With a crash, the middle broker is cut off half-way
+// acknowledged. With a crash, B2 goes silent half-way, as after a SIGKILL
 // (δ = 1 in the 4-broker chain lets B1 bypass B2).
 func TestRuntimeDeliversThroughAChain(t *testing.T) {
 	t.Run("no failure", func(t *testing.T) { runChainDelivery(t, 3, 0, 50) })
@@ -205,18 +253,16 @@ func TestRuntimeDeliversThroughAChain(t *testing.T) {
 
 func runChainDelivery(t *testing.T, brokers, crash, n int) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(1024)
-		bs := chainOnFakeNet(t, net, brokers, func(c *BrokerConfig) { c.Delta = 1 })
+		net := NewMemNetwork()
+		bs := chainOnMemNet(t, net, brokers, func(c *BrokerConfig) { c.Delta = 1 })
 		defer func() {
 			for i := len(bs) - 1; i >= 0; i-- {
 				bs[i].shutdown(t)
 			}
 		}()
-		subS := newFakeSession(4096)
-		last := bs[len(bs)-1]
-		last.rt.ClientUp(subS)
+		subS := connect(t, net, fmt.Sprintf("10.0.0.%d:1", brokers))
 		f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: matching.Str("T")}}}
-		last.rt.ClientMessage(subS, &message.Subscribe{Req: 1, Filter: f})
+		subS.Send(&message.Subscribe{Req: 1, Filter: f})
 		for confirmed := false; !confirmed; {
 			a, ok := recv(t, subS).(*message.SubAck)
 			if ok && a.Err != "" {
@@ -224,28 +270,21 @@ func runChainDelivery(t *testing.T, brokers, crash, n int) {
 			}
 			confirmed = ok && a.Confirmed
 		}
-		pubS := newFakeSession(4096)
-		bs[0].rt.ClientUp(pubS)
-		bs[0].rt.ClientMessage(pubS, &message.ClientHello{Publisher: "p", Epoch: 1})
+		pubS := connect(t, net, "10.0.0.1:1")
+		pubS.Send(&message.ClientHello{Publisher: "p", Epoch: 1})
 		for i := 1; i <= n; i++ {
 			if crash > 0 && i == n/2 {
-				net.crash(fmt.Sprintf("10.0.0.%d:1", crash))
+				bs[crash-1].ep.Crash()
 			}
-			bs[0].rt.ClientMessage(pubS, &message.Publish{Seq: uint64(i), Time: 1,
+			pubS.Send(&message.Publish{Seq: uint64(i), Time: 1,
 				Attrs: []matching.Attr{{Name: "class", Value: matching.Str("T")}, {Name: "n", Value: matching.Int(int64(i))}}})
 			time.Sleep(5 * time.Millisecond) // virtual: 200 publications/s
 		}
 		for want := uint64(1); want <= uint64(n); {
-			var m message.Message
-			select {
-			case m = <-subS.out:
-			case <-time.After(time.Minute):
-				t.Fatalf("no delivery within a minute after %d of %d", want-1, n)
-			}
-			switch m := m.(type) {
-			case *message.Deliver:
-				if m.Pub.Seq != want || m.Pub.Publisher != "p" {
-					t.Fatalf("delivery %v, want p/1/%d", m.Pub, want)
+			switch m := recv(t, subS).(type) {
+			case *message.DeliverSet:
+				if m.Pub.Seq != want || m.Pub.Publisher != "p" || len(m.Subs) != 1 {
+					t.Fatalf("delivery %v to %v, want p/1/%d to one subscription", m.Pub, m.Subs, want)
 				}
 				want++
 			case *message.Gap:
@@ -264,10 +303,8 @@ func runChainDelivery(t *testing.T, brokers, crash, n int) {
 		}
 		time.Sleep(time.Second) // virtual: retransmissions would have arrived
 		synctest.Wait()
-		select {
-		case m := <-subS.out:
+		for _, m := range queued(subS) {
 			t.Errorf("unexpected message after the %d deliveries: %T %+v", n, m, m)
-		default:
 		}
 	})
 }
@@ -278,37 +315,35 @@ func runChainDelivery(t *testing.T, brokers, crash, n int) {
 // publication once.
 func TestRuntimeRetryAfterReconnectIsNotADuplicate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(1024)
-		bs := chainOnFakeNet(t, net, 2, nil)
+		net := NewMemNetwork()
+		bs := chainOnMemNet(t, net, 2, nil)
 		defer func() {
 			bs[1].shutdown(t)
 			bs[0].shutdown(t)
 		}()
-		subS := newFakeSession(1024)
-		bs[1].rt.ClientUp(subS)
+		subS := connect(t, net, "10.0.0.2:1")
 		f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: matching.Str("T")}}}
-		bs[1].rt.ClientMessage(subS, &message.Subscribe{Req: 1, Filter: f})
+		subS.Send(&message.Subscribe{Req: 1, Filter: f})
 		for confirmed := false; !confirmed; {
 			a, ok := recv(t, subS).(*message.SubAck)
 			confirmed = ok && a.Confirmed
 		}
-		publish := func(s *fakeSession, from, to int) {
+		publish := func(s *MemClient, from, to int) {
 			for i := from; i <= to; i++ {
-				bs[0].rt.ClientMessage(s, &message.Publish{Seq: uint64(i), Time: 1,
+				s.Send(&message.Publish{Seq: uint64(i), Time: 1,
 					Attrs: []matching.Attr{{Name: "class", Value: matching.Str("T")}}})
 			}
 		}
-		first := newFakeSession(1024)
-		bs[0].rt.ClientUp(first)
-		bs[0].rt.ClientMessage(first, &message.ClientHello{Publisher: "p", Epoch: 9})
+		first := connect(t, net, "10.0.0.1:1")
+		first.Send(&message.ClientHello{Publisher: "p", Epoch: 9})
 		publish(first, 1, 5)
 		synctest.Wait()
-		bs[0].rt.ClientDown(first, errors.New("connection lost"))
+		first.Close() // the connection is lost
+		synctest.Wait()
 		// Acknowledgements of 4 and 5 were lost with the session: the
 		// client sends them again, then goes on.
-		second := newFakeSession(1024)
-		bs[0].rt.ClientUp(second)
-		bs[0].rt.ClientMessage(second, &message.ClientHello{Publisher: "p", Epoch: 9})
+		second := connect(t, net, "10.0.0.1:1")
+		second.Send(&message.ClientHello{Publisher: "p", Epoch: 9})
 		publish(second, 4, 8)
 		var acked uint64
 		for acked < 8 {
@@ -322,8 +357,8 @@ func TestRuntimeRetryAfterReconnectIsNotADuplicate(t *testing.T) {
 		time.Sleep(time.Second) // virtual
 		synctest.Wait()
 		var got []uint64
-		for len(subS.out) > 0 {
-			if d, ok := (<-subS.out).(*message.Deliver); ok {
+		for _, m := range queued(subS) {
+			if d, ok := m.(*message.DeliverSet); ok {
 				got = append(got, d.Pub.Seq)
 			}
 		}
@@ -336,7 +371,7 @@ func TestRuntimeRetryAfterReconnectIsNotADuplicate(t *testing.T) {
 func TestCoalesceAcksKeepsTheLastAckBeforeEachRefusal(t *testing.T) {
 	r := &Runtime{laterAck: map[message.ClientID]bool{}}
 	ack := func(seq uint64, err string) *message.PubAck { return &message.PubAck{Seq: seq, Err: err} }
-	out := []ClientEnvelope{
+	out := []overlay.ClientEnvelope{
 		{To: 1, Msg: ack(1, "")},
 		{To: 2, Msg: &message.Deliver{}},
 		{To: 1, Msg: ack(2, "")},
@@ -368,18 +403,17 @@ func TestCoalesceAcksKeepsTheLastAckBeforeEachRefusal(t *testing.T) {
 // accepted publications always pass.
 func TestRuntimeBackpressureNeverLeavesAHole(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(64)
+		net := NewMemNetwork()
 		b := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, nil)
 		defer b.shutdown(t)
 		for !b.rt.Joined() {
 			time.Sleep(10 * time.Millisecond)
 		}
-		s := newFakeSession(256)
-		b.rt.ClientUp(s)
-		b.rt.ClientMessage(s, &message.ClientHello{Publisher: "p", Epoch: 1})
+		s := connect(t, net, "127.0.0.1:1")
+		s.Send(&message.ClientHello{Publisher: "p", Epoch: 1})
 		pub := func(seq uint64) *message.PubAck {
 			t.Helper()
-			b.rt.ClientMessage(s, &message.Publish{Seq: seq, Attrs: []matching.Attr{{Name: "class", Value: matching.Str("T")}}})
+			s.Send(&message.Publish{Seq: seq, Attrs: []matching.Attr{{Name: "class", Value: matching.Str("T")}}})
 			for {
 				if a, ok := recv(t, s).(*message.PubAck); ok {
 					return a
@@ -387,7 +421,7 @@ func TestRuntimeBackpressureNeverLeavesAHole(t *testing.T) {
 			}
 		}
 		congest := func(on bool) {
-			b.rt.Do(t.Context(), func(*Node) {
+			b.rt.Do(t.Context(), func(*overlay.Node) {
 				if on {
 					b.rt.congested = time.Now().Add(time.Hour)
 				} else {
@@ -428,7 +462,7 @@ func TestRuntimeBackpressureNeverLeavesAHole(t *testing.T) {
 func TestRuntimeJoinsThroughTheNextJoinpoint(t *testing.T) {
 	for _, named := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
-			net := newFakeNet(64)
+			net := NewMemNetwork()
 			b1 := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, nil)
 			// B6 is up and answers dials, but never becomes a member.
 			b6 := startTestBroker(t, net, "B6", "127.0.0.1:6", []string{"127.0.0.1:99"}, nil)
@@ -448,4 +482,37 @@ func TestRuntimeJoinsThroughTheNextJoinpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRuntimeKillReturnsWithoutLeaving: a broker crashed in this process
+// (its endpoint silent, then Kill) stops at once, without the leave that
+// ending Run's context starts; its neighbours then bypass it as a crash.
+func TestRuntimeKillReturnsWithoutLeaving(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := NewMemNetwork()
+		bs := chainOnMemNet(t, net, 3, nil)
+		t0 := time.Now()
+		bs[1].ep.Crash()
+		bs[1].rt.Kill()
+		if err := <-bs[1].done; err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d != 0 {
+			t.Errorf("Run returned %v after Kill, want at once", d)
+		}
+		if bs[1].rt.HasLeft() {
+			t.Error("a killed broker reports a completed leave")
+		}
+		time.Sleep(2 * time.Second) // virtual: several failure timeouts
+		st, err := bs[0].rt.Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(st.Suspected, "B2") {
+			t.Errorf("B1 does not suspect the killed B2: suspected %v", st.Suspected)
+		}
+		bs[1].stop()
+		bs[2].shutdown(t)
+		bs[0].shutdown(t)
+	})
 }

@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 // HasLeft reports whether Run has returned after a completed graceful
 // leave: the neighbourhood confirmed it, so the overlay repaired the tree

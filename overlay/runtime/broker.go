@@ -1,8 +1,7 @@
-package overlay
+package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -20,19 +19,9 @@ type Broker struct {
 	Runtime *Runtime
 	cfg     BrokerConfig
 	log     zerolog.Logger
-	tr      Transport
-	closeTr func() error
+	tr      *QUICTransport
 	admin   *admin.Server
 	epoch   uint64
-}
-
-// transportListener starts the broker transport for rt; set by
-// runtime_quic.go. It returns the transport and a function closing it.
-type transportListener func(cfg *BrokerConfig, epoch uint64, secret []byte, token string, rt *Runtime, log zerolog.Logger) (Transport, func() error, error)
-
-// listenTransport is the broker transport (QUIC).
-var listenTransport transportListener = func(*BrokerConfig, uint64, []byte, string, *Runtime, zerolog.Logger) (Transport, func() error, error) {
-	return nil, nil, errors.New("overlay: no broker transport linked in")
 }
 
 // NewBroker validates cfg, reads its secret files, builds the runtime and
@@ -60,7 +49,7 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{Runtime: rt, cfg: cfg, log: log, epoch: epoch}
-	b.tr, b.closeTr, err = listenTransport(&cfg, epoch, secret, string(token), rt, log)
+	b.tr, err = ListenQUIC(&cfg, epoch, secret, string(token), rt, log)
 	if err != nil {
 		return nil, err
 	}
@@ -70,14 +59,14 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 			Gatherer: reg,
 			State:    func(ctx context.Context) (any, error) { return rt.State(ctx) },
 			Health:   rt.Health,
-			// Failure injection (runtime_cut.go): loopback callers only.
+			// Failure injection (cut.go): loopback callers only.
 			Control:      adminControl{rt},
 			ControlToken: string(token),
 			Log:          log,
 		})
 		if err != nil {
-			b.closeTr()
-			return nil, fmt.Errorf("overlay: admin endpoint: %w", err)
+			b.tr.Close()
+			return nil, fmt.Errorf("runtime: admin endpoint: %w", err)
 		}
 	}
 	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("admin", b.AdminAddr()).
@@ -104,7 +93,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	if b.admin != nil {
 		b.admin.Close()
 	}
-	if cerr := b.closeTr(); cerr != nil && err == nil {
+	if cerr := b.tr.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err

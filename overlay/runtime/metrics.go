@@ -1,9 +1,10 @@
-package overlay
+package runtime
 
 import (
 	"sync"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,7 +14,7 @@ import (
 //
 // Two kinds: what the runtime itself observes (sessions, slow peers,
 // latencies), updated as it happens; and what the core counts, read from
-// a Status snapshot that the runtime refreshes every statusEvery ticks and
+// an overlay.Status snapshot that the runtime refreshes every statusEvery ticks and
 // a collector exports at scrape time.
 type runtimeMetrics struct {
 	reg *prometheus.Registry
@@ -33,7 +34,7 @@ type runtimeMetrics struct {
 	inputQueue        prometheus.GaugeFunc
 
 	mu   sync.Mutex
-	snap Status // last snapshot; guarded by mu
+	snap overlay.Status // last snapshot; guarded by mu
 
 	// Per-type counters resolved once: WithLabelValues hashes the label on
 	// every call, which showed in the per-message hot path. Owned by the
@@ -85,13 +86,13 @@ func newRuntimeMetrics(reg *prometheus.Registry, inputLen func() float64) *runti
 	return m
 }
 
-func (m *runtimeMetrics) setSnapshot(s Status) {
+func (m *runtimeMetrics) setSnapshot(s overlay.Status) {
 	m.mu.Lock()
 	m.snap = s
 	m.mu.Unlock()
 }
 
-// statusCollector exports the core's Status snapshot.
+// statusCollector exports the core's overlay.Status snapshot.
 type statusCollector struct{ m *runtimeMetrics }
 
 var (

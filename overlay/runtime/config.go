@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // BrokerConfig is the configuration of one broker process: what the
@@ -191,7 +192,7 @@ func Preset(name string) (BrokerConfig, error) {
 	case "testbed":
 		return TestbedBrokerConfig(), nil
 	}
-	return BrokerConfig{}, fmt.Errorf("overlay: unknown preset %q (want default or testbed)", name)
+	return BrokerConfig{}, fmt.Errorf("runtime: unknown preset %q (want default or testbed)", name)
 }
 
 // ConfigError names the configuration field that is wrong and why.
@@ -201,7 +202,7 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("overlay: config: %s: %s", e.Field, e.Reason)
+	return fmt.Sprintf("runtime: config: %s: %s", e.Field, e.Reason)
 }
 
 // LoadBrokerConfig decodes the TOML file at path over base (usually a
@@ -211,7 +212,7 @@ func (e *ConfigError) Error() string {
 func LoadBrokerConfig(path string, base BrokerConfig) (BrokerConfig, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return base, fmt.Errorf("overlay: config: %w", err)
+		return base, fmt.Errorf("runtime: config: %w", err)
 	}
 	return ParseBrokerConfig(data, base)
 }
@@ -223,7 +224,7 @@ func ParseBrokerConfig(data []byte, base BrokerConfig) (BrokerConfig, error) {
 	cfg.Join = nil
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&cfg)
 	if err != nil {
-		return base, fmt.Errorf("overlay: config: %w", err)
+		return base, fmt.Errorf("runtime: config: %w", err)
 	}
 	if !md.IsDefined("join") {
 		cfg.Join = base.Join
@@ -411,11 +412,11 @@ func ReadSecretFile(field, path string) ([]byte, error) {
 
 // SplitJoinpoint reads a joinpoint of BrokerConfig.Join: "ID@host:port"
 // (ID known) or "host:port" (ID empty).
-func SplitJoinpoint(s string) Peer {
+func SplitJoinpoint(s string) overlay.Peer {
 	if id, addr, ok := strings.Cut(s, "@"); ok {
-		return Peer{ID: message.BrokerID(id), Addr: addr}
+		return overlay.Peer{ID: message.BrokerID(id), Addr: addr}
 	}
-	return Peer{Addr: s}
+	return overlay.Peer{Addr: s}
 }
 
 func checkHostPort(addr string) error {

@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deltapub/deltapub/overlay"
 )
 
 func validBrokerConfig() BrokerConfig {
@@ -186,5 +188,23 @@ func TestJoinpointForms(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "join[0]") {
 			t.Errorf("join %q: error %v, want one naming join[0]", bad, err)
 		}
+	}
+}
+
+// The runtime gives the core the frame limit of its readers.
+func TestNodeConfigCarriesMaxFrame(t *testing.T) {
+	c := DefaultBrokerConfig()
+	c.ID = "B1"
+	c.Limits.MaxFrame = 64 << 10
+	nc := c.NodeConfig(1)
+	if nc.MaxFrame != 64<<10 {
+		t.Fatalf("NodeConfig.MaxFrame %d, want limits.max_frame %d", nc.MaxFrame, 64<<10)
+	}
+	if _, err := overlay.NewNode(nc); err != nil {
+		t.Fatal(err)
+	}
+	nc.MaxFrame = 100
+	if _, err := overlay.NewNode(nc); err == nil {
+		t.Fatal("a 100-byte MaxFrame was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"context"
@@ -8,12 +8,16 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The QUIC transport (internal/quic) adapted to the runtime: its Handler
-// calls become runtime inputs, its Endpoint dials.
+// QUICTransport is the runtime's transport over QUIC (internal/quic): one
+// endpoint that listens for brokers and clients, whose Handler calls become
+// the runtime's inputs, and dials brokers from the same socket.
+type QUICTransport struct{ ep *quic.Endpoint }
 
-func init() { listenTransport = listenQUIC }
-
-func listenQUIC(cfg *BrokerConfig, epoch uint64, secret []byte, token string, rt *Runtime, log zerolog.Logger) (Transport, func() error, error) {
+// ListenQUIC opens the QUIC endpoint of cfg for rt: it listens on
+// cfg.Listen and advertises cfg.AdvertisedAddr() with this incarnation's
+// epoch. secret authenticates broker links (nil: not authenticated); token
+// is what clients must present ("": any client).
+func ListenQUIC(cfg *BrokerConfig, epoch uint64, secret []byte, token string, rt *Runtime, log zerolog.Logger) (*QUICTransport, error) {
 	ep, err := quic.Listen(quic.Config{
 		ID:             message.BrokerID(cfg.ID),
 		Epoch:          epoch,
@@ -28,16 +32,15 @@ func listenQUIC(cfg *BrokerConfig, epoch uint64, secret []byte, token string, rt
 		SendQueue:      cfg.Limits.SendQueue,
 		SendQueueBytes: cfg.Limits.SendQueueBytes,
 		Log:            log,
-	}, rt.QUICHandler())
+	}, quicHandler{rt})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return rt.CutTransport(quicTransport{ep}), ep.Close, nil
+	return &QUICTransport{ep}, nil
 }
 
-type quicTransport struct{ ep *quic.Endpoint }
-
-func (t quicTransport) Dial(ctx context.Context, peer message.BrokerID, addr string) (PeerLink, error) {
+// Dial returns the link to the broker peer at addr (see quic.Endpoint.Dial).
+func (t *QUICTransport) Dial(ctx context.Context, peer message.BrokerID, addr string) (PeerLink, error) {
 	l, err := t.ep.Dial(ctx, peer, addr)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
@@ -45,6 +48,12 @@ func (t quicTransport) Dial(ctx context.Context, peer message.BrokerID, addr str
 	return l, nil
 }
 
+// Close closes the endpoint and every link and session on it; peers learn
+// of it from QUIC at once.
+func (t *QUICTransport) Close() error { return t.ep.Close() }
+
+// quicHandler adapts the runtime's Handler to quic.Handler, whose calls
+// name its own link and session types.
 type quicHandler struct{ rt *Runtime }
 
 func (h quicHandler) PeerUp(l *quic.Link)                         { h.rt.PeerUp(l) }

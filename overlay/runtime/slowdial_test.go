@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // slowDials delays every dial's handshake by delay, as a starved machine
 // does, and counts the handshakes started.
 type slowDials struct {
-	*fakeEndpoint
+	*MemEndpoint
 	delay time.Duration
 	dials atomic.Int32
 }
@@ -26,7 +26,7 @@ func (s *slowDials) Dial(ctx context.Context, peer message.BrokerID, addr string
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return s.fakeEndpoint.Dial(ctx, peer, addr)
+	return s.MemEndpoint.Dial(ctx, peer, addr)
 }
 
 // A handshake slower than the dial timeout is not thrown away: the core is
@@ -36,7 +36,7 @@ func (s *slowDials) Dial(ctx context.Context, peer message.BrokerID, addr string
 // as slow, and costs more CPU each time.
 func TestRuntimeKeepsASlowHandshake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := newFakeNet(64)
+		net := NewMemNetwork()
 		b1 := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, nil)
 
 		cfg := TestbedBrokerConfig()
@@ -45,7 +45,12 @@ func TestRuntimeKeepsASlowHandshake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := &slowDials{fakeEndpoint: net.add("B2", "127.0.0.1:2", rt), delay: 2 * rt.dialTimeout()}
+		ep, err := ListenMem(net, &cfg, rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		tr := &slowDials{MemEndpoint: ep, delay: 2 * rt.dialTimeout()}
 		if tr.delay >= rt.dialPatience() {
 			t.Fatalf("the test's handshake (%v) must fit the dial patience (%v)", tr.delay, rt.dialPatience())
 		}

@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 // into its send buffer as internal/quic does. One op is one publication; with
 // -benchmem, allocs/op is what the broker allocates per publication.
 //
-//	go test -run '^$' -bench BrokerPublishDeliver -benchmem ./overlay
+//	go test -run '^$' -bench BrokerPublishDeliver -benchmem ./overlay/runtime
 
 // encodingSession is a client session that encodes into a buffer, like
 // internal/quic's Session (frames are dropped once counted, the buffer is

@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
 // Transport is what the runtime needs from a broker transport: dialling.
 // Links and sessions, dialled or accepted, are reported to the runtime
-// through its handler methods (PeerUp, PeerMessage, ... below). The QUIC
-// transport (internal/quic) is adapted to it in runtime_quic.go; tests use
-// an in-memory twin.
+// through its Handler methods (PeerUp, PeerMessages, ... below). Two
+// transports implement both sides: QUIC (internal/quic, adapted in quic.go:
+// ListenQUIC) and its in-memory twin (memnet.go: MemNetwork), for tests and
+// the testbed's inproc mode.
 type Transport interface {
 	// Dial establishes an authenticated link to the broker peer at addr
 	// (peer may be empty when only the address is known: a joinpoint). A
@@ -49,6 +51,22 @@ type ClientSession interface {
 	Close(reason string)
 }
 
+// Handler is what a transport reports to; *Runtime implements it. For one
+// link (or session) the calls come from one goroutine, in this order: PeerUp,
+// PeerMessages in arrival order, PeerDown. A call may block while the
+// runtime's input queue is full: that is the backpressure on the sender.
+// The slice of a batch may be reused once the call returns.
+type Handler interface {
+	PeerUp(l PeerLink)
+	PeerMessages(l PeerLink, ms []message.Message)
+	PeerDown(l PeerLink, err error)
+	ClientUp(s ClientSession)
+	ClientMessages(s ClientSession, ms []message.Message)
+	ClientDown(s ClientSession, err error)
+}
+
+var _ Handler = (*Runtime)(nil)
+
 // Runtime drives one Node: a single goroutine (Run) owns it, feeds it the
 // transport's inputs and a tick every BrokerConfig.Tick, and carries out
 // what it asks after every batch of inputs.
@@ -77,14 +95,17 @@ type ClientSession interface {
 // next input) is logged at debug level and counted in
 // deltapub_unroutable_messages_total.
 type Runtime struct {
-	cfg  BrokerConfig
-	node *Node
-	log  zerolog.Logger
-	m    *runtimeMetrics
-	now  func() time.Time
+	cfg   BrokerConfig
+	epoch uint64 // this incarnation's, the core's Config.Epoch
+	node  *overlay.Node
+	log   zerolog.Logger
+	m     *runtimeMetrics
+	now   func() time.Time
 
 	in   chan event
 	done chan struct{} // closed when Run returns
+	kill chan struct{} // closed by Kill
+	once sync.Once     // closes kill
 	tr   Transport
 
 	// State below is owned by the Run goroutine.
@@ -97,10 +118,10 @@ type Runtime struct {
 	congested  time.Time                 // until then, Publish is answered "backpressure"
 	highWater  int                       // a link with more frames queued is congested
 	trace      bool                      // trace logging on: log every peer message
-	answers    []ClientEnvelope          // the runtime's own answers, sent after the core's outputs
+	answers    []overlay.ClientEnvelope  // the runtime's own answers, sent after the core's outputs
 	laterAck   map[message.ClientID]bool // scratch of coalesceAcks
 	denc       wire.DeliveryEncoder      // the publication being delivered (sendClients)
-	runBuf     []ClientEnvelope          // scratch of sendDeliveries
+	runBuf     []overlay.ClientEnvelope  // scratch of sendDeliveries
 	subsBuf    []uint64                  // scratch of sendDeliveries
 	held       []heldQueue               // links and sessions to flush at the end of the drain
 	leaving    bool
@@ -108,7 +129,7 @@ type Runtime struct {
 	joinFailed string
 
 	joined      atomic.Bool // for /healthz, read by other goroutines
-	cuts        linkCuts    // failure injection: links refused until healed (runtime_cut.go)
+	cuts        linkCuts    // failure injection: links refused until healed (cut.go)
 	dialCtx     context.Context
 	stopDialing context.CancelFunc
 }
@@ -169,7 +190,7 @@ type event struct {
 	msg   message.Message
 	msgs  []message.Message // a batch (evPeerMsg, evClientMsg) when msg is nil
 	err   error
-	peers []Peer // evJoinpoints
+	peers []overlay.Peer // evJoinpoints
 	call  func()
 }
 
@@ -179,7 +200,7 @@ func NewRuntime(cfg BrokerConfig, epoch uint64, log zerolog.Logger, reg *prometh
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	node, err := NewNode(cfg.NodeConfig(epoch))
+	node, err := overlay.NewNode(cfg.NodeConfig(epoch))
 	if err != nil {
 		return nil, err
 	}
@@ -188,11 +209,13 @@ func NewRuntime(cfg BrokerConfig, epoch uint64, log zerolog.Logger, reg *prometh
 	}
 	r := &Runtime{
 		cfg:        cfg,
+		epoch:      epoch,
 		node:       node,
 		log:        log,
 		now:        time.Now,
 		in:         make(chan event, cfg.Limits.InputQueue),
 		done:       make(chan struct{}),
+		kill:       make(chan struct{}),
 		links:      map[message.BrokerID]*linkState{},
 		dialing:    map[message.BrokerID]dialState{},
 		sessions:   map[message.ClientID]*sessionState{},
@@ -218,7 +241,7 @@ func (r *Runtime) Health(ctx context.Context) error {
 		return nil
 	}
 	var why error
-	err := r.Do(ctx, func(n *Node) {
+	err := r.Do(ctx, func(n *overlay.Node) {
 		st := n.Status()
 		switch {
 		case st.Left:
@@ -240,31 +263,31 @@ func (r *Runtime) Health(ctx context.Context) error {
 }
 
 // Status returns the core's snapshot, taken on the runtime goroutine.
-func (r *Runtime) Status(ctx context.Context) (Status, error) {
-	var st Status
-	err := r.Do(ctx, func(n *Node) { st = n.Status() })
+func (r *Runtime) Status(ctx context.Context) (overlay.Status, error) {
+	var st overlay.Status
+	err := r.Do(ctx, func(n *overlay.Node) { st = n.Status() })
 	return st, err
 }
 
 // Do runs f on the runtime goroutine with the core, and waits for it. f
 // must not block. It fails when ctx ends first or the runtime has stopped.
-func (r *Runtime) Do(ctx context.Context, f func(n *Node)) error {
+func (r *Runtime) Do(ctx context.Context, f func(n *overlay.Node)) error {
 	finished := make(chan struct{})
 	ev := event{kind: evCall, call: func() { f(r.node); close(finished) }}
 	select {
 	case r.in <- ev:
 	case <-r.done:
-		return errors.New("overlay: runtime stopped")
+		return errors.New("runtime: stopped")
 	case <-ctx.Done():
-		return fmt.Errorf("overlay: runtime busy: %w", ctx.Err())
+		return fmt.Errorf("runtime: busy: %w", ctx.Err())
 	}
 	select {
 	case <-finished:
 		return nil
 	case <-r.done:
-		return errors.New("overlay: runtime stopped")
+		return errors.New("runtime: stopped")
 	case <-ctx.Done():
-		return fmt.Errorf("overlay: runtime busy: %w", ctx.Err())
+		return fmt.Errorf("runtime: busy: %w", ctx.Err())
 	}
 }
 
@@ -278,25 +301,40 @@ func (r *Runtime) put(ev event) {
 	}
 }
 
-// Transport callbacks. They may be called from any goroutine; messages of
-// one link (or session) must be reported from one goroutine, in order.
+// Transport callbacks (Handler). They may be called from any goroutine;
+// messages of one link (or session) must be reported from one goroutine, in
+// order. Cuts (cut.go) are applied here, whatever the transport: a link to
+// a cut peer is closed as it comes up, and what still arrives from a cut
+// peer is dropped.
 
 // PeerUp reports an authenticated broker link, dialled or accepted.
-func (r *Runtime) PeerUp(l PeerLink) { r.put(event{kind: evPeerUp, link: l}) }
+func (r *Runtime) PeerUp(l PeerLink) {
+	if r.cuts.up(l) {
+		r.put(event{kind: evPeerUp, link: l})
+	}
+}
 
 // PeerMessage reports a message received on l.
 func (r *Runtime) PeerMessage(l PeerLink, m message.Message) {
-	r.put(event{kind: evPeerMsg, link: l, msg: m})
+	if !r.cuts.isBlocked(l.Peer()) {
+		r.put(event{kind: evPeerMsg, link: l, msg: m})
+	}
 }
 
 // PeerMessages reports a batch of messages received on l, in order (one
 // channel operation for the batch). ms is not kept.
 func (r *Runtime) PeerMessages(l PeerLink, ms []message.Message) {
-	r.put(event{kind: evPeerMsg, link: l, msgs: slices.Clone(ms)})
+	if !r.cuts.isBlocked(l.Peer()) {
+		r.put(event{kind: evPeerMsg, link: l, msgs: slices.Clone(ms)})
+	}
 }
 
-// PeerDown reports that l is gone.
-func (r *Runtime) PeerDown(l PeerLink, err error) { r.put(event{kind: evPeerDown, link: l, err: err}) }
+// PeerDown reports that l is gone. It always reaches the runtime goroutine,
+// which ignores a link it never saw (one closed by a cut as it came up).
+func (r *Runtime) PeerDown(l PeerLink, err error) {
+	r.cuts.down(l)
+	r.put(event{kind: evPeerDown, link: l, err: err})
+}
 
 // ClientUp reports a new client session.
 func (r *Runtime) ClientUp(s ClientSession) { r.put(event{kind: evClientUp, sess: s}) }
@@ -318,12 +356,12 @@ func (r *Runtime) ClientDown(s ClientSession, err error) {
 }
 
 // Run drives the core until ctx ends, then leaves the overlay gracefully
-// (bounded by leaveTimeout) and returns. tr dials links. Run bootstraps a
-// new overlay when no joinpoint is configured, and otherwise joins through
-// the first joinpoint that answers.
+// (bounded by leaveTimeout) and returns. tr dials links (its dials honour
+// cuts: see cutTransport). Run bootstraps a new overlay when no joinpoint is
+// configured, and otherwise joins through the first joinpoint that answers.
 func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 	defer close(r.done)
-	r.tr = tr
+	r.tr = cutTransport{tr, &r.cuts}
 	r.dialCtx, r.stopDialing = context.WithCancel(context.Background())
 	defer r.stopDialing()
 
@@ -401,6 +439,9 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 			r.node.Leave()
 			r.drain()
 			leaveDeadline = time.After(wait)
+		case <-r.kill:
+			r.shutdown()
+			return nil
 		case <-leaveDeadline:
 			r.log.Warn().Str("after", r.leaveTimeout().String()).Msg("leave not confirmed in time; exiting anyway (the overlay will treat this broker as crashed)")
 			r.shutdown()
@@ -428,6 +469,12 @@ func (r *Runtime) handleWaiting(limit int) {
 		}
 	}
 }
+
+// Kill makes Run return at once, without leaving the overlay: a crash as
+// seen from inside the process. Cut the runtime off its transport first
+// (the testbed's inproc mode crashes a broker so), or its peers see its
+// links close. Safe from any goroutine, and more than once.
+func (r *Runtime) Kill() { r.once.Do(func() { close(r.kill) }) }
 
 // leaveTimeout bounds a graceful leave: long enough for the neighbourhood
 // to confirm, short enough for a supervisor waiting on SIGTERM.
@@ -478,7 +525,7 @@ func (r *Runtime) resolveJoinpoints(ctx context.Context) {
 	const maxJoinPause = 5 * time.Second
 	pause := min(max(r.cfg.FailureTimeout, 200*time.Millisecond), maxJoinPause)
 	for round := 1; ; round++ {
-		jps := make([]Peer, len(r.cfg.Join))
+		jps := make([]overlay.Peer, len(r.cfg.Join))
 		errs := make([]error, len(r.cfg.Join))
 		var wg sync.WaitGroup
 		for i, j := range r.cfg.Join {
@@ -496,11 +543,11 @@ func (r *Runtime) resolveJoinpoints(ctx context.Context) {
 					return
 				}
 				r.put(event{kind: evDialed, link: l})
-				jps[i] = Peer{ID: l.Peer(), Addr: jp.Addr}
+				jps[i] = overlay.Peer{ID: l.Peer(), Addr: jp.Addr}
 			})
 		}
 		wg.Wait()
-		found := slices.DeleteFunc(jps, func(p Peer) bool { return p.ID == "" })
+		found := slices.DeleteFunc(jps, func(p overlay.Peer) bool { return p.ID == "" })
 		if len(found) > 0 {
 			r.put(event{kind: evJoinpoints, peers: found})
 			return
@@ -517,7 +564,7 @@ func (r *Runtime) resolveJoinpoints(ctx context.Context) {
 
 // start calls Bootstrap (no joinpoints) or Join, then announces the links
 // that came up before the core existed as a member.
-func (r *Runtime) start(jps []Peer) {
+func (r *Runtime) start(jps []overlay.Peer) {
 	r.started = true
 	if len(jps) == 0 {
 		r.log.Info().Msg("bootstrapping a new overlay")
@@ -531,7 +578,7 @@ func (r *Runtime) start(jps []Peer) {
 		r.node.Join(jps)
 	}
 	r.drain() // the joinpoint's Dial is answered from the link already up
-	for _, peer := range sortedIDs(r.links) {
+	for _, peer := range sortedKeys(r.links) {
 		if ls := r.links[peer]; ls != nil && !ls.announced {
 			r.announce(peer, ls)
 		}
@@ -776,7 +823,7 @@ func (r *Runtime) clientMessage(c message.ClientID, ss *sessionState, m message.
 // batch instead of one per publication (its session queue stays short). A
 // refusal in between keeps the acknowledgement before it: the client must
 // see them in order.
-func (r *Runtime) coalesceAcks(out []ClientEnvelope) {
+func (r *Runtime) coalesceAcks(out []overlay.ClientEnvelope) {
 	if len(out) < 2 {
 		return
 	}
@@ -803,7 +850,7 @@ func (r *Runtime) coalesceAcks(out []ClientEnvelope) {
 // answers to its requests in the order it made them (a refusal must not
 // overtake the acknowledgement of an earlier publication).
 func (r *Runtime) answer(c message.ClientID, m message.Message) {
-	r.answers = append(r.answers, ClientEnvelope{To: c, Msg: m})
+	r.answers = append(r.answers, overlay.ClientEnvelope{To: c, Msg: m})
 }
 
 // drain carries out everything the core asked for since the last call.
@@ -851,11 +898,11 @@ func (r *Runtime) drain() {
 	}
 }
 
-func (r *Runtime) notice(n Notice) {
+func (r *Runtime) notice(n overlay.Notice) {
 	r.m.notices.WithLabelValues(string(n.Kind)).Inc()
 	ev := r.log.Info()
 	switch n.Kind {
-	case NoticeSuspected, NoticeGone, NoticeJoinFailed, NoticeGap, NoticeLinkRefused:
+	case overlay.NoticeSuspected, overlay.NoticeGone, overlay.NoticeJoinFailed, overlay.NoticeGap, overlay.NoticeLinkRefused:
 		ev = r.log.Warn()
 	}
 	ev = ev.Str("notice", string(n.Kind))
@@ -867,18 +914,18 @@ func (r *Runtime) notice(n Notice) {
 	}
 	ev.Msg("overlay " + string(n.Kind))
 	switch n.Kind {
-	case NoticeJoined:
+	case overlay.NoticeJoined:
 		r.joined.Store(true)
 		r.joinFailed = ""
-	case NoticeLeft:
+	case overlay.NoticeLeft:
 		r.left = true
 		r.joined.Store(false)
-	case NoticeJoinFailed:
+	case overlay.NoticeJoinFailed:
 		r.joinFailed = n.Detail
 	}
 }
 
-func (r *Runtime) dial(p Peer) {
+func (r *Runtime) dial(p overlay.Peer) {
 	if ls := r.links[p.ID]; ls != nil {
 		if !ls.announced {
 			r.announce(p.ID, ls)
@@ -930,7 +977,7 @@ func (r *Runtime) dial(p Peer) {
 		case res.l.Peer() != p.ID:
 			// Another broker answers at that address now.
 			r.put(event{kind: evDialed, link: res.l})
-			r.put(event{kind: evDialFailed, peer: p.ID, err: fmt.Errorf("overlay: %s answered at %s instead of %s", res.l.Peer(), p.Addr, p.ID)})
+			r.put(event{kind: evDialFailed, peer: p.ID, err: fmt.Errorf("runtime: %s answered at %s instead of %s", res.l.Peer(), p.Addr, p.ID)})
 		default:
 			r.put(event{kind: evDialed, link: res.l})
 		}
@@ -1069,7 +1116,7 @@ type heldQueue struct {
 // sendClients carries out the core's outputs to clients (nil ones are
 // skipped: coalesced acknowledgements). The core emits the deliveries of one
 // publication together; each such run goes to sendDeliveries.
-func (r *Runtime) sendClients(out []ClientEnvelope) {
+func (r *Runtime) sendClients(out []overlay.ClientEnvelope) {
 	for i := 0; i < len(out); {
 		d, ok := out[i].Msg.(*message.Deliver)
 		if !ok {
@@ -1098,11 +1145,11 @@ func (r *Runtime) sendClients(out []ClientEnvelope) {
 // matching subscriptions (protocol version 2), or one Deliver frame per
 // subscription built from the shared encoding (version 1). Per session the
 // deliveries keep their order; across sessions order does not matter.
-func (r *Runtime) sendDeliveries(run []ClientEnvelope) {
+func (r *Runtime) sendDeliveries(run []overlay.ClientEnvelope) {
 	if len(run) > 1 {
 		// Group each session's deliveries (stable: their order is kept).
 		r.runBuf = append(r.runBuf[:0], run...)
-		slices.SortStableFunc(r.runBuf, func(a, b ClientEnvelope) int {
+		slices.SortStableFunc(r.runBuf, func(a, b overlay.ClientEnvelope) int {
 			switch {
 			case a.To < b.To:
 				return -1
@@ -1133,7 +1180,7 @@ func (r *Runtime) sendDeliveries(run []ClientEnvelope) {
 
 // deliverTo sends one session its deliveries of the publication r.denc
 // holds; a session whose queue is full is disconnected (see Runtime).
-func (r *Runtime) deliverTo(c message.ClientID, ds []ClientEnvelope) {
+func (r *Runtime) deliverTo(c message.ClientID, ds []overlay.ClientEnvelope) {
 	ss := r.sessions[c]
 	if ss == nil {
 		r.m.unroutable.WithLabelValues("client").Add(float64(len(ds)))
@@ -1168,10 +1215,10 @@ func (r *Runtime) deliverTo(c message.ClientID, ds []ClientEnvelope) {
 // ownSubs reports whether every delivery is to a subscription this broker
 // incarnation made: a DeliverSet names subscriptions by N only, the client
 // knows their edge and epoch from its SubAcks.
-func (r *Runtime) ownSubs(ds []ClientEnvelope) bool {
+func (r *Runtime) ownSubs(ds []overlay.ClientEnvelope) bool {
 	for i := range ds {
 		s := &ds[i].Msg.(*message.Deliver).Sub
-		if s.Edge != r.node.cfg.ID || s.Epoch != r.node.cfg.Epoch {
+		if s.Edge != message.BrokerID(r.cfg.ID) || s.Epoch != r.epoch {
 			return false
 		}
 	}
@@ -1215,10 +1262,10 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 	r.slowConsumer(c, ss)
 }
 
-// State is what /state serves: the core's Status (its fields at the top
+// State is what /state serves: the core's overlay.Status (its fields at the top
 // level of the JSON object) and what the runtime adds.
 type State struct {
-	Status
+	overlay.Status
 	Runtime RuntimeState `json:"runtime"`
 }
 
@@ -1240,7 +1287,7 @@ type RuntimeState struct {
 // goroutine.
 func (r *Runtime) State(ctx context.Context) (State, error) {
 	var st State
-	err := r.Do(ctx, func(n *Node) {
+	err := r.Do(ctx, func(n *overlay.Node) {
 		st.Status = n.Status()
 		rs := &st.Runtime
 		rs.Addr = r.cfg.AdvertisedAddr()

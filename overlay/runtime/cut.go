@@ -1,4 +1,4 @@
-package overlay
+package runtime
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/deltapub/deltapub/internal/quic"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -20,7 +19,9 @@ import (
 // sees LinkDown and failed dials, its heartbeats from the peer stop, and it
 // bypasses the peer after the failure timeout, exactly as for a crash the
 // network hid. Heal lifts the block; the core's next dial (or the peer's)
-// restores the link.
+// restores the link. The runtime applies cuts itself, whatever its
+// transport: in its Handler methods (links up and messages) and in the
+// dials of Run (cutTransport).
 //
 // A cut blocks one end only: to cut a link both ways, cut it at both
 // brokers (the testbed and scripts/cut.sh do). Cutting one end alone still
@@ -60,7 +61,7 @@ func (c *linkCuts) cut(peer message.BrokerID) (bool, error) {
 	if old != nil {
 		if len(*old) >= maxCuts {
 			c.mu.Unlock()
-			return false, fmt.Errorf("overlay: cut %s: already %d links cut (the bound)", peer, maxCuts)
+			return false, fmt.Errorf("runtime: cut %s: already %d links cut (the bound)", peer, maxCuts)
 		}
 		for p := range *old {
 			n[p] = true
@@ -145,10 +146,10 @@ func (c *linkCuts) down(l PeerLink) {
 // goroutine.
 func (r *Runtime) Cut(peer message.BrokerID) error {
 	if peer == "" {
-		return fmt.Errorf("overlay: cut: no peer named")
+		return fmt.Errorf("runtime: cut: no peer named")
 	}
 	if peer == message.BrokerID(r.cfg.ID) {
-		return fmt.Errorf("overlay: cut %s: that is this broker", peer)
+		return fmt.Errorf("runtime: cut %s: that is this broker", peer)
 	}
 	ok, err := r.cuts.cut(peer)
 	if err != nil {
@@ -172,47 +173,9 @@ func (r *Runtime) Heal(peer message.BrokerID) bool {
 // Cuts lists the peers cut now, sorted.
 func (r *Runtime) Cuts() []message.BrokerID { return r.cuts.list() }
 
-// QUICHandler is the runtime's handler for an internal/quic Endpoint,
-// honouring cuts. Brokers built by NewBroker use it; tests and testbeds that
-// make their own endpoint pass it to quic.Listen.
-func (r *Runtime) QUICHandler() quic.Handler { return cutHandler{quicHandler{r}, &r.cuts} }
-
-// CutTransport wraps tr so that its dials honour cuts: a dial to a cut peer
-// fails at once; a dial by address that reaches a cut peer is closed and
-// fails.
-func (r *Runtime) CutTransport(tr Transport) Transport { return cutTransport{tr, &r.cuts} }
-
-type cutHandler struct {
-	quicHandler
-	c *linkCuts
-}
-
-var _ quic.BatchHandler = cutHandler{}
-
-func (h cutHandler) PeerUp(l *quic.Link) {
-	if h.c.up(l) {
-		h.quicHandler.PeerUp(l)
-	}
-}
-
-func (h cutHandler) PeerMessage(l *quic.Link, m message.Message) {
-	if !h.c.isBlocked(l.Peer()) {
-		h.quicHandler.PeerMessage(l, m)
-	}
-}
-
-func (h cutHandler) PeerMessages(l *quic.Link, ms []message.Message) {
-	if !h.c.isBlocked(l.Peer()) {
-		h.quicHandler.PeerMessages(l, ms)
-	}
-}
-
-// PeerDown always reaches the runtime: it ignores a link it never saw.
-func (h cutHandler) PeerDown(l *quic.Link, err error) {
-	h.c.down(l)
-	h.quicHandler.PeerDown(l, err)
-}
-
+// cutTransport is the transport Run dials with: its dials honour cuts. A
+// dial to a cut peer fails at once; a dial by address that reaches a cut
+// peer is closed and fails.
 type cutTransport struct {
 	tr Transport
 	c  *linkCuts
@@ -220,7 +183,7 @@ type cutTransport struct {
 
 func (t cutTransport) Dial(ctx context.Context, peer message.BrokerID, addr string) (PeerLink, error) {
 	if peer != "" && t.c.isBlocked(peer) {
-		return nil, fmt.Errorf("overlay: dial %s: link cut", peer)
+		return nil, fmt.Errorf("runtime: dial %s: link cut", peer)
 	}
 	l, err := t.tr.Dial(ctx, peer, addr)
 	if err != nil {
@@ -228,7 +191,7 @@ func (t cutTransport) Dial(ctx context.Context, peer message.BrokerID, addr stri
 	}
 	if t.c.isBlocked(l.Peer()) {
 		l.Close("link cut")
-		return nil, fmt.Errorf("overlay: dial %s: %s answered there and its link is cut", addr, l.Peer())
+		return nil, fmt.Errorf("runtime: dial %s: %s answered there and its link is cut", addr, l.Peer())
 	}
 	return l, nil
 }
