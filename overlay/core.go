@@ -748,12 +748,13 @@ func (n *Node) DialFailed(id message.BrokerID) {
 		n.nextJoinpoint()
 		return
 	}
-	if n.member && !n.wanted(id) && (joinDial || !slices.Contains(n.frontier(), id)) {
-		// A peer nothing needs now: a joinpoint the join walk moved past,
-		// a bypass hop given up before its dial answered. Its failed dial
-		// says nothing a route depends on; suspecting it would spread a
-		// false suspicion of a live broker, and since nothing dials it
-		// again it would end declared gone, its subscriptions dropped.
+	if joinDial && n.member && !n.wanted(id) {
+		// A joinpoint the join walk moved past (it answered too late)
+		// and that nothing needs now: its failed dial says nothing a
+		// route depends on, and suspecting a live broker for it only
+		// spreads a false suspicion. (Other dials nothing needs any more
+		// still make a suspicion: a flood may be waiting on that peer,
+		// and only a suspicion lets it give up.)
 		return
 	}
 	if !p.suspected && !p.up {
