@@ -8,6 +8,7 @@ import (
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // client is a simulated client session attached to one edge broker. A
@@ -74,7 +75,7 @@ func (s *Sim) clientSend(c *client, m message.Message) {
 }
 
 // toClient carries a message from broker b to one of its clients.
-func (s *Sim) toClient(b *broker, env ClientEnvelope) {
+func (s *Sim) toClient(b *broker, env overlay.ClientEnvelope) {
 	var r *clientRoute
 	if env.To > 0 && uint64(env.To) < uint64(len(s.routes)) {
 		r = &s.routes[env.To]
@@ -105,7 +106,7 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 		return
 	}
 	if d, ok := m.(*message.Deliver); ok {
-		// The core reuses the Deliver (flushOverlay): a copy for later.
+		// The node reuses the Deliver (Node.RecycleDelivers): a copy for later.
 		cp := *d
 		m = &cp
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"time"
 
@@ -295,10 +294,12 @@ func (r Report) Failed(beyond bool) bool {
 	return bad+r.Lost+r.Undrained+r.QueueOverBound+r.Stuck+r.NotRejoined > 0
 }
 
-// Match decides whether a publication matches a filter for the oracle. It
-// defaults to a small exact matcher of the predicates the simulator's
-// workloads use (see match.go).
-var Match = simpleMatch
+// matches reports whether a publication's attributes match f: package
+// matching's Filter.Match, the full language (what the core routes by).
+func matches(f matching.Filter, attrs []matching.Attr) bool {
+	p := matching.Publication{Attrs: attrs}
+	return f.Match(&p)
+}
 
 // Check judges the log: exactly once, per-source FIFO, no spurious
 // delivery, no loss of a guaranteed delivery, and which losses are covered
@@ -356,7 +357,6 @@ func (l *Log) Check() Report {
 	var lastPub message.PubID
 	var lastPi int
 	var haveLast, lastKnown bool
-	pure := isSimpleMatch(Match)
 	for i := range l.dels {
 		d := l.Delivery(i)
 		if d.Sub < 0 || d.Sub >= len(l.Subs) {
@@ -409,7 +409,7 @@ func (l *Log) Check() Report {
 		case p == nil:
 			r.Spurious++
 			detail("unknown publication %s delivered to %s", d.Pub, sr.Name)
-		case !ps.match(sr.Filter, p, pi, pure, np):
+		case !ps.match(sr.Filter, p, pi, np):
 			r.Spurious++
 			detail("non-matching: %s %s delivered to %s %s", d.Pub, fmtAttrs(p.Attrs), sr.Name, fmtFilter(sr.Filter))
 		case d.Attrs != nil && !sameAttrs(d.Attrs, p.Attrs):
@@ -427,10 +427,10 @@ func (l *Log) Check() Report {
 	}
 	// The oracle: which (subscription, publication) pairs PROTOCOL §1
 	// guarantees. Publications in publication order for stable details.
-	// Only the publications that can be guaranteed at all are visited and,
-	// with the default matcher, only those carrying the value of the
-	// subscription's first string equality (see oracleCandidates).
-	cand := l.oracleCandidates(Match)
+	// Only the publications that can be guaranteed at all are visited, and
+	// only those carrying the value of the subscription's first string
+	// equality (see oracleCandidates).
+	cand := l.oracleCandidates()
 	for si, sr := range l.Subs {
 		if sr.Excluded {
 			r.ExcludedSubs++
@@ -448,7 +448,7 @@ func (l *Log) Check() Report {
 			if sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
 				continue
 			}
-			if !(pure && per[si].matched(pi)) && !Match(sr.Filter, p.Attrs) {
+			if !per[si].matched(pi) && !matches(sr.Filter, p.Attrs) {
 				continue
 			}
 			r.Guaranteed++
@@ -477,34 +477,26 @@ type subSeen struct {
 	unknown map[message.PubID]bool
 	last    []lastSeq // by source number
 	// ok: the publications (by index in Log.Pubs) a delivery found
-	// matching, with a pure matcher: the oracle need not match them again.
+	// matching: the oracle need not match them again.
 	ok []uint64
 }
 
-// match is Match(f, p.Attrs) for the publication at index pi, remembered
-// when true and the matcher is pure (simpleMatch).
-func (x *subSeen) match(f matching.Filter, p *PubRecord, pi int, pure bool, np int) bool {
-	if !Match(f, p.Attrs) {
+// match is matches(f, p.Attrs) for the publication at index pi,
+// remembered when true.
+func (x *subSeen) match(f matching.Filter, p *PubRecord, pi int, np int) bool {
+	if !matches(f, p.Attrs) {
 		return false
 	}
-	if pure {
-		if x.ok == nil {
-			x.ok = make([]uint64, (np+63)/64)
-		}
-		x.ok[pi/64] |= 1 << (pi % 64)
+	if x.ok == nil {
+		x.ok = make([]uint64, (np+63)/64)
 	}
+	x.ok[pi/64] |= 1 << (pi % 64)
 	return true
 }
 
 func (x *subSeen) matched(pi int) bool {
 	w := pi / 64
 	return w < len(x.ok) && x.ok[w]&(1<<(pi%64)) != 0
-}
-
-// isSimpleMatch reports whether match is simpleMatch (a pure function
-// whose index Check may use).
-func isSimpleMatch(match func(matching.Filter, []matching.Attr) bool) bool {
-	return reflect.ValueOf(match).Pointer() == reflect.ValueOf(simpleMatch).Pointer()
 }
 
 type lastSeq struct {
@@ -535,13 +527,14 @@ func (x *subSeen) setGot(pi int, known bool, id message.PubID, np int) {
 }
 
 // candidates lists, for the oracle, the publications a subscription can
-// be guaranteed: acknowledged and not excluded (all), and, when the
-// matcher is simpleMatch, the same grouped by the string equalities they
-// satisfy (byEq: the value of each attribute name's first occurrence, the
-// one simpleMatch reads). Each list is in publication order.
+// be guaranteed: acknowledged and not excluded (all), and the same grouped
+// by the string equalities they satisfy (byEq: by the value of each
+// attribute name's first occurrence, the one Publication.Get finds; a
+// valid publication names each attribute once, matching.ValidateAttrs).
+// Each list is in publication order.
 type candidates struct {
 	all  []int
-	byEq map[eqKey][]int // nil: the matcher is not simpleMatch
+	byEq map[eqKey][]int
 	// idx is, by index in Pubs, Log.pubIdx of the publication's ID (-1:
 	// none), the index its deliveries are recorded under.
 	idx []int
@@ -549,7 +542,7 @@ type candidates struct {
 
 type eqKey struct{ attr, value string }
 
-func (l *Log) oracleCandidates(match func(matching.Filter, []matching.Attr) bool) candidates {
+func (l *Log) oracleCandidates() candidates {
 	c := candidates{idx: make([]int, len(l.Pubs))}
 	for i, p := range l.Pubs {
 		if !p.Excluded && p.AckedAt >= 0 {
@@ -559,9 +552,6 @@ func (l *Log) oracleCandidates(match func(matching.Filter, []matching.Attr) bool
 				c.idx[i] = j
 			}
 		}
-	}
-	if !isSimpleMatch(match) {
-		return c
 	}
 	c.byEq = map[eqKey][]int{}
 	for _, i := range c.all {
@@ -573,7 +563,7 @@ func (l *Log) oracleCandidates(match func(matching.Filter, []matching.Attr) bool
 			}
 			for _, b := range as[:j] {
 				if b.Name == a.Name {
-					continue attrs // simpleMatch reads the first one only
+					continue attrs // Get finds the first one
 				}
 			}
 			k := eqKey{a.Name, a.Value.Str}
@@ -583,15 +573,13 @@ func (l *Log) oracleCandidates(match func(matching.Filter, []matching.Attr) bool
 	return c
 }
 
-// of returns the publications filter f may match: with simpleMatch, those
-// carrying the value of f's first string equality (a publication without
-// it fails that predicate); all of them otherwise.
+// of returns the publications filter f may match: those carrying the
+// value of f's first string equality (a publication without it fails that
+// predicate); all of them if f has none.
 func (c candidates) of(f matching.Filter) []int {
-	if c.byEq != nil {
-		for _, p := range f.Preds {
-			if p.Op == matching.OpEq && p.Value.Kind == matching.KindString {
-				return c.byEq[eqKey{p.Attr, p.Value.Str}]
-			}
+	for _, p := range f.Preds {
+		if p.Op == matching.OpEq && p.Value.Kind == matching.KindString {
+			return c.byEq[eqKey{p.Attr, p.Value.Str}]
 		}
 	}
 	return c.all
