@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/oracle"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
@@ -41,7 +42,7 @@ func (l *Log) checkBrute() Report {
 	r.Details = append(r.Details, l.Stuck...)
 	r.Details = append(r.Details, l.QueueOverBound...)
 	r.Details = append(r.Details, l.Undrained...)
-	detail := func(format string, args ...any) { l.problemTo(&r.Details, format, args...) }
+	detail := func(format string, args ...any) { l.problem(&r.Details, format, args...) }
 
 	type seen struct {
 		got  map[message.PubID]bool
@@ -86,10 +87,10 @@ func (l *Log) checkBrute() Report {
 		case p == nil:
 			r.Spurious++
 			detail("unknown publication %s delivered to %s", d.Pub, sr.Name)
-		case !matches(sr.Filter, p.Attrs):
+		case !oracle.Matches(sr.Filter, p.Attrs):
 			r.Spurious++
 			detail("non-matching: %s %s delivered to %s %s", d.Pub, fmtAttrs(p.Attrs), sr.Name, fmtFilter(sr.Filter))
-		case d.Attrs != nil && !sameAttrs(d.Attrs, p.Attrs):
+		case d.Attrs != nil && !oracle.SameAttrs(d.Attrs, p.Attrs):
 			r.Spurious++
 			detail("altered: %s delivered to %s as %s, published as %s", d.Pub, sr.Name, fmtAttrs(d.Attrs), fmtAttrs(p.Attrs))
 		}
@@ -120,7 +121,7 @@ func (l *Log) checkBrute() Report {
 			if sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
 				continue
 			}
-			if !matches(sr.Filter, p.Attrs) {
+			if !oracle.Matches(sr.Filter, p.Attrs) {
 				continue
 			}
 			r.Guaranteed++
@@ -130,7 +131,7 @@ func (l *Log) checkBrute() Report {
 			}
 			r.Lost++
 			r.PerSub[si].Lost++
-			if covered(gaps[si], sr.ID, p.ID) {
+			if oracle.Covered(gaps[si], sr.ID, p.ID) {
 				r.GapCovered++ // counted, not detailed: beyond δ it is the expected outcome
 			} else {
 				r.SilentLost++

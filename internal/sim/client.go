@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/deltapub/deltapub/internal/oracle"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
@@ -137,7 +138,7 @@ func (s *Sim) recordDelivery(r *clientRoute, d *message.Deliver, at time.Duratio
 		s.lastDelPi, s.lastDelAttrs = -1, nil
 		if i, ok := l.pubIdx[d.Pub]; ok {
 			s.lastDelPi = i
-			if len(d.Attrs) > 0 && sameAttrs(d.Attrs, l.Pubs[i].Attrs) {
+			if len(d.Attrs) > 0 && oracle.SameAttrs(d.Attrs, l.Pubs[i].Attrs) {
 				s.lastDelAttrs, s.lastDelAttrsLen = unsafe.SliceData(d.Attrs), len(d.Attrs)
 			}
 		}

@@ -111,12 +111,13 @@ func (n *FloodNode) Step(from message.BrokerID, m message.Message) {
 }
 
 func (n *FloodNode) forward(from message.BrokerID, p *floodPub) {
+	pub := matching.Publication{Attrs: p.Attrs}
 	for _, c := range n.subOrder {
 		s, ok := n.subs[c]
 		if !ok {
 			continue
 		}
-		if matches(s.f, p.Attrs) {
+		if s.f.Match(&pub) {
 			n.out.ToClients = append(n.out.ToClients, overlay.ClientEnvelope{To: c, Msg: &message.Deliver{Sub: s.id, Pub: p.ID, Attrs: p.Attrs, Time: p.Time}})
 		}
 	}

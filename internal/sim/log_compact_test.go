@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/deltapub/deltapub/internal/oracle"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
@@ -40,7 +41,7 @@ func TestDeliveryLogRoundTrip(t *testing.T) {
 	}
 	for i, want := range ds {
 		got := l.Delivery(i)
-		if want.Attrs != nil && sameAttrs(want.Attrs, p.Attrs) && got.Attrs != nil {
+		if want.Attrs != nil && oracle.SameAttrs(want.Attrs, p.Attrs) && got.Attrs != nil {
 			want.Attrs = got.Attrs // the record's, same values
 		}
 		if !reflect.DeepEqual(got, want) {
