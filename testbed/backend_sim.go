@@ -10,6 +10,7 @@ import (
 	"github.com/deltapub/deltapub/internal/sim"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // simBackend runs the plan in internal/sim: the same protocol core as the
@@ -39,16 +40,12 @@ type countingNode struct {
 	c *brokerCounters
 }
 
-// Unwrap lets the simulator reach the protocol core behind the counter
-// (Sim.Leave needs it).
-func (n countingNode) Unwrap() sim.Node { return n.Node }
-
 func (n countingNode) Step(from message.BrokerID, m message.Message) {
 	n.c.in++
 	n.Node.Step(from, m)
 }
 
-func (n countingNode) Ready() sim.Ready {
+func (n countingNode) Ready() overlay.Ready {
 	r := n.Node.Ready()
 	n.c.out += int64(len(r.Messages))
 	for _, e := range r.Messages {
@@ -89,15 +86,6 @@ func sentControl(s *sim.Sim, c *brokerCounters, id message.BrokerID) map[string]
 // traffic (heartbeats, DACKs, joins, subscriptions, confirmations).
 func isPublicationMsg(m message.Message) bool { return m.Type() == message.TypePub }
 
-// fullMatch is the complete PADRES matcher of package matching. The
-// simulator's own matcher covers only the operators its workloads use and
-// asks workloads with others (float ranges, string prefixes) to set
-// sim.Match; testbed filters use the whole language.
-func fullMatch(f matching.Filter, attrs []matching.Attr) bool {
-	p := matching.Publication{Attrs: attrs}
-	return f.Match(&p)
-}
-
 func ticks(d, tick time.Duration) int {
 	n := int((d + tick - 1) / tick)
 	if n < 1 {
@@ -107,25 +95,19 @@ func ticks(d, tick time.Duration) int {
 }
 
 func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
-	// sim.Match is the simulator's package-wide matcher hook; set it for
-	// this run only, so `deltapub sim` commands in the same binary keep
-	// theirs. (Runs of the sim mode are not concurrent.)
-	prevMatch := sim.Match
-	sim.Match = fullMatch
-	defer func() { sim.Match = prevMatch }()
 	spec := p.Spec
 	o := spec.Overlay
 	counters := map[message.BrokerID]*brokerCounters{}
 	base := b.factory
 	cfg := sim.DefaultConfig()
 	cfg.Seed = spec.Seed
-	cfg.Delta = o.Delta
+	cfg.Core.Delta = o.Delta
 	cfg.Tick = o.Tick.Duration
-	cfg.HeartbeatTicks = ticks(o.Heartbeat.Duration, cfg.Tick)
-	cfg.FailureTicks = ticks(o.FailureTimeout.Duration, cfg.Tick)
-	cfg.DACKTicks = ticks(o.DACKPeriod.Duration, cfg.Tick)
-	cfg.GoneAfterTicks = ticks(o.GoneAfter.Duration, cfg.Tick)
-	cfg.MaxQueue = o.MaxQueue
+	cfg.Core.HeartbeatTicks = ticks(o.Heartbeat.Duration, cfg.Tick)
+	cfg.Core.FailureTicks = ticks(o.FailureTimeout.Duration, cfg.Tick)
+	cfg.Core.DACKTicks = ticks(o.DACKPeriod.Duration, cfg.Tick)
+	cfg.Core.GoneAfterTicks = ticks(o.GoneAfter.Duration, cfg.Tick)
+	cfg.Core.MaxQueue = o.MaxQueue
 	cfg.LinkDelay, cfg.LinkJitter = o.LinkDelay.Duration, o.LinkJitter.Duration
 	if cfg.DialTimeout < 4*cfg.LinkDelay {
 		cfg.DialTimeout = 4 * cfg.LinkDelay
@@ -134,7 +116,7 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	// The event bound scales with the experiment; at the bound the run
 	// stops with sim.ErrEventBound (a livelock, or a file far too big).
 	cfg.MaxEvents = 200_000_000
-	cfg.NewNode = func(nc sim.NodeConfig) (sim.Node, error) {
+	cfg.NewNode = func(nc overlay.Config) (sim.Node, error) {
 		n, err := base(nc)
 		if err != nil {
 			return nil, err

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/internal/oracle"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -43,9 +43,12 @@ import (
 // Everything else that matches is "extra": allowed, not required. Whatever
 // the faults: a second delivery of p to k is a duplicate, a delivery of a
 // lower sequence number of a source after a higher one is a reordering, and
-// a delivery that does not match k's filter is spurious. Beyond δ a
-// required-looking loss is reported apart, as lost_beyond_delta, and as
-// "silent" when no Gap notice covers it.
+// a delivery that does not match k's filter (or of an unknown publication)
+// is spurious. Beyond δ a required-looking loss is reported apart, as
+// lost_beyond_delta, and as "silent" when no Gap notice covers it (a Gap
+// naming no publisher covers every source). These checks are
+// internal/oracle's, shared with the simulator's checker; the rules above,
+// what is owed, are the testbed's.
 
 // Verdict is the oracle's result.
 type Verdict struct {
@@ -248,106 +251,99 @@ func Judge(p *Plan, r *Recorder) Verdict {
 			v.RefusedPublications++
 		}
 	}
-	// What arrived, per subscription.
-	got := map[subKey]map[message.PubID]int{}
-	maxSeq := map[streamKey]uint64{}
-	for _, d := range r.dels {
-		k := subKey{d.Subscriber, d.Sub}
-		m := got[k]
-		if m == nil {
-			m = map[message.PubID]int{}
-			got[k] = m
-		}
-		m[d.Pub]++
-		if m[d.Pub] > 1 {
-			v.Duplicates++
-			continue
-		}
-		sk := streamKey{k, d.Pub.Source()}
-		if d.Pub.Seq < maxSeq[sk] {
-			v.Reordered++
-		} else {
-			maxSeq[sk] = d.Pub.Seq
-		}
-		pr := r.pubs[d.Pub]
-		if pr == nil || d.Subscriber < 0 || d.Subscriber >= len(p.Subscribers) || d.Sub < 0 || d.Sub >= len(p.Subscribers[d.Subscriber].Parsed) {
-			v.Spurious++
-			continue
-		}
-		pub := matching.Publication{Attrs: pr.Attrs}
-		if !p.Subscribers[d.Subscriber].Parsed[d.Sub].Match(&pub) {
-			v.Spurious++
+	// The deliveries are judged by internal/oracle (shared with the
+	// simulator's checker), on the subscriptions numbered in plan order
+	// and the publications in time order; what is owed is decided here.
+	var subs []oracle.Sub
+	var refs []subKey
+	flat := make([][]int, len(p.Subscribers)) // (subscriber, sub) → index in subs
+	for si, sb := range p.Subscribers {
+		for k, f := range sb.Parsed {
+			flat[si] = append(flat[si], len(subs))
+			subs = append(subs, oracle.Sub{Filter: f})
+			refs = append(refs, subKey{si, k})
 		}
 	}
-	gapped := func(k subKey, id message.PubID) bool {
-		for _, g := range r.gaps {
-			if g.Subscriber == k.subscriber && g.Sub == k.sub && g.Source == id.Source() && id.Seq >= g.From && (g.To == 0 || id.Seq <= g.To) {
-				return true
-			}
+	subOf := func(subscriber, sub int) int {
+		if subscriber < 0 || subscriber >= len(flat) || sub < 0 || sub >= len(flat[subscriber]) {
+			return -1
 		}
-		return false
+		return flat[subscriber][sub]
 	}
-	// Publications in time order, so each subscription scans only those
-	// published after its confirmation.
 	pubs := append([]*PubRecord(nil), r.pubList...)
 	sort.SliceStable(pubs, func(i, j int) bool { return pubs[i].At < pubs[j].At })
-	parsed := make([]matching.Publication, len(pubs))
-	for i, pr := range pubs {
-		parsed[i] = matching.Publication{Attrs: pr.Attrs}
+	in := oracle.Input{
+		Subs:          subs,
+		Pubs:          make([]oracle.Pub, len(pubs)),
+		NumDeliveries: len(r.dels),
+		Delivery: func(i int) oracle.Delivery {
+			d := &r.dels[i]
+			return oracle.Delivery{Sub: subOf(d.Subscriber, d.Sub), Pub: d.Pub}
+		},
 	}
-	unconfirmed := 0
-	for si, sb := range p.Subscribers {
-		v.Subscriptions += len(sb.Parsed)
-		for k, f := range sb.Parsed {
-			key := subKey{si, k}
-			c, ok := r.confs[key]
-			if !ok {
-				// Unconfirmed is a failure only while the edge broker was
-				// there to confirm it.
-				if _, lost := tl.edgeLoss(sb.Broker, 0); !lost {
-					unconfirmed++
-				}
-				continue
-			}
-			v.Confirmed++
-			loss, lossOK := tl.edgeLoss(sb.Broker, c)
-			if x, left := tl.left[sb.Broker]; left && x >= c {
-				v.LeftSubscriptions++
-			}
-			first := sort.Search(len(pubs), func(i int) bool { return pubs[i].At >= c })
-			for i := first; i < len(pubs); i++ {
-				pr := pubs[i]
-				if !pr.Acked || !f.Match(&parsed[i]) {
-					continue
-				}
-				n := got[key][pr.ID]
-				switch {
-				case lossOK && pr.At >= loss-w,
-					tl.crashedIn(pubBroker[pr.Publisher], pr.At, pr.At+w):
-					if n > 0 {
-						v.Extra++
-					}
-				case tl.maxDown(pr.At, pr.At+w) > delta:
-					if n == 0 {
-						v.LostBeyondDelta++
-						if !gapped(key, pr.ID) {
-							v.SilentBeyondDelta++
-						}
-					} else {
-						v.Extra++
-					}
-				default:
-					v.ExpectedDeliveries++
-					if n == 0 {
-						v.Lost++
-						if len(v.LostExamples) < maxLostExamples {
-							v.LostExamples = append(v.LostExamples, fmt.Sprintf("%s (published at %v) to %s sub %d [%s] at %s", pr.ID, pr.At.Round(time.Millisecond), sb.Name, k, sb.Filters[k], sb.Broker))
-						}
-					}
-				}
-			}
+	index := make(map[message.PubID]int, len(pubs))
+	for i, pr := range pubs {
+		in.Pubs[i] = oracle.Pub{ID: pr.ID, Attrs: pr.Attrs, Owable: pr.Acked}
+		if _, dup := index[pr.ID]; !dup {
+			index[pr.ID] = i
 		}
 	}
+	in.Index = func(id message.PubID) (int, bool) { i, ok := index[id]; return i, ok }
+	for _, g := range r.gaps {
+		in.Gaps = append(in.Gaps, oracle.Gap{Sub: subOf(g.Subscriber, g.Sub), Gap: message.Gap{Source: g.Source, From: g.From, To: g.To}})
+	}
+	// Per subscription: its confirmation, and when its edge broker
+	// stopped serving it.
+	type owed struct {
+		conf, loss time.Duration
+		lossOK     bool
+	}
+	ow := make([]owed, len(subs))
+	unconfirmed := 0
+	for i, ref := range refs {
+		sb := p.Subscribers[ref.subscriber]
+		v.Subscriptions++
+		c, ok := r.confs[ref]
+		if !ok {
+			// Unconfirmed is a failure only while the edge broker was
+			// there to confirm it.
+			if _, lost := tl.edgeLoss(sb.Broker, 0); !lost {
+				unconfirmed++
+			}
+			continue
+		}
+		v.Confirmed++
+		subs[i].Owed = true
+		ow[i].conf = c
+		ow[i].loss, ow[i].lossOK = tl.edgeLoss(sb.Broker, c)
+		if x, left := tl.left[sb.Broker]; left && x >= c {
+			v.LeftSubscriptions++
+		}
+	}
+	in.Class = func(si, pi int) oracle.Class {
+		pr, o := pubs[pi], &ow[si]
+		switch {
+		case pr.At < o.conf:
+			return oracle.NotOwed
+		case o.lossOK && pr.At >= o.loss-w, tl.crashedIn(pubBroker[pr.Publisher], pr.At, pr.At+w):
+			return oracle.Allowed
+		case tl.maxDown(pr.At, pr.At+w) > delta:
+			return oracle.Beyond
+		}
+		return oracle.Required
+	}
+	in.OnLost = func(si, pi int, c oracle.Class, _ bool) {
+		if c != oracle.Required || len(v.LostExamples) >= maxLostExamples {
+			return
+		}
+		pr, ref := pubs[pi], refs[si]
+		sb := p.Subscribers[ref.subscriber]
+		v.LostExamples = append(v.LostExamples, fmt.Sprintf("%s (published at %v) to %s sub %d [%s] at %s", pr.ID, pr.At.Round(time.Millisecond), sb.Name, ref.sub, sb.Filters[ref.sub], sb.Broker))
+	}
+	res := oracle.Check(in)
+	v.Duplicates, v.Reordered, v.Spurious = res.Duplicates, res.Reordered, res.Spurious
+	v.ExpectedDeliveries, v.Lost, v.Extra = res.Required, res.Lost, res.Extra
+	v.LostBeyondDelta, v.SilentBeyondDelta = res.BeyondLost, res.BeyondLost-res.BeyondCovered
 	if unconfirmed > 0 {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%d of %d subscriptions were never confirmed (their edge brokers stayed up)", unconfirmed, v.Subscriptions))
 	}

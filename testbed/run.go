@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/deltapub/deltapub/internal/sim"
 )
 
 // Backend runs a plan: it starts the brokers and the clients, applies the
@@ -48,7 +50,7 @@ type Options struct {
 func init() {
 	RegisterBackend("process", func(o Options) Backend { return processBackend{o} })
 	RegisterBackend("inproc", func(o Options) Backend { return inprocBackend{o} })
-	RegisterBackend("sim", func(Options) Backend { return simBackend{factory: simFactory} })
+	RegisterBackend("sim", func(Options) Backend { return simBackend{factory: sim.NewOverlayNode} })
 }
 
 // NewBackend returns the backend of a mode.

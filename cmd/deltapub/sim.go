@@ -281,7 +281,7 @@ func simRun(args []string) int {
 	if *trace {
 		tw = os.Stdout
 	}
-	res, err := sim.RunScenario(sc, sim.DefaultFactory, tw)
+	res, err := sim.RunScenario(sc, sim.NewOverlayNode, tw)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
 		return 2

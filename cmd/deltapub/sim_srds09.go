@@ -123,7 +123,7 @@ func simSRDS09(args []string) int {
 func nodeFactory(name string) (sim.NodeFactory, error) {
 	switch name {
 	case "overlay":
-		return sim.DefaultFactory, nil
+		return sim.NewOverlayNode, nil
 	case "flood":
 		return sim.NewFloodNode, nil
 	}

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
 )
@@ -46,15 +46,12 @@ type srdsSituPub struct {
 const srdsSituDelta = 3
 
 // srdsSituEntries returns, per broker, the entries of its table.
-func srdsSituEntries() (Tree, map[message.BrokerID][]routing.Entry, map[[2]message.BrokerID]message.BrokerID, []message.BrokerID, Workload, *rand.Rand) {
+func srdsSituEntries() (Tree, map[message.BrokerID][]routing.Entry, map[[2]message.BrokerID]message.BrokerID, []message.BrokerID, *workload.Small, *rand.Rand) {
 	o := DefaultSRDSOptions()
 	pr := rand.New(rand.NewPCG(uint64(o.Seed), 0x5d5))
 	tree := RandomTree(pr, o.Brokers, 4)
 	edges := tree.Order
-	w := Workload{Range: 10}
-	for i := 0; i < o.Publishers; i++ {
-		w.Classes = append(w.Classes, fmt.Sprintf("c%d", i))
-	}
+	w := srdsWorkload(pr, o.Publishers)
 	next := map[[2]message.BrokerID]message.BrokerID{}
 	paths := map[[2]message.BrokerID][]message.BrokerID{}
 	for _, a := range tree.Order {
@@ -70,7 +67,7 @@ func srdsSituEntries() (Tree, map[message.BrokerID][]routing.Entry, map[[2]messa
 	counts := map[message.BrokerID]uint64{}
 	for i := 1; i <= o.Subs; i++ {
 		edge := edges[pr.IntN(len(edges))]
-		f := w.Filter(pr)
+		f := w.Filter()
 		counts[edge]++
 		sub := message.SubID{Edge: edge, Epoch: 1, N: counts[edge]}
 		for _, b := range tree.Order {
@@ -112,9 +109,9 @@ func newSRDSSitu(tb testing.TB, pubs int) *srdsSituTables {
 	}
 	for i := 0; i < pubs; i++ {
 		class := w.Classes[i%len(w.Classes)]
-		a := w.Publication(pr)
-		a[0].Value = str(class)
-		s.pubs = append(s.pubs, srdsSituPub{edge: s.idx[edges[pr.IntN(len(edges))]], pub: matching.Publication{Attrs: a}})
+		p := w.Publication()
+		p.Attrs[0].Value = matching.Str(class)
+		s.pubs = append(s.pubs, srdsSituPub{edge: s.idx[edges[pr.IntN(len(edges))]], pub: p})
 	}
 	return s
 }

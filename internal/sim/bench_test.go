@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
 )
@@ -69,12 +70,13 @@ const (
 	srdsFloorFromCount = 12 // distinct from-pointers in a table (the brokers within δ+1 hops)
 )
 
-func srdsEntries(r *rand.Rand, w Workload, n int) []routing.Entry {
+// srdsEntries draws n entries from r, their filters from w (drawing from r).
+func srdsEntries(r *rand.Rand, w *workload.Small, n int) []routing.Entry {
 	es := make([]routing.Entry, n)
 	for i := range es {
 		from := r.IntN(srdsFloorFromCount)
 		es[i] = routing.Entry{Sub: message.SubID{Edge: message.BrokerID(fmt.Sprint("B", r.IntN(83))), Epoch: 1, N: uint64(i)},
-			Filter: w.Filter(r), From: message.BrokerID(fmt.Sprint("F", from)),
+			Filter: w.Filter(), From: message.BrokerID(fmt.Sprint("F", from)),
 			Dir: message.BrokerID(fmt.Sprint("N", from%3))} // a from-pointer lies in one direction
 	}
 	return es
@@ -90,18 +92,11 @@ func srdsTable(es []routing.Entry) (*routing.Table, error) {
 	return t, nil
 }
 
-func srdsWorkload() Workload {
-	w := Workload{Range: 10}
-	for i := 0; i < 26; i++ {
-		w.Classes = append(w.Classes, fmt.Sprintf("c%d", i))
-	}
-	return w
-}
-
 // BenchmarkSRDS09FloorSetup: one op is one broker's table filled with the
 // 2,600 subscriptions.
 func BenchmarkSRDS09FloorSetup(b *testing.B) {
-	es := srdsEntries(rand.New(rand.NewPCG(1, 2)), srdsWorkload(), 2600)
+	r := rand.New(rand.NewPCG(1, 2))
+	es := srdsEntries(r, srdsWorkload(r, 26), 2600)
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
@@ -116,15 +111,15 @@ func BenchmarkSRDS09FloorSetup(b *testing.B) {
 // BenchmarkSRDS09FloorPublishing: one op is one publication hop's
 // Recipients on a 2,600-entry table.
 func BenchmarkSRDS09FloorPublishing(b *testing.B) {
-	w := srdsWorkload()
 	r := rand.New(rand.NewPCG(3, 4))
+	w := srdsWorkload(r, 26)
 	t, err := srdsTable(srdsEntries(r, w, 2600))
 	if err != nil {
 		b.Fatal(err)
 	}
 	pubs := make([]matching.Publication, 1024)
 	for i := range pubs {
-		pubs[i] = matching.Publication{Attrs: w.Publication(r)}
+		pubs[i] = w.Publication()
 	}
 	var dst []message.BrokerID
 	b.ResetTimer()

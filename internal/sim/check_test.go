@@ -16,7 +16,7 @@ func handLog(n int) (*Log, message.SubID) {
 	l.AddSub(SubRecord{Name: "S", Edge: "B2", Filter: f, ID: sid, HasID: true, ConfirmedAt: 10, UnsubAt: -1})
 	for i := 1; i <= n; i++ {
 		l.AddPub(PubRecord{ID: message.PubID{Publisher: "P", Epoch: 1, Seq: uint64(i)}, Edge: "B1",
-			Attrs: []matching.Attr{{Name: "class", Value: str("a")}}, SentAt: 0, AckedAt: 10 + 10*toDur(i)})
+			Attrs: []matching.Attr{{Name: "class", Value: matching.Str("a")}}, SentAt: 0, AckedAt: 10 + 10*toDur(i)})
 	}
 	return l, sid
 }
@@ -100,7 +100,7 @@ func TestCheckerOracleBoundaries(t *testing.T) {
 	// confirmation), after unsubscribe, not matching, edge crashed.
 	l.Subs[0].ConfirmedAt = 20 // seq 1 acked at 20: not after → not guaranteed
 	l.Subs[0].UnsubAt = 40     // seq 3 acked at 40: not before → not guaranteed
-	l.Pubs[1].Attrs = []matching.Attr{{Name: "class", Value: str("b")}}
+	l.Pubs[1].Attrs = []matching.Attr{{Name: "class", Value: matching.Str("b")}}
 	deliver(l, sid)
 	r := l.Check()
 	if r.Guaranteed != 0 || r.Lost != 0 {
@@ -116,7 +116,7 @@ func TestCheckerOracleBoundaries(t *testing.T) {
 
 func TestCheckerFailsOnSpurious(t *testing.T) {
 	l, sid := handLog(2)
-	l.Pubs[1].Attrs = []matching.Attr{{Name: "class", Value: str("b")}}
+	l.Pubs[1].Attrs = []matching.Attr{{Name: "class", Value: matching.Str("b")}}
 	deliver(l, sid, 1, 2)
 	if r := l.Check(); r.Spurious != 1 || !r.Failed(false) {
 		t.Fatalf("non-matching delivery not caught: %+v", r)

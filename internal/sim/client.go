@@ -6,8 +6,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/deltapub/deltapub/internal/oracle"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // client is a simulated client session attached to one edge broker. A
@@ -74,7 +76,7 @@ func (s *Sim) clientSend(c *client, m message.Message) {
 }
 
 // toClient carries a message from broker b to one of its clients.
-func (s *Sim) toClient(b *broker, env ClientEnvelope) {
+func (s *Sim) toClient(b *broker, env overlay.ClientEnvelope) {
 	var r *clientRoute
 	if env.To > 0 && uint64(env.To) < uint64(len(s.routes)) {
 		r = &s.routes[env.To]
@@ -105,7 +107,7 @@ func (s *Sim) toClient(b *broker, env ClientEnvelope) {
 		return
 	}
 	if d, ok := m.(*message.Deliver); ok {
-		// The core reuses the Deliver (flushOverlay): a copy for later.
+		// The node reuses the Deliver (Node.RecycleDelivers): a copy for later.
 		cp := *d
 		m = &cp
 	}
@@ -136,7 +138,7 @@ func (s *Sim) recordDelivery(r *clientRoute, d *message.Deliver, at time.Duratio
 		s.lastDelPi, s.lastDelAttrs = -1, nil
 		if i, ok := l.pubIdx[d.Pub]; ok {
 			s.lastDelPi = i
-			if len(d.Attrs) > 0 && sameAttrs(d.Attrs, l.Pubs[i].Attrs) {
+			if len(d.Attrs) > 0 && oracle.SameAttrs(d.Attrs, l.Pubs[i].Attrs) {
 				s.lastDelAttrs, s.lastDelAttrsLen = unsafe.SliceData(d.Attrs), len(d.Attrs)
 			}
 		}

@@ -9,27 +9,28 @@ import (
 	"unsafe"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // pingNode is a node that costs next to nothing: at every tick it sends
 // burst heartbeats to each of its links and ignores what it receives. It
 // measures the simulator's own cost per event (queue, links, flush).
 type pingNode struct {
+	nodeBase
 	joined     bool
-	joinpoints []Peer
+	joinpoints []overlay.Peer
 	peers      []message.BrokerID
 	burst      int
-	out        Ready
 }
 
 var pingMsg = &message.Heartbeat{Epoch: 1}
 
 func (n *pingNode) Bootstrap() {
 	n.joined = true
-	n.out.Notices = append(n.out.Notices, Notice{Kind: "joined"})
+	n.out.Notices = append(n.out.Notices, overlay.Notice{Kind: overlay.NoticeJoined})
 }
 
-func (n *pingNode) Join(jps []Peer) {
+func (n *pingNode) Join(jps []overlay.Peer) {
 	n.joinpoints = jps
 	if len(jps) > 0 {
 		n.out.Dials = append(n.out.Dials, jps[0])
@@ -39,7 +40,7 @@ func (n *pingNode) Join(jps []Peer) {
 func (n *pingNode) Tick() {
 	for _, p := range n.peers {
 		for i := 0; i < n.burst; i++ {
-			n.out.Messages = append(n.out.Messages, Envelope{To: p, Msg: pingMsg})
+			n.out.Messages = append(n.out.Messages, overlay.Envelope{To: p, Msg: pingMsg})
 		}
 	}
 }
@@ -48,7 +49,7 @@ func (n *pingNode) LinkUp(p message.BrokerID) {
 	n.peers = append(n.peers, p)
 	if !n.joined {
 		n.joined = true
-		n.out.Notices = append(n.out.Notices, Notice{Kind: "joined", Peer: p})
+		n.out.Notices = append(n.out.Notices, overlay.Notice{Kind: overlay.NoticeJoined, Peer: p})
 	}
 }
 
@@ -58,14 +59,7 @@ func (n *pingNode) Step(message.BrokerID, message.Message)   {}
 func (n *pingNode) ClientOpen(message.ClientID)              {}
 func (n *pingNode) ClientClose(message.ClientID)             {}
 func (n *pingNode) Client(message.ClientID, message.Message) {}
-func (n *pingNode) Status() NodeStatus                       { return NodeStatus{Joined: n.joined} }
-
-// Ready reuses its slices (the simulator acts on them before the next call).
-func (n *pingNode) Ready() Ready {
-	r := n.out
-	n.out = Ready{Messages: r.Messages[:0], Dials: r.Dials[:0], Notices: r.Notices[:0]}
-	return r
-}
+func (n *pingNode) Joined() bool                             { return n.joined }
 
 // BenchmarkEngine: one op is 100 ms of virtual time of 83 ping nodes in a
 // random tree (about 83 × 10 ticks and 83 × 2 × 10 × burst messages);
@@ -73,7 +67,7 @@ func (n *pingNode) Ready() Ready {
 func BenchmarkEngine(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.LinkDelay, cfg.LinkJitter = time.Millisecond, 200*time.Microsecond
-	cfg.NewNode = func(NodeConfig) (Node, error) { return &pingNode{burst: 4}, nil }
+	cfg.NewNode = func(overlay.Config) (Node, error) { return &pingNode{burst: 4}, nil }
 	s, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)

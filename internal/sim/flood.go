@@ -5,6 +5,7 @@ import (
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // FloodNode is a reference node with no fault tolerance at all: every
@@ -12,11 +13,13 @@ import (
 // to its local matching subscribers, and subscriptions are confirmed at
 // once (flooding reaches every broker anyway). Without faults it is
 // trivially correct, and with a crash it loses publications: it exists to
-// test the simulator and its checkers independently of the real core.
+// test the simulator and its checkers independently of the real core. It
+// cannot leave (Leave does nothing).
 type FloodNode struct {
-	cfg        NodeConfig
+	nodeBase
+	cfg        overlay.Config
 	joined     bool
-	joinpoints []Peer
+	joinpoints []overlay.Peer
 	dialled    map[message.BrokerID]bool // joinpoints dialled; the first to come up is the parent
 	parent     message.BrokerID
 	links      map[message.BrokerID]bool
@@ -25,7 +28,6 @@ type FloodNode struct {
 	subs       map[message.ClientID]floodSub
 	subOrder   []message.ClientID // subscription order: deterministic deliveries
 	subN       uint64
-	out        Ready
 }
 
 type floodSub struct {
@@ -44,17 +46,17 @@ type floodPub struct {
 func (*floodPub) Type() message.Type { return 250 }
 
 // NewFloodNode is a NodeFactory for FloodNode.
-func NewFloodNode(cfg NodeConfig) (Node, error) {
+func NewFloodNode(cfg overlay.Config) (Node, error) {
 	return &FloodNode{cfg: cfg, links: map[message.BrokerID]bool{}, hellos: map[message.ClientID]message.ClientHello{},
 		nextSeq: map[message.ClientID]uint64{}, subs: map[message.ClientID]floodSub{}}, nil
 }
 
 func (n *FloodNode) Bootstrap() {
 	n.joined = true
-	n.out.Notices = append(n.out.Notices, Notice{Kind: "joined"})
+	n.out.Notices = append(n.out.Notices, overlay.Notice{Kind: overlay.NoticeJoined})
 }
 
-func (n *FloodNode) Join(jps []Peer) {
+func (n *FloodNode) Join(jps []overlay.Peer) {
 	n.joinpoints = jps
 	if len(jps) > 0 {
 		n.dial(jps[0])
@@ -63,7 +65,7 @@ func (n *FloodNode) Join(jps []Peer) {
 
 func (n *FloodNode) Tick() {}
 
-func (n *FloodNode) dial(p Peer) {
+func (n *FloodNode) dial(p overlay.Peer) {
 	if n.dialled == nil {
 		n.dialled = map[message.BrokerID]bool{}
 	}
@@ -84,7 +86,7 @@ func (n *FloodNode) LinkUp(p message.BrokerID) {
 		if n.dialled[p] {
 			n.parent = p
 		}
-		n.out.Notices = append(n.out.Notices, Notice{Kind: "joined", Peer: p})
+		n.out.Notices = append(n.out.Notices, overlay.Notice{Kind: overlay.NoticeJoined, Peer: p})
 	}
 }
 
@@ -109,13 +111,14 @@ func (n *FloodNode) Step(from message.BrokerID, m message.Message) {
 }
 
 func (n *FloodNode) forward(from message.BrokerID, p *floodPub) {
+	pub := matching.Publication{Attrs: p.Attrs}
 	for _, c := range n.subOrder {
 		s, ok := n.subs[c]
 		if !ok {
 			continue
 		}
-		if Match(s.f, p.Attrs) {
-			n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.Deliver{Sub: s.id, Pub: p.ID, Attrs: p.Attrs, Time: p.Time}})
+		if s.f.Match(&pub) {
+			n.out.ToClients = append(n.out.ToClients, overlay.ClientEnvelope{To: c, Msg: &message.Deliver{Sub: s.id, Pub: p.ID, Attrs: p.Attrs, Time: p.Time}})
 		}
 	}
 	peers := make([]message.BrokerID, 0, len(n.links))
@@ -126,7 +129,7 @@ func (n *FloodNode) forward(from message.BrokerID, p *floodPub) {
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i] < peers[j] })
 	for _, l := range peers {
-		n.out.Messages = append(n.out.Messages, Envelope{To: l, Msg: p})
+		n.out.Messages = append(n.out.Messages, overlay.Envelope{To: l, Msg: p})
 	}
 }
 
@@ -142,14 +145,14 @@ func (n *FloodNode) Client(c message.ClientID, m message.Message) {
 	case *message.Publish:
 		h, ok := n.hellos[c]
 		if !ok {
-			n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.PubAck{Seq: m.Seq, Err: "no hello"}})
+			n.out.ToClients = append(n.out.ToClients, overlay.ClientEnvelope{To: c, Msg: &message.PubAck{Seq: m.Seq, Err: "no hello"}})
 			return
 		}
 		if m.Seq == n.nextSeq[c] {
 			n.nextSeq[c]++
 			n.forward("", &floodPub{ID: message.PubID{Publisher: h.Publisher, Epoch: h.Epoch, Seq: m.Seq}, Attrs: m.Attrs, Time: m.Time})
 		}
-		n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.PubAck{Seq: m.Seq}})
+		n.out.ToClients = append(n.out.ToClients, overlay.ClientEnvelope{To: c, Msg: &message.PubAck{Seq: m.Seq}})
 	case *message.Subscribe:
 		n.subN++
 		id := message.SubID{Edge: n.cfg.ID, Epoch: n.cfg.Epoch, N: n.subN}
@@ -157,20 +160,14 @@ func (n *FloodNode) Client(c message.ClientID, m message.Message) {
 			n.subOrder = append(n.subOrder, c)
 		}
 		n.subs[c] = floodSub{id: id, f: m.Filter}
-		n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.SubAck{Req: m.Req, Sub: id}},
-			ClientEnvelope{To: c, Msg: &message.SubAck{Req: m.Req, Sub: id, Confirmed: true}})
+		n.out.ToClients = append(n.out.ToClients, overlay.ClientEnvelope{To: c, Msg: &message.SubAck{Req: m.Req, Sub: id}},
+			overlay.ClientEnvelope{To: c, Msg: &message.SubAck{Req: m.Req, Sub: id, Confirmed: true}})
 	case *message.Unsubscribe:
 		// Deliveries continue: the flood node cannot tell which
 		// publications in flight were published before the Unsubscribe
 		// (the oracle guarantees those), and later ones are harmless.
-		n.out.ToClients = append(n.out.ToClients, ClientEnvelope{To: c, Msg: &message.UnsubAck{Sub: m.Sub}})
+		n.out.ToClients = append(n.out.ToClients, overlay.ClientEnvelope{To: c, Msg: &message.UnsubAck{Sub: m.Sub}})
 	}
 }
 
-func (n *FloodNode) Ready() Ready {
-	r := n.out
-	n.out = Ready{}
-	return r
-}
-
-func (n *FloodNode) Status() NodeStatus { return NodeStatus{Joined: n.joined} }
+func (n *FloodNode) Joined() bool { return n.joined }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/deltapub/deltapub/internal/traffic"
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -114,7 +115,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		return res
 	}
 	if o.Factory == nil {
-		o.Factory = DefaultFactory
+		o.Factory = NewOverlayNode
 	}
 	defer func() {
 		// A panic in the core is a failed run with its seed, not a crash
@@ -134,23 +135,23 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 
 	cfg := DefaultConfig()
 	cfg.Seed = seed
-	cfg.Delta = delta
+	cfg.Core.Delta = delta
 	cfg.NewNode = o.Factory
 	cfg.Trace = o.Trace
 	cfg.Wire = !o.NoWire
 	cfg.LinkDelay = time.Duration(1+pr.IntN(5)) * time.Millisecond
 	cfg.LinkJitter = time.Duration(pr.IntN(3)) * time.Millisecond
-	cfg.HeartbeatTicks = 2 + pr.IntN(3)
-	cfg.FailureTicks = 5 * cfg.HeartbeatTicks
-	cfg.DACKTicks = 2 + pr.IntN(6)
-	cfg.GoneAfterTicks = 30 * cfg.FailureTicks
+	cfg.Core.HeartbeatTicks = 2 + pr.IntN(3)
+	cfg.Core.FailureTicks = 5 * cfg.Core.HeartbeatTicks
+	cfg.Core.DACKTicks = 2 + pr.IntN(6)
+	cfg.Core.GoneAfterTicks = 30 * cfg.Core.FailureTicks
 	if o.Quick {
-		cfg.GoneAfterTicks = 12 * cfg.FailureTicks
+		cfg.Core.GoneAfterTicks = 12 * cfg.Core.FailureTicks
 	}
 	if pr.IntN(2) == 0 {
 		cfg.LinkDownAfter = time.Duration(50+pr.IntN(450)) * time.Millisecond
 	}
-	failTimeout := time.Duration(cfg.FailureTicks) * cfg.Tick
+	failTimeout := time.Duration(cfg.Core.FailureTicks) * cfg.Tick
 	// What real processes do (ARCHITECTURE.md, "The simulator and the
 	// runtime must agree"), drawn from a stream of its own so that the
 	// rest of a seed's plan stays as it was: dials fail after any part of
@@ -183,7 +184,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	plan := func(format string, args ...any) { res.Plan = append(res.Plan, fmt.Sprintf(format, args...)) }
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
-		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks, cfg.LinkDownAfter)
+		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.Core.HeartbeatTicks, cfg.Core.FailureTicks, cfg.Core.DACKTicks, cfg.Core.GoneAfterTicks, cfg.LinkDownAfter)
 	if rr != nil {
 		plan("dial timeout=%v failing live=%d/1000 slow handshakes=%d/1000 accept delay<=%v; restarts resolve their joinpoints as the runtime", cfg.DialTimeout, cfg.DialFailLive, cfg.SlowHandshake, cfg.AcceptDelay)
 	}
@@ -203,7 +204,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		}
 		return tree.RestartJoinpoints(b, delta)
 	}
-	w := DefaultWorkload()
+	w := workload.NewSmall(pr)
 
 	// Build the tree, sometimes crashing an already joined broker while a
 	// later one joins (a fault during a join), restarting it after a while.
@@ -274,7 +275,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	// restarts' joinpoints follow the tree as it was built, as a testbed
 	// user's would.
 	for _, id := range tree.Order[1:] {
-		if p := s.brokers[id].node.Status().Parent; p != "" && p != tree.Parent[id] {
+		if p := s.brokers[id].node.Parent(); p != "" && p != tree.Parent[id] {
 			plan("tree: %s joined under %s instead of %s", id, p, tree.Parent[id])
 			tree.Parent[id] = p
 		}
@@ -286,7 +287,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	for i := 1; i <= ns; i++ {
 		e := tree.Order[pr.IntN(n)]
 		subEdges = append(subEdges, e)
-		if err := s.AddSubscriber(fmt.Sprintf("S%d", i), e, w.Filter(pr)); err != nil {
+		if err := s.AddSubscriber(fmt.Sprintf("S%d", i), e, w.Filter()); err != nil {
 			res.Err = err
 			return res
 		}
@@ -323,7 +324,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	if o.Quick {
 		maxDown = time.Second
 	}
-	faults := planFaults(pr, rr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.GoneAfterTicks, cfg.Tick)
+	faults := planFaults(pr, rr, tree, k, delta, pubEdges, subEdges, waveAt, failTimeout, maxDown, cfg.Core.GoneAfterTicks, cfg.Tick)
 	// A graceful leave during the wave, in one run of four with room for
 	// it within δ (a draining leaver counts toward δ). Drawn from its own
 	// stream, so that the rest of every seed's plan stays as it was.
@@ -400,7 +401,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	for i, e := range pubEdges {
 		every := time.Duration(10+pr.IntN(60)) * time.Millisecond
 		plan("publisher P%d at %s every %v until %s", i+1, e, every, fmtTime(until))
-		if err := s.AddPublisher(fmt.Sprintf("P%d", i+1), e, every, until, func() []matching.Attr { return w.Publication(pr) }); err != nil {
+		if err := s.AddPublisher(fmt.Sprintf("P%d", i+1), e, every, until, func() []matching.Attr { return w.Publication().Attrs }); err != nil {
 			res.Err = err
 			return res
 		}
@@ -418,7 +419,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	if pr.IntN(3) == 0 {
 		e := tree.Order[pr.IntN(n)]
-		f := w.Filter(pr)
+		f := w.Filter()
 		at := waveAt + time.Duration(pr.IntN(300))*time.Millisecond
 		plan("subscribe S%d at %s [%s] at %s", ns+1, e, fmtFilter(f), fmtTime(at))
 		s.At(at, func() {
@@ -432,9 +433,9 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		return res
 	}
 	// Quiescence: publishing stopped, every fault healed; let DACKs purge.
-	settle := 2*time.Second + 10*time.Duration(cfg.DACKTicks)*cfg.Tick + 3*failTimeout
+	settle := 2*time.Second + 10*time.Duration(cfg.Core.DACKTicks)*cfg.Tick + 3*failTimeout
 	if o.Quick {
-		settle = time.Second + 10*time.Duration(cfg.DACKTicks)*cfg.Tick + 3*failTimeout
+		settle = time.Second + 10*time.Duration(cfg.Core.DACKTicks)*cfg.Tick + 3*failTimeout
 	}
 	s.StopPublishers()
 	if err := s.RunFor(settle); err != nil {

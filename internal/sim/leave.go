@@ -5,44 +5,15 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/message"
-	"github.com/deltapub/deltapub/overlay"
 )
-
-// coreNode is a node that is the real protocol core (the adapter of
-// overlay.go; a value receiver, so that both the adapter and a pointer to
-// it qualify).
-type coreNode interface{ core() *overlay.Node }
-
-func (o overlayNode) core() *overlay.Node { return o.n }
-
-// Wrapper is a node that wraps another (a node factory's counting or
-// tracing layer): the simulator looks through it for the protocol core,
-// which Leave needs.
-type Wrapper interface{ Unwrap() Node }
-
-// coreOf returns the protocol core behind n, looking through wrappers
-// (bounded: a wrapper that wraps itself is not followed forever).
-func coreOf(n Node) (*overlay.Node, bool) {
-	for i := 0; i < 16 && n != nil; i++ {
-		if c, ok := n.(coreNode); ok {
-			return c.core(), true
-		}
-		w, ok := n.(Wrapper)
-		if !ok {
-			break
-		}
-		n = w.Unwrap()
-	}
-	return nil, false
-}
 
 // Leave starts a graceful leave of broker id (the overlay core's
 // Node.Leave, docs/protocol.md §3). Its clients move away: its subscribers
 // are excluded from the guarantees from now on (they are told their
 // subscriptions ended and would resubscribe elsewhere) and its publishers
 // stop; what they published before stays guaranteed (it must reach every
-// subscriber, as if the publisher had moved). Other nodes than the
-// overlay core cannot leave.
+// subscriber, as if the publisher had moved). A node that cannot leave
+// (the reference node) ignores it.
 func (s *Sim) Leave(id message.BrokerID) error {
 	b, err := s.broker(id)
 	if err != nil {
@@ -50,10 +21,6 @@ func (s *Sim) Leave(id message.BrokerID) error {
 	}
 	if b.state != stateUp {
 		return fmt.Errorf("sim: leave %s: it is %s, not up", id, b.state)
-	}
-	core, ok := coreOf(b.node)
-	if !ok {
-		return fmt.Errorf("sim: leave %s: this node kind cannot leave", id)
 	}
 	s.tracef("%s LEAVE", id)
 	s.noteFault()
@@ -68,7 +35,7 @@ func (s *Sim) Leave(id message.BrokerID) error {
 		// refused Publish) is not waited for.
 		c.dead = true
 	}
-	s.input(b, 0, func() { core.Leave() })
+	s.input(b, 0, func() { b.node.Leave() })
 	return nil
 }
 
@@ -79,8 +46,7 @@ func (s *Sim) Leaving(id message.BrokerID) bool {
 	if err != nil || b.node == nil {
 		return false
 	}
-	core, ok := coreOf(b.node)
-	return ok && core.Leaving()
+	return b.node.Leaving()
 }
 
 // HasLeft reports whether broker id completed a graceful leave.
@@ -89,8 +55,7 @@ func (s *Sim) HasLeft(id message.BrokerID) bool {
 	if err != nil || b.node == nil {
 		return false
 	}
-	core, ok := coreOf(b.node)
-	return ok && core.Leaving() && !core.Joined()
+	return b.node.Leaving() && !b.node.Joined()
 }
 
 // leave runs the scenario command "leave B [max=DURATION]": it starts the

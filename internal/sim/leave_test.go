@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // leaveScript draws a random scenario of graceful leaves from seed: a
@@ -89,7 +90,7 @@ func TestRandomLeaves(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: %v\n%s", seed, err, script)
 		}
-		res, err := RunScenario(sc, DefaultFactory, nil)
+		res, err := RunScenario(sc, NewOverlayNode, nil)
 		if err != nil {
 			t.Fatalf("seed %d: %v\n%s", seed, err, script)
 		}
@@ -131,15 +132,13 @@ func TestDetachPlanned(t *testing.T) {
 }
 
 // wrapped is a node factory's layer around another node (as the
-// testbed's message counter): Leave looks through it for the core.
+// testbed's message counter): it embeds the core, so the core leaves.
 type wrapped struct{ Node }
-
-func (w wrapped) Unwrap() Node { return w.Node }
 
 func TestLeaveThroughAWrapper(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.NewNode = func(nc NodeConfig) (Node, error) {
-		n, err := DefaultFactory(nc)
+	cfg.NewNode = func(nc overlay.Config) (Node, error) {
+		n, err := NewOverlayNode(nc)
 		return wrapped{n}, err
 	}
 	s, err := New(cfg)
@@ -161,7 +160,7 @@ func TestLeaveThroughAWrapper(t *testing.T) {
 	if ok, err := s.RunUntilCond(3*time.Second, func() bool { return s.HasLeft("B2") }); !ok || err != nil {
 		t.Fatalf("B2 did not leave (%v)", err)
 	}
-	cfg.NewNode = NewFloodNode // no core behind it: refused with an error
+	cfg.NewNode = NewFloodNode // cannot leave: Leave does nothing
 	s2, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +168,10 @@ func TestLeaveThroughAWrapper(t *testing.T) {
 	if err := s2.BuildTree(tree, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := s2.Leave("B2"); err == nil {
-		t.Fatal("a node without a core was asked to leave without an error")
+	if err := s2.Leave("B2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.RunFor(time.Second); err != nil || s2.Leaving("B2") || s2.HasLeft("B2") || !s2.Joined("B2") {
+		t.Fatalf("a flood node left (%v)", err)
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/oracle"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
@@ -112,7 +112,7 @@ func (l *Log) compact(d *Delivery, pi int) delRec {
 				if d.Attrs == nil {
 					return delRec{sub: int32(d.Sub), pub: int32(2*pi + 1), at: d.At, pubTime: d.PubTime}
 				}
-				if sameAttrs(d.Attrs, l.Pubs[pi].Attrs) {
+				if oracle.SameAttrs(d.Attrs, l.Pubs[pi].Attrs) {
 					return delRec{sub: int32(d.Sub), pub: int32(2 * pi), at: d.At, pubTime: d.PubTime}
 				}
 			}
@@ -295,14 +295,12 @@ func (r Report) Failed(beyond bool) bool {
 	return bad+r.Lost+r.Undrained+r.QueueOverBound+r.Stuck+r.NotRejoined > 0
 }
 
-// Match decides whether a publication matches a filter for the oracle. It
-// defaults to a small exact matcher of the predicates the simulator's
-// workloads use (see match.go).
-var Match = simpleMatch
-
-// Check judges the log: exactly once, per-source FIFO, no spurious
-// delivery, no loss of a guaranteed delivery, and which losses are covered
-// by gap notices.
+// Check judges the log (package oracle): exactly once, per-source FIFO,
+// no spurious delivery, no loss of a guaranteed delivery, and which losses
+// are covered by gap notices. A pair is guaranteed when the publication
+// was acknowledged strictly after the subscription was confirmed and
+// before it was withdrawn, and neither the publisher's nor the
+// subscriber's edge crashed during the run (those are excluded).
 func (l *Log) Check() Report {
 	var r Report
 	for _, p := range l.Pubs {
@@ -330,303 +328,81 @@ func (l *Log) Check() Report {
 	r.Details = append(r.Details, l.Stuck...)
 	r.Details = append(r.Details, l.QueueOverBound...)
 	r.Details = append(r.Details, l.Undrained...)
-	detail := func(format string, args ...any) { l.problemTo(&r.Details, format, args...) }
+	detail := func(format string, args ...any) { l.problem(&r.Details, format, args...) }
 
-	// Per subscription: which publications it got (a bitset over the
-	// indexes of l.Pubs; a map for publications not in the log) and the
-	// last sequence number per source (sources numbered once per
-	// publication, not hashed per delivery).
-	np := len(l.Pubs)
-	per := make([]subSeen, len(l.Subs))
-	srcs := map[message.Source]int{}
-	pubSrc := make([]int32, np) // source number + 1 of l.Pubs[i], once known
-	srcOf := func(id message.PubID) int {
-		s := id.Source()
-		i, ok := srcs[s]
-		if !ok {
-			i = len(srcs)
-			srcs[s] = i
-		}
-		return i
+	in := oracle.Input{
+		Subs:          make([]oracle.Sub, len(l.Subs)),
+		Pubs:          make([]oracle.Pub, len(l.Pubs)),
+		Index:         func(id message.PubID) (int, bool) { i, ok := l.pubIdx[id]; return i, ok },
+		NumDeliveries: l.NumDeliveries(),
+		Delivery: func(i int) oracle.Delivery {
+			d := l.Delivery(i)
+			return oracle.Delivery{Sub: d.Sub, SubID: d.SubID, Pub: d.Pub, Attrs: d.Attrs}
+		},
+		Gaps: make([]oracle.Gap, len(l.Gaps)),
 	}
+	for i, sr := range l.Subs {
+		switch {
+		case sr.Excluded:
+			r.ExcludedSubs++
+		case sr.ConfirmedAt < 0:
+			r.Unconfirmed++
+		}
+		in.Subs[i] = oracle.Sub{Filter: sr.Filter, ID: sr.ID, HasID: sr.HasID, Owed: !sr.Excluded && sr.ConfirmedAt >= 0}
+	}
+	for i, p := range l.Pubs {
+		in.Pubs[i] = oracle.Pub{ID: p.ID, Attrs: p.Attrs, Owable: !p.Excluded && p.AckedAt >= 0}
+	}
+	for i, g := range l.Gaps {
+		in.Gaps[i] = oracle.Gap{Sub: g.Sub, Gap: g.Gap}
+	}
+	in.Class = func(si, pi int) oracle.Class {
+		sr, p := l.Subs[si], l.Pubs[pi]
+		if p.AckedAt <= sr.ConfirmedAt || sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
+			return oracle.NotOwed
+		}
+		return oracle.Required
+	}
+	in.OnProblem = func(kind oracle.Problem, i, pi int, last uint64) {
+		d := l.Delivery(i)
+		var sr *SubRecord
+		if d.Sub >= 0 && d.Sub < len(l.Subs) {
+			sr = l.Subs[d.Sub]
+		}
+		switch kind {
+		case oracle.UnknownSub:
+			detail("delivery of %s to an unknown subscription index %d", d.Pub, d.Sub)
+		case oracle.Duplicate:
+			detail("duplicate: %s delivered again to %s (%s) at %s", d.Pub, sr.Name, d.SubID, fmtTime(d.At))
+		case oracle.Reordered:
+			detail("reorder: %s delivered to %s after seq %d of the same source at %s", d.Pub, sr.Name, last, fmtTime(d.At))
+		case oracle.Misaddressed:
+			detail("misaddressed: %s for %s delivered to %s (%s)", d.Pub, d.SubID, sr.Name, sr.ID)
+		case oracle.UnknownPub:
+			detail("unknown publication %s delivered to %s", d.Pub, sr.Name)
+		case oracle.NonMatching:
+			detail("non-matching: %s %s delivered to %s %s", d.Pub, fmtAttrs(l.Pubs[pi].Attrs), sr.Name, fmtFilter(sr.Filter))
+		case oracle.Altered:
+			detail("altered: %s delivered to %s as %s, published as %s", d.Pub, sr.Name, fmtAttrs(d.Attrs), fmtAttrs(l.Pubs[pi].Attrs))
+		}
+	}
+	in.OnLost = func(si, pi int, _ oracle.Class, covered bool) {
+		if covered {
+			return // counted, not detailed: beyond δ it is the expected outcome
+		}
+		sr, p := l.Subs[si], l.Pubs[pi]
+		detail("lost: %s (acked %s) never delivered to %s at %s %s (confirmed %s)", p.ID, fmtTime(p.AckedAt), sr.Name, sr.Edge, fmtFilter(sr.Filter), fmtTime(sr.ConfirmedAt))
+	}
+	res := oracle.Check(in)
+	r.Guaranteed, r.Lost, r.GapCovered, r.SilentLost = res.Required, res.Lost, res.LostCovered, res.Lost-res.LostCovered
+	r.Duplicates, r.Reordered, r.Spurious = res.Duplicates, res.Reordered, res.Spurious
 	r.PerSub = make([]SubReport, len(l.Subs))
 	for i, sr := range l.Subs {
-		r.PerSub[i] = SubReport{Name: sr.Name, Edge: sr.Edge, Filter: fmtFilter(sr.Filter), Excluded: sr.Excluded, Confirmed: sr.ConfirmedAt >= 0}
-	}
-	var lastPub message.PubID
-	var lastPi int
-	var haveLast, lastKnown bool
-	pure := isSimpleMatch(Match)
-	for i := range l.dels {
-		d := l.Delivery(i)
-		if d.Sub < 0 || d.Sub >= len(l.Subs) {
-			r.Spurious++
-			detail("delivery of %s to an unknown subscription index %d", d.Pub, d.Sub)
-			continue
-		}
-		sr := l.Subs[d.Sub]
-		ps := &per[d.Sub]
-		r.PerSub[d.Sub].Delivered++
-		// The deliveries of one publication come in a row: its index is
-		// looked up once for them.
-		if !haveLast || d.Pub != lastPub {
-			lastPub, haveLast = d.Pub, true
-			lastPi, lastKnown = l.pubIdx[d.Pub]
-		}
-		pi, known := lastPi, lastKnown
-		if ps.got(pi, known, d.Pub) {
-			r.Duplicates++
-			detail("duplicate: %s delivered again to %s (%s) at %s", d.Pub, sr.Name, d.SubID, fmtTime(d.At))
-			continue
-		}
-		ps.setGot(pi, known, d.Pub, np)
-		var src int
-		if known {
-			if pubSrc[pi] == 0 {
-				pubSrc[pi] = int32(srcOf(d.Pub)) + 1
-			}
-			src = int(pubSrc[pi]) - 1
-		} else {
-			src = srcOf(d.Pub)
-		}
-		for len(ps.last) <= src {
-			ps.last = append(ps.last, lastSeq{})
-		}
-		if last := ps.last[src]; last.ok && d.Pub.Seq <= last.seq {
-			r.Reordered++
-			detail("reorder: %s delivered to %s after seq %d of the same source at %s", d.Pub, sr.Name, last.seq, fmtTime(d.At))
-		} else {
-			ps.last[src] = lastSeq{d.Pub.Seq, true}
-		}
-		var p *PubRecord
-		if known {
-			p = l.Pubs[pi]
-		}
-		switch {
-		case sr.HasID && d.SubID != sr.ID:
-			r.Spurious++
-			detail("misaddressed: %s for %s delivered to %s (%s)", d.Pub, d.SubID, sr.Name, sr.ID)
-		case p == nil:
-			r.Spurious++
-			detail("unknown publication %s delivered to %s", d.Pub, sr.Name)
-		case !ps.match(sr.Filter, p, pi, pure, np):
-			r.Spurious++
-			detail("non-matching: %s %s delivered to %s %s", d.Pub, fmtAttrs(p.Attrs), sr.Name, fmtFilter(sr.Filter))
-		case d.Attrs != nil && !sameAttrs(d.Attrs, p.Attrs):
-			r.Spurious++
-			detail("altered: %s delivered to %s as %s, published as %s", d.Pub, sr.Name, fmtAttrs(d.Attrs), fmtAttrs(p.Attrs))
-		}
-	}
-
-	gaps := make(map[int][]message.Gap)
-	for _, g := range l.Gaps {
-		gaps[g.Sub] = append(gaps[g.Sub], g.Gap)
-		if g.Sub >= 0 && g.Sub < len(l.Subs) {
-			r.PerSub[g.Sub].Gaps++
-		}
-	}
-	// The oracle: which (subscription, publication) pairs PROTOCOL §1
-	// guarantees. Publications in publication order for stable details.
-	// Only the publications that can be guaranteed at all are visited and,
-	// with the default matcher, only those carrying the value of the
-	// subscription's first string equality (see oracleCandidates).
-	cand := l.oracleCandidates(Match)
-	for si, sr := range l.Subs {
-		if sr.Excluded {
-			r.ExcludedSubs++
-			continue
-		}
-		if sr.ConfirmedAt < 0 {
-			r.Unconfirmed++
-			continue
-		}
-		for _, pi := range cand.of(sr.Filter) {
-			p := l.Pubs[pi]
-			if p.AckedAt <= sr.ConfirmedAt {
-				continue
-			}
-			if sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
-				continue
-			}
-			if !(pure && per[si].matched(pi)) && !Match(sr.Filter, p.Attrs) {
-				continue
-			}
-			r.Guaranteed++
-			r.PerSub[si].Guaranteed++
-			// Deliveries of p.ID were recorded under the index the log
-			// gives it (p's own, unless the record was added by hand).
-			if gi := cand.idx[pi]; per[si].got(gi, gi >= 0, p.ID) {
-				continue
-			}
-			r.Lost++
-			r.PerSub[si].Lost++
-			if covered(gaps[si], sr.ID, p.ID) {
-				r.GapCovered++ // counted, not detailed: beyond δ it is the expected outcome
-			} else {
-				r.SilentLost++
-				detail("lost: %s (acked %s) never delivered to %s at %s %s (confirmed %s)", p.ID, fmtTime(p.AckedAt), sr.Name, sr.Edge, fmtFilter(sr.Filter), fmtTime(sr.ConfirmedAt))
-			}
-		}
+		x := res.PerSub[i]
+		r.PerSub[i] = SubReport{Name: sr.Name, Edge: sr.Edge, Filter: fmtFilter(sr.Filter), Excluded: sr.Excluded, Confirmed: sr.ConfirmedAt >= 0,
+			Guaranteed: x.Required, Delivered: x.Delivered, Lost: x.Lost, Gaps: x.Gaps}
 	}
 	return r
-}
-
-// subSeen is what one subscription got, for Check.
-type subSeen struct {
-	bits    []uint64 // by index in Log.Pubs
-	unknown map[message.PubID]bool
-	last    []lastSeq // by source number
-	// ok: the publications (by index in Log.Pubs) a delivery found
-	// matching, with a pure matcher: the oracle need not match them again.
-	ok []uint64
-}
-
-// match is Match(f, p.Attrs) for the publication at index pi, remembered
-// when true and the matcher is pure (simpleMatch).
-func (x *subSeen) match(f matching.Filter, p *PubRecord, pi int, pure bool, np int) bool {
-	if !Match(f, p.Attrs) {
-		return false
-	}
-	if pure {
-		if x.ok == nil {
-			x.ok = make([]uint64, (np+63)/64)
-		}
-		x.ok[pi/64] |= 1 << (pi % 64)
-	}
-	return true
-}
-
-func (x *subSeen) matched(pi int) bool {
-	w := pi / 64
-	return w < len(x.ok) && x.ok[w]&(1<<(pi%64)) != 0
-}
-
-// isSimpleMatch reports whether match is simpleMatch (a pure function
-// whose index Check may use).
-func isSimpleMatch(match func(matching.Filter, []matching.Attr) bool) bool {
-	return reflect.ValueOf(match).Pointer() == reflect.ValueOf(simpleMatch).Pointer()
-}
-
-type lastSeq struct {
-	seq uint64
-	ok  bool
-}
-
-func (x *subSeen) got(pi int, known bool, id message.PubID) bool {
-	if !known {
-		return x.unknown[id]
-	}
-	w := pi / 64
-	return w < len(x.bits) && x.bits[w]&(1<<(pi%64)) != 0
-}
-
-func (x *subSeen) setGot(pi int, known bool, id message.PubID, np int) {
-	if !known {
-		if x.unknown == nil {
-			x.unknown = map[message.PubID]bool{}
-		}
-		x.unknown[id] = true
-		return
-	}
-	if x.bits == nil {
-		x.bits = make([]uint64, (np+63)/64)
-	}
-	x.bits[pi/64] |= 1 << (pi % 64)
-}
-
-// candidates lists, for the oracle, the publications a subscription can
-// be guaranteed: acknowledged and not excluded (all), and, when the
-// matcher is simpleMatch, the same grouped by the string equalities they
-// satisfy (byEq: the value of each attribute name's first occurrence, the
-// one simpleMatch reads). Each list is in publication order.
-type candidates struct {
-	all  []int
-	byEq map[eqKey][]int // nil: the matcher is not simpleMatch
-	// idx is, by index in Pubs, Log.pubIdx of the publication's ID (-1:
-	// none), the index its deliveries are recorded under.
-	idx []int
-}
-
-type eqKey struct{ attr, value string }
-
-func (l *Log) oracleCandidates(match func(matching.Filter, []matching.Attr) bool) candidates {
-	c := candidates{idx: make([]int, len(l.Pubs))}
-	for i, p := range l.Pubs {
-		if !p.Excluded && p.AckedAt >= 0 {
-			c.all = append(c.all, i)
-			c.idx[i] = -1
-			if j, ok := l.pubIdx[p.ID]; ok {
-				c.idx[i] = j
-			}
-		}
-	}
-	if !isSimpleMatch(match) {
-		return c
-	}
-	c.byEq = map[eqKey][]int{}
-	for _, i := range c.all {
-		as := l.Pubs[i].Attrs
-	attrs:
-		for j, a := range as {
-			if a.Value.Kind != matching.KindString {
-				continue
-			}
-			for _, b := range as[:j] {
-				if b.Name == a.Name {
-					continue attrs // simpleMatch reads the first one only
-				}
-			}
-			k := eqKey{a.Name, a.Value.Str}
-			c.byEq[k] = append(c.byEq[k], i)
-		}
-	}
-	return c
-}
-
-// of returns the publications filter f may match: with simpleMatch, those
-// carrying the value of f's first string equality (a publication without
-// it fails that predicate); all of them otherwise.
-func (c candidates) of(f matching.Filter) []int {
-	if c.byEq != nil {
-		for _, p := range f.Preds {
-			if p.Op == matching.OpEq && p.Value.Kind == matching.KindString {
-				return c.byEq[eqKey{p.Attr, p.Value.Str}]
-			}
-		}
-	}
-	return c.all
-}
-
-func (l *Log) problemTo(list *[]string, format string, args ...any) { l.problem(list, format, args...) }
-
-// covered reports whether a gap notice to sub covers id. A Gap with an
-// empty Source.Publisher covers every source (the core sends one for
-// sources it never saw from the failed direction); To = 0 is open-ended.
-func covered(gs []message.Gap, sub message.SubID, id message.PubID) bool {
-	for _, g := range gs {
-		if g.Sub != sub || (g.Source.Publisher != "" && g.Source != id.Source()) {
-			continue
-		}
-		if id.Seq >= g.From && (g.To == 0 || id.Seq <= g.To) {
-			return true
-		}
-	}
-	return false
-}
-
-func sameAttrs(a, b []matching.Attr) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	if len(a) == 0 || &a[0] == &b[0] {
-		return true // the same values
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Delays returns every delivery's delay (receipt minus publication time),

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/deltapub/deltapub/internal/oracle"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
@@ -12,7 +13,7 @@ import (
 // regular one's attributes, equal to its publication's, as the record's).
 func TestDeliveryLogRoundTrip(t *testing.T) {
 	l := NewLog()
-	attrs := []matching.Attr{{Name: "class", Value: str("a")}}
+	attrs := []matching.Attr{{Name: "class", Value: matching.Str("a")}}
 	p := l.AddPub(PubRecord{ID: message.PubID{Publisher: "P", Epoch: 1, Seq: 1}, Attrs: attrs, AckedAt: -1})
 	sid := message.SubID{Edge: "B2", Epoch: 1, N: 7}
 	l.AddSub(SubRecord{Name: "S", Edge: "B2", ID: sid, HasID: true, ConfirmedAt: -1, UnsubAt: -1})
@@ -20,7 +21,7 @@ func TestDeliveryLogRoundTrip(t *testing.T) {
 	other := message.SubID{Edge: "B2", Epoch: 1, N: 8}
 	unknown := message.PubID{Publisher: "X", Epoch: 1, Seq: 3}
 	copyAttrs := append([]matching.Attr(nil), attrs...)
-	altered := []matching.Attr{{Name: "class", Value: str("b")}}
+	altered := []matching.Attr{{Name: "class", Value: matching.Str("b")}}
 	ds := []Delivery{
 		{Sub: 0, SubID: sid, Pub: p.ID, Attrs: attrs, At: 10, PubTime: 3},
 		{Sub: 0, SubID: sid, Pub: p.ID, Attrs: copyAttrs, At: 11, PubTime: 4},
@@ -40,7 +41,7 @@ func TestDeliveryLogRoundTrip(t *testing.T) {
 	}
 	for i, want := range ds {
 		got := l.Delivery(i)
-		if want.Attrs != nil && sameAttrs(want.Attrs, p.Attrs) && got.Attrs != nil {
+		if want.Attrs != nil && oracle.SameAttrs(want.Attrs, p.Attrs) && got.Attrs != nil {
 			want.Attrs = got.Attrs // the record's, same values
 		}
 		if !reflect.DeepEqual(got, want) {

@@ -2,16 +2,19 @@ package sim
 
 import (
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
-// Node is what the simulator drives: the input/output surface of the
-// protocol core (overlay.Node, see docs/simulator.md), restated here with
-// simulator-local output types so that the simulator and its checkers can be
-// exercised with a trivial reference node as well as with the real core.
-// Every method is called from the simulator's single loop; none may block.
+// Node is what the simulator drives: the part of the protocol core's
+// method set (*overlay.Node, with overlay's types) that an environment
+// calls, so that the simulator and its checkers can run a reference node
+// (FloodNode), test nodes and wrappers (the testbed's message counter) as
+// well as the real core. A wrapper embeds the Node it wraps and overrides
+// what it changes. Every method is called from the simulator's single
+// loop; none may block.
 type Node interface {
 	Bootstrap()
-	Join(joinpoints []Peer)
+	Join(joinpoints []overlay.Peer)
 	Tick()
 	Step(from message.BrokerID, m message.Message)
 	LinkUp(peer message.BrokerID)
@@ -20,71 +23,90 @@ type Node interface {
 	ClientOpen(c message.ClientID)
 	ClientClose(c message.ClientID)
 	Client(c message.ClientID, m message.Message)
-	// Ready returns the outputs produced since the last call and clears them.
-	// Its slices may be reused by the next call: the simulator acts on them
-	// before it calls Ready again.
-	Ready() Ready
-	// Status is a cheap read-only snapshot of what the checkers need.
-	Status() NodeStatus
+	// Leave starts a graceful leave (a node that cannot leave does
+	// nothing: Leaving stays false).
+	Leave()
+
+	// Pending reports whether Ready has anything to return.
+	Pending() bool
+	// Ready returns the outputs produced since the last call and clears
+	// them; the simulator acts on them in order (notices, dials, closes,
+	// messages, messages to clients) and then hands them back with
+	// RecycleDelivers: it keeps nothing of them, not even a Deliver (it
+	// copies what it records), so the node may reuse all of it.
+	Ready() overlay.Ready
+	RecycleDelivers(r *overlay.Ready)
+
+	// What the checkers and the fuzzer read: cheap accessors, called
+	// often. Parent is the tree parent it joined under ("": none, or not
+	// known).
+	Joined() bool
+	Leaving() bool
+	QueueLen() int
+	Parent() message.BrokerID
 }
 
-// Peer names a broker and its address.
-type Peer struct {
-	ID   message.BrokerID
-	Addr string
-}
-
-// Envelope is a message to a peer broker, sent on the up link to To.
-type Envelope struct {
-	To  message.BrokerID
-	Msg message.Message
-}
-
-// ClientEnvelope is a message to a local client session.
-type ClientEnvelope struct {
-	To  message.ClientID
-	Msg message.Message
-}
-
-// Notice is an event the core reports for logs, metrics and checkers
-// (suspected, bypass-up, joined, gone, ...). Kind is the core's name for it.
-type Notice struct {
-	Kind   string
-	Peer   message.BrokerID
-	Detail string
-}
-
-// Ready is everything a node asks its environment to do.
-type Ready struct {
-	Dials     []Peer
-	Closes    []message.BrokerID
-	Messages  []Envelope
-	ToClients []ClientEnvelope
-	Notices   []Notice
-}
-
-// NodeStatus is the part of a node's state the checkers read.
-type NodeStatus struct {
-	Joined   bool
-	QueueLen int
-	Parent   message.BrokerID
-}
-
-// NodeConfig is what the simulator knows about a broker when it creates its
-// node: identity, incarnation and the overlay-wide protocol parameters.
-type NodeConfig struct {
-	ID             message.BrokerID
-	Addr           string
-	Epoch          uint64
-	Delta          int
-	HeartbeatTicks int
-	FailureTicks   int
-	DACKTicks      int
-	GoneAfterTicks int
-	MaxQueue       int
-	Seed           int64
-}
+// The protocol core is a Node as it is.
+var _ Node = (*overlay.Node)(nil)
 
 // NodeFactory creates a fresh node (a new broker, or a restarted one with a
-// larger epoch and no state).
-type NodeFactory func(cfg NodeConfig) (Node, error)
+// larger epoch and no state) from the core's configuration: the
+// simulator's protocol parameters (Config.Core) with the broker's ID,
+// address, epoch and seed.
+type NodeFactory func(cfg overlay.Config) (Node, error)
+
+// NewOverlayNode is the NodeFactory of the real protocol core: the node
+// the scenario files, the fuzzer and the testbed's sim mode run.
+func NewOverlayNode(cfg overlay.Config) (Node, error) {
+	n, err := overlay.NewNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// nodeBase is the part of a Node that a node other than the core (the
+// reference node, the tests' nodes) shares: it appends its outputs to out,
+// has no queue, cannot leave and tells no parent.
+type nodeBase struct{ out overlay.Ready }
+
+func (b *nodeBase) Pending() bool {
+	o := &b.out
+	return len(o.Messages)+len(o.ToClients)+len(o.Notices)+len(o.Dials)+len(o.Closes) > 0
+}
+
+func (b *nodeBase) Ready() overlay.Ready {
+	r := b.out
+	b.out = overlay.Ready{}
+	return r
+}
+
+// RecycleDelivers takes r's slices back for the next outputs.
+func (b *nodeBase) RecycleDelivers(r *overlay.Ready) {
+	clear(r.Dials)
+	clear(r.Closes)
+	clear(r.Messages)
+	clear(r.ToClients)
+	clear(r.Notices)
+	o := &b.out
+	if o.Dials == nil {
+		o.Dials = r.Dials[:0]
+	}
+	if o.Closes == nil {
+		o.Closes = r.Closes[:0]
+	}
+	if o.Messages == nil {
+		o.Messages = r.Messages[:0]
+	}
+	if o.ToClients == nil {
+		o.ToClients = r.ToClients[:0]
+	}
+	if o.Notices == nil {
+		o.Notices = r.Notices[:0]
+	}
+}
+
+func (*nodeBase) Leave()                   {}
+func (*nodeBase) Leaving() bool            { return false }
+func (*nodeBase) QueueLen() int            { return 0 }
+func (*nodeBase) Parent() message.BrokerID { return "" }

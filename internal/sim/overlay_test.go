@@ -10,7 +10,7 @@ var fuzzRuns = flag.Int("fuzzruns", 200, "random runs of TestFuzzOverlay (0: ski
 
 // The scenario files of testdata/ on the protocol core: each must keep its
 // guarantees and produce exactly its expected outcome.
-func TestScenarios(t *testing.T) { runScenarioFiles(t, "testdata", DefaultFactory) }
+func TestScenarios(t *testing.T) { runScenarioFiles(t, "testdata", NewOverlayNode) }
 
 // TestFuzzOverlay runs seeded random runs on small trees with faults
 // within δ; every one must pass. A failure prints the seed and the command

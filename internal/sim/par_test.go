@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // The parallel engine's results do not depend on the number of workers
@@ -88,14 +89,14 @@ func TestParallelConfig(t *testing.T) {
 		func(c *Config) { c.LinkDelay, c.DialTimeout = 0, time.Second },
 	} {
 		c := DefaultConfig()
-		c.NewNode, c.Workers = DefaultFactory, 2
+		c.NewNode, c.Workers = NewOverlayNode, 2
 		f(&c)
 		if _, err := New(c); err == nil {
 			t.Errorf("New accepted %+v", c)
 		}
 	}
 	c := DefaultConfig()
-	c.NewNode, c.Workers = DefaultFactory, 2
+	c.NewNode, c.Workers = NewOverlayNode, 2
 	if _, err := New(c); err != nil {
 		t.Fatal(err)
 	}
@@ -132,8 +133,8 @@ func TestParallelPanicIsAnError(t *testing.T) {
 				victim = id
 			}
 		}
-		o.Factory = func(c NodeConfig) (Node, error) {
-			n, err := DefaultFactory(c)
+		o.Factory = func(c overlay.Config) (Node, error) {
+			n, err := NewOverlayNode(c)
 			if err != nil || c.ID != victim {
 				return n, err
 			}

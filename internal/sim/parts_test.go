@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // TestLargeStateSmallFrames: with an 8 KiB frame limit enforced by every
@@ -28,23 +30,15 @@ func TestLargeStateSmallFrames(t *testing.T) {
 
 	// Control: cores not told the limit send single frames, and the
 	// receivers refuse them (the check above can fail).
-	rep, _, errs = largeStateRun(t, seed, func(c NodeConfig) (Node, error) {
-		n, err := NewOverlayNode(c)
-		if err != nil {
-			return nil, err
-		}
-		return untold{n.(overlayNode)}, nil
+	rep, _, errs = largeStateRun(t, seed, func(c overlay.Config) (Node, error) {
+		c.MaxFrame = overlay.DefaultConfig().MaxFrame // not the receivers' limit
+		return NewOverlayNode(c)
 	}, false)
 	if rep.Errors == 0 {
 		t.Fatalf("seed %d: cores unaware of the 8 KiB limit caused no wire error", seed)
 	}
 	t.Logf("control run: %d wire errors, the first: %s", rep.Errors, errs[0])
 }
-
-// untold is an overlay node that is not told Config.MaxFrame.
-type untold struct{ overlayNode }
-
-func (untold) setMaxFrame(int) error { return nil }
 
 // largeStateRun is the scenario of TestLargeStateSmallFrames with nodes
 // from factory. Errors of the scenario's steps end the test, and so does a
@@ -75,18 +69,18 @@ func largeStateRun(t *testing.T, seed int64, factory NodeFactory, strict bool) (
 	}
 	fail("tree", s.BuildTree(tr, 2*time.Second))
 	const subs = 1500
-	w := DefaultWorkload()
+	w := workload.NewSmall(s.Rand())
 	brokers := s.Brokers()
 	for i := 1; i <= subs; i++ {
-		fail("subscriber", s.AddSubscriber(fmt.Sprintf("S%d", i), brokers[s.Rand().IntN(len(brokers))], w.Filter(s.Rand())))
+		fail("subscriber", s.AddSubscriber(fmt.Sprintf("S%d", i), brokers[s.Rand().IntN(len(brokers))], w.Filter()))
 	}
 	ok, err := s.RunUntilCond(10*time.Second, s.AllConfirmed)
 	fail("confirm", err)
 	if !ok {
 		t.Fatalf("seed %d: %d subscriptions not confirmed in 10s", seed, subs)
 	}
-	fail("publisher", s.AddPublisher("P1", "B1", 20*time.Millisecond, s.Now()+4*time.Second, func() []matching.Attr { return w.Publication(s.Rand()) }))
-	fail("publisher", s.AddPublisher("P2", "B7", 30*time.Millisecond, s.Now()+4*time.Second, func() []matching.Attr { return w.Publication(s.Rand()) }))
+	fail("publisher", s.AddPublisher("P1", "B1", 20*time.Millisecond, s.Now()+4*time.Second, func() []matching.Attr { return w.Publication().Attrs }))
+	fail("publisher", s.AddPublisher("P2", "B7", 30*time.Millisecond, s.Now()+4*time.Second, func() []matching.Attr { return w.Publication().Attrs }))
 	fail("run", s.RunFor(300*time.Millisecond))
 
 	fail("crash", s.Crash("B4"))

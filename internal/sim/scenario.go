@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -28,9 +29,12 @@ import (
 //	wait joined B9 | wait confirmed [S1 ...] | wait rejoined   [max=DURATION]
 //	                            (rejoined: every restarted broker is a member again; by
 //	                            default waits up to the rejoin bound, which is then judged)
-//	subscribe S1 B6 class=a x<5 | subscribe S1 B6 random
+//	subscribe S1 B6 class=a x<5 | subscribe S1 B6 [class,eq,'a'],[x,<,5] | subscribe S1 B6 random
 //	subscribers N               N random subscriptions S1..SN at random brokers
-//	publish P1 B1 every=20ms for=2s [class=a x=3 ...]   (random attributes if none)
+//	publish P1 B1 every=20ms for=2s [class=a x=3 ... | [class,'a'],[x,3]]   (random attributes if none)
+//	                            (filters and publications in the short notation of
+//	                            notation.go or in the PADRES syntax; matched by package
+//	                            matching; the random ones are workload.Small's)
 //	unsubscribe S1
 //	crash B3 [B4 ...] | restart B3 [via B2 ...] [stale-link D] | freeze B5 ... | resume B5 ...
 //	                            (stale-link: B3's peers keep its old links D after the
@@ -119,14 +123,14 @@ type runner struct {
 	tree    Tree
 	beyond  bool
 	events  []string
-	w       Workload
+	w       *workload.Small // drawing from the Sim's random source, once built
 	pubGens int
 }
 
 // RunScenario runs sc with nodes from factory; trace, when not nil,
 // receives the trace.
 func RunScenario(sc *Scenario, factory NodeFactory, trace io.Writer) (*ScenarioResult, error) {
-	r := &runner{sc: sc, cfg: DefaultConfig(), w: DefaultWorkload()}
+	r := &runner{sc: sc, cfg: DefaultConfig()}
 	r.cfg.NewNode = factory
 	r.cfg.Trace = trace
 	r.cfg.Wire = true
@@ -287,10 +291,17 @@ func (r *runner) exec(l scriptLine) error {
 			return fmt.Errorf("want: subscribe NAME BROKER class=... | random")
 		}
 		var f matching.Filter
-		if rest[2] == "random" {
-			f = r.w.Filter(s.Rand())
-		} else if f, err = parseFilter(rest[2:]); err != nil {
-			return err
+		switch {
+		case rest[2] == "random":
+			f = r.w.Filter()
+		case strings.HasPrefix(rest[2], "["): // PADRES syntax
+			if f, err = matching.ParseFilter(strings.Join(rest[2:], " ")); err != nil {
+				return err
+			}
+		default:
+			if f, err = parseFilter(rest[2:]); err != nil {
+				return err
+			}
 		}
 		return s.AddSubscriber(rest[0], message.BrokerID(rest[1]), f)
 	case "subscribers":
@@ -303,7 +314,7 @@ func (r *runner) exec(l scriptLine) error {
 		}
 		brokers := s.Brokers()
 		for i := 1; i <= n; i++ {
-			if err := s.AddSubscriber(fmt.Sprintf("S%d", i), brokers[s.Rand().IntN(len(brokers))], r.w.Filter(s.Rand())); err != nil {
+			if err := s.AddSubscriber(fmt.Sprintf("S%d", i), brokers[s.Rand().IntN(len(brokers))], r.w.Filter()); err != nil {
 				return err
 			}
 		}
@@ -325,13 +336,19 @@ func (r *runner) exec(l scriptLine) error {
 		}
 		var gen func() []matching.Attr
 		if len(rest) > 2 {
-			as, err := parseAttrs(rest[2:])
-			if err != nil {
+			var as []matching.Attr
+			if strings.HasPrefix(rest[2], "[") { // PADRES syntax
+				p, err := matching.ParsePublication(strings.Join(rest[2:], " "))
+				if err != nil {
+					return err
+				}
+				as = p.Attrs
+			} else if as, err = parseAttrs(rest[2:]); err != nil {
 				return err
 			}
 			gen = func() []matching.Attr { return as }
 		} else {
-			gen = func() []matching.Attr { return r.w.Publication(s.Rand()) }
+			gen = func() []matching.Attr { return r.w.Publication().Attrs }
 		}
 		return s.AddPublisher(rest[0], message.BrokerID(rest[1]), every, s.Now()+dur, gen)
 	case "unsubscribe":
@@ -454,21 +471,21 @@ func (r *runner) config(args []string) error {
 		var err error
 		switch k {
 		case "delta":
-			r.cfg.Delta, err = atoi()
+			r.cfg.Core.Delta, err = atoi()
 		case "seed":
 			var n int
 			n, err = atoi()
 			r.cfg.Seed = int64(n)
 		case "heartbeat":
-			r.cfg.HeartbeatTicks, err = atoi()
+			r.cfg.Core.HeartbeatTicks, err = atoi()
 		case "failure":
-			r.cfg.FailureTicks, err = atoi()
+			r.cfg.Core.FailureTicks, err = atoi()
 		case "dack":
-			r.cfg.DACKTicks, err = atoi()
+			r.cfg.Core.DACKTicks, err = atoi()
 		case "gone":
-			r.cfg.GoneAfterTicks, err = atoi()
+			r.cfg.Core.GoneAfterTicks, err = atoi()
 		case "maxqueue":
-			r.cfg.MaxQueue, err = atoi()
+			r.cfg.Core.MaxQueue, err = atoi()
 		case "tick":
 			r.cfg.Tick, err = parseDur(k, v)
 		case "delay":
@@ -514,6 +531,7 @@ func (r *runner) buildTree(args []string) error {
 		return err
 	}
 	r.s = s
+	r.w = workload.NewSmall(s.Rand())
 	switch {
 	case opts["chain"] != "":
 		n, err := strconv.Atoi(opts["chain"])
@@ -567,10 +585,10 @@ func (r *runner) outcome(rep Report, full bool) string {
 	var b strings.Builder
 	st := r.s.Stats()
 	if full {
-		fmt.Fprintf(&b, "brokers=%d delta=%d virtual=%s\n", len(r.s.Brokers()), r.cfg.Delta, fmtTime(r.s.Now()))
+		fmt.Fprintf(&b, "brokers=%d delta=%d virtual=%s\n", len(r.s.Brokers()), r.cfg.Core.Delta, fmtTime(r.s.Now()))
 	} else {
 		// The end time moves with how fast "wait" conditions are met.
-		fmt.Fprintf(&b, "brokers=%d delta=%d\n", len(r.s.Brokers()), r.cfg.Delta)
+		fmt.Fprintf(&b, "brokers=%d delta=%d\n", len(r.s.Brokers()), r.cfg.Core.Delta)
 	}
 	for _, e := range r.events {
 		fmt.Fprintf(&b, "event: %s\n", e)

@@ -25,24 +25,24 @@ import (
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // Config is the simulated environment and the protocol parameters given to
 // every node. Durations are virtual time.
 type Config struct {
-	Seed  int64
-	Delta int
+	Seed int64
+	// Core is the protocol core's configuration, the same for every node
+	// but for ID, Addr, Epoch and Seed, which each broker's incarnation
+	// gets of its own (the seed drawn from Seed), and MaxFrame (below).
+	// Core.Delta is the overlay's δ; Core.MaxQueue is also the bound the
+	// sampled queues are checked against (0: not checked).
+	Core overlay.Config
 	// Tick is the virtual time between two Tick() calls of one node.
 	Tick time.Duration
 	// TickPhases offsets each broker's ticks by a random fraction of Tick,
 	// so that brokers do not act in lock step (as real ones do not).
 	TickPhases bool
-
-	HeartbeatTicks int
-	FailureTicks   int
-	DACKTicks      int
-	GoneAfterTicks int
-	MaxQueue       int
 
 	// LinkDelay is the one-way delay of every link; each message adds a
 	// uniform jitter in [0, LinkJitter). FIFO per link is kept regardless.
@@ -101,9 +101,9 @@ type Config struct {
 	Wire bool
 	// MaxFrame (with Wire) is the largest frame (type and body, bytes) a
 	// receiver accepts, as limits.max_frame on a real broker: a larger
-	// frame is an error of the run. Nodes that can split large messages
-	// (the overlay core: a state transfer in parts) are told the limit.
-	// 0: no limit.
+	// frame is an error of the run. The nodes are told the limit
+	// (Core.MaxFrame: the overlay core sends a large state transfer in
+	// parts). 0: no limit (and Core.MaxFrame as it is).
 	MaxFrame int
 
 	// Workers > 0 selects the parallel engine (par.go): the brokers are
@@ -130,31 +130,33 @@ type Config struct {
 // DefaultConfig is a LAN-like setup with testbed-speed failure detection:
 // 10 ms ticks, heartbeats every 20 ms, suspicion after 100 ms of silence.
 func DefaultConfig() Config {
+	core := overlay.DefaultConfig() // for 10 ms ticks, faster failure detection:
+	core.Delta = 2
+	core.HeartbeatTicks = 2   // 20 ms: several heartbeats per failure timeout
+	core.FailureTicks = 10    // 100 ms: 5 missed heartbeats before suspicion
+	core.DACKTicks = 5        // 50 ms: purging lags publishing by a few DACK periods
+	core.GoneAfterTicks = 300 // 3 s: 30 × the failure timeout (PROTOCOL §6 "gone_after")
+	core.MaxQueue = 100000
 	return Config{
-		Seed:           1,
-		Delta:          2,
-		Tick:           10 * time.Millisecond,
-		TickPhases:     true,
-		HeartbeatTicks: 2,   // 20 ms: several heartbeats per failure timeout
-		FailureTicks:   10,  // 100 ms: 5 missed heartbeats before suspicion
-		DACKTicks:      5,   // 50 ms: purging lags publishing by a few DACK periods
-		GoneAfterTicks: 300, // 3 s: 30 × the failure timeout (PROTOCOL §6 "gone_after")
-		MaxQueue:       100000,
-		LinkDelay:      2 * time.Millisecond,
-		LinkJitter:     time.Millisecond,
-		DialTimeout:    50 * time.Millisecond,
-		LinkDownAfter:  -1,
-		ClientDelay:    100 * time.Microsecond,
-		SampleEvery:    50 * time.Millisecond,
-		ControlEvery:   time.Second, // traffic.DefaultBound's window
-		MaxEvents:      50_000_000,
+		Seed:          1,
+		Core:          core,
+		Tick:          10 * time.Millisecond,
+		TickPhases:    true,
+		LinkDelay:     2 * time.Millisecond,
+		LinkJitter:    time.Millisecond,
+		DialTimeout:   50 * time.Millisecond,
+		LinkDownAfter: -1,
+		ClientDelay:   100 * time.Microsecond,
+		SampleEvery:   50 * time.Millisecond,
+		ControlEvery:  time.Second, // traffic.DefaultBound's window
+		MaxEvents:     50_000_000,
 	}
 }
 
 func (c *Config) validate() error {
 	switch {
-	case c.Delta < 1:
-		return fmt.Errorf("sim: Delta must be ≥ 1, got %d", c.Delta)
+	case c.Core.Delta < 1:
+		return fmt.Errorf("sim: Core.Delta must be ≥ 1, got %d", c.Core.Delta)
 	case c.Tick <= 0:
 		return fmt.Errorf("sim: Tick must be > 0, got %v", c.Tick)
 	case c.LinkDelay < 0 || c.LinkJitter < 0 || c.ClientDelay < 0:
@@ -338,7 +340,7 @@ type Sim struct {
 	// firstViolation is the first duplicate or reorder seen online, or -1.
 	firstViolation time.Duration
 	// onNotice, when set, sees every notice (scenario and fuzz drivers).
-	onNotice func(b message.BrokerID, n Notice)
+	onNotice func(b message.BrokerID, n overlay.Notice)
 
 	// The liveness rules (traffic.go): the control readings, the restarts,
 	// the instants of the first and the last fault (-1: none).
@@ -552,45 +554,17 @@ func (s *Sim) run(e *event) {
 	s.flush(b)
 }
 
-// flush takes the outputs of b's node and acts on them.
+// flush takes the outputs of b's node and acts on them, in order, and
+// hands them back (Node.RecycleDelivers: toClient keeps no Deliver).
 func (s *Sim) flush(b *broker) {
-	if b.node == nil {
-		return
-	}
-	if on, ok := b.node.(overlayNode); ok {
-		s.flushOverlay(b, on)
-		return
-	}
-	rd := b.node.Ready()
-	for _, n := range rd.Notices {
-		s.notice(b, n)
-	}
-	for _, p := range rd.Dials {
-		s.dial(b, p.ID)
-	}
-	for _, p := range rd.Closes {
-		s.closeLink(b, p)
-	}
-	for _, m := range rd.Messages {
-		s.send(b, m)
-	}
-	for _, c := range rd.ToClients {
-		s.toClient(b, c)
-	}
-}
-
-// flushOverlay is flush for the protocol core: it acts on the core's
-// outputs in place, in the same order, and hands them back
-// (RecycleDelivers: toClient keeps no Deliver) afterwards, instead of
-// having the adapter copy them first (node.go).
-func (s *Sim) flushOverlay(b *broker, on overlayNode) {
-	if !on.n.Pending() {
+	n := b.node
+	if n == nil || !n.Pending() {
 		return // a quarter of the events (ticks, most acks) output nothing
 	}
-	r := on.n.Ready()
+	r := n.Ready()
 	if len(r.Notices)+len(r.Dials)+len(r.Closes) > 0 { // rare
-		for _, n := range r.Notices {
-			s.notice(b, Notice{Kind: string(n.Kind), Peer: n.Peer, Detail: n.Detail})
+		for _, x := range r.Notices {
+			s.notice(b, x)
 		}
 		for _, p := range r.Dials {
 			s.dial(b, p.ID)
@@ -600,16 +574,16 @@ func (s *Sim) flushOverlay(b *broker, on overlayNode) {
 		}
 	}
 	for _, m := range r.Messages {
-		s.send(b, Envelope{To: m.To, Msg: m.Msg})
+		s.send(b, m)
 	}
 	for _, c := range r.ToClients {
-		s.toClient(b, ClientEnvelope{To: c.To, Msg: c.Msg})
+		s.toClient(b, c)
 	}
-	on.n.RecycleDelivers(&r)
+	n.RecycleDelivers(&r)
 }
 
-func (s *Sim) notice(b *broker, n Notice) {
-	s.stats.Notices[n.Kind]++
+func (s *Sim) notice(b *broker, n overlay.Notice) {
+	s.stats.Notices[string(n.Kind)]++
 	if n.Kind == "joined" {
 		b.joined, b.everJoined = true, true
 		s.noteJoined(b)
@@ -649,17 +623,12 @@ func (s *Sim) AddBroker(id message.BrokerID) error {
 // starts its ticks.
 func (s *Sim) start(b *broker) error {
 	b.epoch++
-	n, err := s.cfg.NewNode(NodeConfig{
-		ID: b.id, Addr: b.addr, Epoch: b.epoch, Delta: s.cfg.Delta,
-		HeartbeatTicks: s.cfg.HeartbeatTicks, FailureTicks: s.cfg.FailureTicks,
-		DACKTicks: s.cfg.DACKTicks, GoneAfterTicks: s.cfg.GoneAfterTicks,
-		MaxQueue: s.cfg.MaxQueue, Seed: s.rng.Int64(),
-	})
-	if err == nil && s.cfg.MaxFrame > 0 {
-		if f, ok := n.(frameLimited); ok {
-			err = f.setMaxFrame(s.cfg.MaxFrame)
-		}
+	c := s.cfg.Core
+	c.ID, c.Addr, c.Epoch, c.Seed = b.id, b.addr, b.epoch, s.rng.Int64()
+	if s.cfg.MaxFrame > 0 {
+		c.MaxFrame = s.cfg.MaxFrame
 	}
+	n, err := s.cfg.NewNode(c)
 	if err != nil {
 		s.err = fmt.Errorf("sim: creating node %s: %w", b.id, err)
 		return s.err
@@ -730,13 +699,13 @@ func (s *Sim) Join(id message.BrokerID, joinpoints ...message.BrokerID) error {
 	if err != nil {
 		return err
 	}
-	peers := make([]Peer, 0, len(joinpoints))
+	peers := make([]overlay.Peer, 0, len(joinpoints))
 	for _, j := range joinpoints {
 		jb, err := s.broker(j)
 		if err != nil {
 			return err
 		}
-		peers = append(peers, Peer{ID: jb.id, Addr: jb.addr})
+		peers = append(peers, overlay.Peer{ID: jb.id, Addr: jb.addr})
 	}
 	s.tracef("%s join via %v", id, joinpoints)
 	s.input(b, 0, func() { b.node.Join(peers) })
@@ -744,13 +713,13 @@ func (s *Sim) Join(id message.BrokerID, joinpoints ...message.BrokerID) error {
 }
 
 // Joined reports whether id's current incarnation has announced "joined"
-// or reports Joined in its status.
+// or reports Joined.
 func (s *Sim) Joined(id message.BrokerID) bool {
 	b, ok := s.brokers[id]
 	if !ok || !b.isJoined() {
 		return false
 	}
-	s.noteJoined(b) // a node that reports Joined in its status without a notice
+	s.noteJoined(b) // a node that reports Joined without a notice
 	return true
 }
 
@@ -759,7 +728,7 @@ func (b *broker) isJoined() bool {
 	if b.state == stateCrashed {
 		return false
 	}
-	if !b.joined && b.node.Status().Joined {
+	if !b.joined && b.node.Joined() {
 		b.joined, b.everJoined = true, true
 	}
 	return b.joined
@@ -922,7 +891,7 @@ func (s *Sim) resolveJoin(b *broker, jps []message.BrokerID, round int, pause ti
 		})
 	}
 	if pause == 0 {
-		failTimeout := time.Duration(s.cfg.FailureTicks) * s.cfg.Tick
+		failTimeout := time.Duration(s.cfg.Core.FailureTicks) * s.cfg.Tick
 		pause = min(max(failTimeout, 200*time.Millisecond), 5*time.Second)
 	}
 	if len(jps) == 0 {
@@ -1308,7 +1277,7 @@ func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 	}
 }
 
-func (s *Sim) send(b *broker, env Envelope) {
+func (s *Sim) send(b *broker, env overlay.Envelope) {
 	typ := env.Msg.Type()
 	name := s.countType(typ)
 	if typ != message.TypePub {
@@ -1398,7 +1367,7 @@ func (s *Sim) sample() {
 		if b.state == stateCrashed || b.node == nil {
 			continue
 		}
-		q := b.node.Status().QueueLen
+		q := b.node.QueueLen()
 		s.stats.QueueSamples++
 		if q > b.maxQueue {
 			b.maxQueue = q
@@ -1406,8 +1375,8 @@ func (s *Sim) sample() {
 		if q > s.stats.MaxQueueSeen {
 			s.stats.MaxQueueSeen = q
 		}
-		if s.cfg.MaxQueue > 0 && q > s.cfg.MaxQueue {
-			s.log.problem(&s.log.QueueOverBound, "queue of %s is %d > bound %d at %s", b.id, q, s.cfg.MaxQueue, fmtTime(s.now))
+		if s.cfg.Core.MaxQueue > 0 && q > s.cfg.Core.MaxQueue {
+			s.log.problem(&s.log.QueueOverBound, "queue of %s is %d > bound %d at %s", b.id, q, s.cfg.Core.MaxQueue, fmtTime(s.now))
 		}
 	}
 	s.schedule(s.now+s.cfg.SampleEvery, s.sample)
@@ -1418,7 +1387,7 @@ func (s *Sim) QueueLens() map[message.BrokerID]int {
 	out := map[message.BrokerID]int{}
 	for _, b := range s.order {
 		if b.state != stateCrashed && b.node != nil {
-			out[b.id] = b.node.Status().QueueLen
+			out[b.id] = b.node.QueueLen()
 		}
 	}
 	return out
@@ -1427,7 +1396,7 @@ func (s *Sim) QueueLens() map[message.BrokerID]int {
 // drained reports whether every live broker's queue is empty.
 func (s *Sim) drained() bool {
 	for _, b := range s.order {
-		if b.state != stateCrashed && b.node != nil && b.node.Status().QueueLen != 0 {
+		if b.state != stateCrashed && b.node != nil && b.node.QueueLen() != 0 {
 			return false
 		}
 	}
@@ -1441,7 +1410,7 @@ func (s *Sim) CheckDrained() {
 		if b.state == stateCrashed || b.node == nil {
 			continue
 		}
-		if q := b.node.Status().QueueLen; q != 0 {
+		if q := b.node.QueueLen(); q != 0 {
 			s.log.problem(&s.log.Undrained, "queue of %s not drained: %d messages after quiescence", b.id, q)
 		}
 	}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // floodRun builds a random tree of flood nodes with random clients and
@@ -29,9 +31,9 @@ func floodRun(t *testing.T, seed int64, crash message.BrokerID, trace *bytes.Buf
 	if err := s.BuildTree(tree, time.Second); err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	w := DefaultWorkload()
+	w := workload.NewSmall(s.Rand())
 	for i := 1; i <= 10; i++ {
-		if err := s.AddSubscriber(fmt.Sprintf("S%d", i), tree.Order[s.Rand().IntN(12)], w.Filter(s.Rand())); err != nil {
+		if err := s.AddSubscriber(fmt.Sprintf("S%d", i), tree.Order[s.Rand().IntN(12)], w.Filter()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +41,7 @@ func floodRun(t *testing.T, seed int64, crash message.BrokerID, trace *bytes.Buf
 		t.Fatalf("seed %d: not confirmed: %v", seed, err)
 	}
 	for i := 1; i <= 3; i++ {
-		if err := s.AddPublisher(fmt.Sprintf("P%d", i), tree.Order[s.Rand().IntN(12)], 10*time.Millisecond, s.Now()+time.Second, func() []matching.Attr { return w.Publication(s.Rand()) }); err != nil {
+		if err := s.AddPublisher(fmt.Sprintf("P%d", i), tree.Order[s.Rand().IntN(12)], 10*time.Millisecond, s.Now()+time.Second, func() []matching.Attr { return w.Publication().Attrs }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,12 +106,12 @@ func TestRunIsDeterministic(t *testing.T) {
 type mangler struct {
 	Node
 	n    int
-	held *ClientEnvelope
+	held *overlay.ClientEnvelope
 }
 
-func (m *mangler) Ready() Ready {
+func (m *mangler) Ready() overlay.Ready {
 	rd := m.Node.Ready()
-	var out []ClientEnvelope
+	var out []overlay.ClientEnvelope
 	for _, ce := range rd.ToClients {
 		if _, ok := ce.Msg.(*message.Deliver); !ok {
 			out = append(out, ce)
@@ -138,7 +140,7 @@ func (m *mangler) Ready() Ready {
 func TestCheckerCatchesManglingNode(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Seed = 3
-	cfg.NewNode = func(c NodeConfig) (Node, error) { n, _ := NewFloodNode(c); return &mangler{Node: n}, nil }
+	cfg.NewNode = func(c overlay.Config) (Node, error) { n, _ := NewFloodNode(c); return &mangler{Node: n}, nil }
 	var trace bytes.Buffer
 	s := startMangling(t, cfg, &trace)
 	_ = s.RunFor(2 * time.Second)
@@ -194,7 +196,7 @@ func startMangling(t *testing.T, cfg Config, trace *bytes.Buffer) *Sim {
 	_ = s.AddSubscriber("S1", "B2", f)
 	_ = s.RunFor(100 * time.Millisecond)
 	_ = s.AddPublisher("P1", "B1", 10*time.Millisecond, s.Now()+time.Second, func() []matching.Attr {
-		return []matching.Attr{{Name: "class", Value: str("a")}}
+		return []matching.Attr{{Name: "class", Value: matching.Str("a")}}
 	})
 	return s
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -108,7 +109,7 @@ type SRDSResult struct {
 func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	res.Opts = o
 	if o.Factory == nil {
-		o.Factory = DefaultFactory
+		o.Factory = NewOverlayNode
 	}
 	if o.Crashes < 0 || o.Crashes > o.Delta {
 		res.Err = fmt.Errorf("sim: srds09: crashes %d: want 0..δ (%d)", o.Crashes, o.Delta)
@@ -134,18 +135,18 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	}
 	pr := rand.New(rand.NewPCG(uint64(o.Seed), 0x5d5))
 	cfg := DefaultConfig()
-	cfg.Seed, cfg.Delta, cfg.NewNode, cfg.Trace = o.Seed, o.Delta, o.Factory, o.Trace
+	cfg.Seed, cfg.Core.Delta, cfg.NewNode, cfg.Trace = o.Seed, o.Delta, o.Factory, o.Trace
 	// A cluster on Gigabit Ethernet: ~1 ms per hop including processing;
 	// failure detection as the core's defaults (50 ms heartbeats, 200 ms).
 	cfg.LinkDelay, cfg.LinkJitter = time.Millisecond, 200*time.Microsecond
-	cfg.HeartbeatTicks, cfg.FailureTicks, cfg.DACKTicks, cfg.GoneAfterTicks = 5, 20, 5, 400
+	cfg.Core.HeartbeatTicks, cfg.Core.FailureTicks, cfg.Core.DACKTicks, cfg.Core.GoneAfterTicks = 5, 20, 5, 400
 	cfg.SampleEvery = 100 * time.Millisecond
 	if o.Trace != nil {
 		o.Workers = 0 // a trace is written by one goroutine
 	}
 	res.LinkDelay = cfg.LinkDelay
-	res.FailureTimeout = time.Duration(cfg.FailureTicks) * cfg.Tick
-	res.DACKPeriod = time.Duration(cfg.DACKTicks) * cfg.Tick
+	res.FailureTimeout = time.Duration(cfg.Core.FailureTicks) * cfg.Tick
+	res.DACKPeriod = time.Duration(cfg.Core.DACKTicks) * cfg.Tick
 	res.Bound = res.FailureTimeout + 2*cfg.LinkDelay
 
 	tree := RandomTree(pr, o.Brokers, 4)
@@ -190,12 +191,9 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	}
 	// One class per publisher (a stock symbol each, say); a subscription
 	// picks a class and narrows it on x and y: ~40 matches per publication.
-	w := Workload{Range: 10}
-	for i := 0; i < o.Publishers; i++ {
-		w.Classes = append(w.Classes, fmt.Sprintf("c%d", i))
-	}
+	w := srdsWorkload(pr, o.Publishers)
 	for i := 1; i <= o.Subs; i++ {
-		if err := s.AddSubscriber(fmt.Sprintf("S%d", i), edges[pr.IntN(len(edges))], w.Filter(pr)); err != nil {
+		if err := s.AddSubscriber(fmt.Sprintf("S%d", i), edges[pr.IntN(len(edges))], w.Filter()); err != nil {
 			res.Err = err
 			return res
 		}
@@ -213,14 +211,14 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 		name, edge := fmt.Sprintf("P%d", i), edges[pr.IntN(len(edges))]
 		// In the parallel engine publishers publish concurrently: each
 		// draws its publications from a stream of its own.
-		gr := pr
+		gw := w
 		if o.Workers > 0 {
-			gr = rand.New(rand.NewPCG(uint64(o.Seed), 0x5d5^uint64(i)<<20))
+			gw = w.WithRand(rand.New(rand.NewPCG(uint64(o.Seed), 0x5d5^uint64(i)<<20)))
 		}
 		// Publishers start at random phases: not all in the same instant.
 		s.At(start+time.Duration(pr.Int64N(int64(every))), func() {
 			if err := s.AddPublisher(name, edge, every, end,
-				func() []matching.Attr { a := w.Publication(gr); a[0].Value = str(class); return a }); err != nil && res.Err == nil {
+				func() []matching.Attr { a := gw.Publication().Attrs; a[0].Value = matching.Str(class); return a }); err != nil && res.Err == nil {
 				res.Err = err
 			}
 		})
@@ -515,4 +513,15 @@ func ratio(a, b time.Duration) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
+}
+
+// srdsWorkload is the experiment's workload: workload.Small with one class
+// per publisher (c0, c1, ...), x and y in [0, 10).
+func srdsWorkload(r *rand.Rand, publishers int) *workload.Small {
+	w := workload.NewSmall(r)
+	w.Classes = nil
+	for i := 0; i < publishers; i++ {
+		w.Classes = append(w.Classes, fmt.Sprintf("c%d", i))
+	}
+	return w
 }

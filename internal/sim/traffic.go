@@ -115,7 +115,7 @@ func (s *Sim) Storms() []traffic.Storm {
 // RejoinBound is traffic.RejoinBound for this run's gone_after and
 // failure timeout.
 func (s *Sim) RejoinBound() traffic.Rejoin {
-	return traffic.RejoinBound(time.Duration(s.cfg.GoneAfterTicks)*s.cfg.Tick, time.Duration(s.cfg.FailureTicks)*s.cfg.Tick)
+	return traffic.RejoinBound(time.Duration(s.cfg.Core.GoneAfterTicks)*s.cfg.Tick, time.Duration(s.cfg.Core.FailureTicks)*s.cfg.Tick)
 }
 
 // NotRejoined lists the restarts that did not rejoin within RejoinBound

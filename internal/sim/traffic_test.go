@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // probeNode is a minimal broker for the tests of the liveness rules and
@@ -17,13 +18,13 @@ import (
 // new link with a heartbeat, and records every input with its virtual
 // time in a log shared by the brokers of a test.
 type probeNode struct {
+	nodeBase
 	id     message.BrokerID
 	joined bool
 	peers  []message.BrokerID
 	loop   *bool
 	burst  int
 	rec    func(format string, args ...any)
-	out    Ready
 }
 
 type probeLog struct {
@@ -32,7 +33,7 @@ type probeLog struct {
 }
 
 func (l *probeLog) factory(loop map[message.BrokerID]*bool, burst int) NodeFactory {
-	return func(cfg NodeConfig) (Node, error) {
+	return func(cfg overlay.Config) (Node, error) {
 		n := &probeNode{id: cfg.ID, loop: loop[cfg.ID], burst: burst}
 		n.rec = func(format string, args ...any) {
 			l.lines = append(l.lines, fmt.Sprintf("%s %s ", fmtTime(l.s.Now()), cfg.ID)+fmt.Sprintf(format, args...))
@@ -60,10 +61,10 @@ func (l *probeLog) at(suffix string, from ...int) (time.Duration, bool) {
 
 func (n *probeNode) Bootstrap() {
 	n.joined = true
-	n.out.Notices = append(n.out.Notices, Notice{Kind: "joined"})
+	n.out.Notices = append(n.out.Notices, overlay.Notice{Kind: overlay.NoticeJoined})
 }
 
-func (n *probeNode) Join(jps []Peer) {
+func (n *probeNode) Join(jps []overlay.Peer) {
 	if len(jps) > 0 {
 		n.out.Dials = append(n.out.Dials, jps[0])
 	}
@@ -76,7 +77,7 @@ func (n *probeNode) Tick() {
 	}
 	for _, p := range n.peers {
 		for i := 0; i < k; i++ {
-			n.out.Messages = append(n.out.Messages, Envelope{To: p, Msg: pingMsg})
+			n.out.Messages = append(n.out.Messages, overlay.Envelope{To: p, Msg: pingMsg})
 		}
 	}
 }
@@ -86,10 +87,10 @@ func (n *probeNode) LinkUp(p message.BrokerID) {
 	if !slices.Contains(n.peers, p) {
 		n.peers = append(n.peers, p)
 	}
-	n.out.Messages = append(n.out.Messages, Envelope{To: p, Msg: pingMsg})
+	n.out.Messages = append(n.out.Messages, overlay.Envelope{To: p, Msg: pingMsg})
 	if !n.joined {
 		n.joined = true
-		n.out.Notices = append(n.out.Notices, Notice{Kind: "joined", Peer: p})
+		n.out.Notices = append(n.out.Notices, overlay.Notice{Kind: overlay.NoticeJoined, Peer: p})
 	}
 }
 
@@ -103,13 +104,7 @@ func (n *probeNode) Step(from message.BrokerID, m message.Message) { n.rec("step
 func (n *probeNode) ClientOpen(message.ClientID)                   {}
 func (n *probeNode) ClientClose(message.ClientID)                  {}
 func (n *probeNode) Client(message.ClientID, message.Message)      {}
-func (n *probeNode) Status() NodeStatus                            { return NodeStatus{Joined: n.joined} }
-
-func (n *probeNode) Ready() Ready {
-	r := n.out
-	n.out = Ready{}
-	return r
-}
+func (n *probeNode) Joined() bool                                  { return n.joined }
 
 // probeSim builds a chain B1-B2-...-Bn of probe nodes.
 func probeSim(t *testing.T, n int, edit func(*Config), loop map[message.BrokerID]*bool) (*Sim, *probeLog) {
@@ -178,7 +173,7 @@ func TestStormRule(t *testing.T) {
 // joinpoint never does and is reported once the bound has passed (not
 // before).
 func TestRejoinRule(t *testing.T) {
-	fast := func(c *Config) { c.GoneAfterTicks = 30 } // bound 2×300ms + 10×100ms
+	fast := func(c *Config) { c.Core.GoneAfterTicks = 30 } // bound 2×300ms + 10×100ms
 	s, _ := probeSim(t, 3, fast, nil)
 	_ = s.Crash("B3")
 	_ = s.RunFor(200 * time.Millisecond)

@@ -145,7 +145,7 @@ func (s *Sim) BuildTree(t Tree, maxJoin time.Duration) error {
 			if err := s.Bootstrap(id); err != nil {
 				return err
 			}
-		} else if err := s.Join(id, t.Ancestors(id, s.cfg.Delta+1)...); err != nil {
+		} else if err := s.Join(id, t.Ancestors(id, s.cfg.Core.Delta+1)...); err != nil {
 			return err
 		}
 		b := s.brokers[id]

@@ -23,7 +23,12 @@
 //   - Random: small filters and publications over three attributes and a
 //     handful of values, every operator, ints and floats mixed, so random
 //     pairs match often (about a third of the time): for brute-force
-//     tests and the simulator.
+//     tests.
+//   - Small: the simulator's workload. A subscription is [class,eq,C] and,
+//     each with probability 1/2, [x,OP,N] and [y,OP,N] (OP uniform over
+//     =, <, <=, >, >=, <>; N uniform in [0, Range)); a publication is
+//     [class,C],[x,N],[y,N]. With a few classes and Range 10, a good share
+//     of publications match some subscription.
 package workload
 
 import (
@@ -228,4 +233,52 @@ func (g *Random) Publication() matching.Publication {
 	}
 	p.Sort()
 	return p
+}
+
+// Small generates the simulator's workload (see the package comment).
+type Small struct {
+	// Classes are the class names drawn from, uniformly.
+	Classes []string
+	// Range bounds the values of x and y: [0, Range).
+	Range int64
+
+	r *rand.Rand
+}
+
+// NewSmall returns a small workload drawing from r over classes a, b and
+// c, x and y in [0, 10).
+func NewSmall(r *rand.Rand) *Small {
+	return &Small{Classes: []string{"a", "b", "c"}, Range: 10, r: r}
+}
+
+// WithRand returns a copy of g (the same classes and range) drawing from r:
+// a publisher with a random stream of its own.
+func (g *Small) WithRand(r *rand.Rand) *Small {
+	c := *g
+	c.r = r
+	return &c
+}
+
+// smallOps is the order Small draws its operators in (not numOps's: the
+// simulator's fuzz seeds replay these draws).
+var smallOps = [...]matching.Op{matching.OpNumEq, matching.OpLt, matching.OpLe, matching.OpGt, matching.OpGe, matching.OpNumNe}
+
+// Filter returns a new small subscription.
+func (g *Small) Filter() matching.Filter {
+	f := matching.Filter{Preds: []matching.Predicate{{Attr: "class", Op: matching.OpEq, Value: matching.Str(g.Classes[g.r.IntN(len(g.Classes))])}}}
+	for _, a := range [...]string{"x", "y"} {
+		if g.r.IntN(2) == 0 {
+			f.Preds = append(f.Preds, matching.Predicate{Attr: a, Op: smallOps[g.r.IntN(len(smallOps))], Value: matching.Int(g.r.Int64N(g.Range))})
+		}
+	}
+	return f
+}
+
+// Publication returns a new small publication.
+func (g *Small) Publication() matching.Publication {
+	return matching.Publication{Attrs: []matching.Attr{
+		{Name: "class", Value: matching.Str(g.Classes[g.r.IntN(len(g.Classes))])},
+		{Name: "x", Value: matching.Int(g.r.Int64N(g.Range))},
+		{Name: "y", Value: matching.Int(g.r.Int64N(g.Range))},
+	}} // class < x < y: sorted
 }

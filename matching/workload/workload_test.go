@@ -17,6 +17,7 @@ func gens(seed uint64) map[string]gen {
 		"stock":  NewStock(rand.New(rand.NewPCG(seed, 1))),
 		"ranges": NewRanges(rand.New(rand.NewPCG(seed, 1))),
 		"random": NewRandom(rand.New(rand.NewPCG(seed, 1))),
+		"small":  NewSmall(rand.New(rand.NewPCG(seed, 1))),
 	}
 }
 
