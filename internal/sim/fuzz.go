@@ -178,7 +178,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		// of their own (the plan's other draws stay as they were).
 		sr := rand.New(rand.NewPCG(uint64(seed), 0x5105))
 		cfg.SlowHandshake = [...]int{0, 0, 10, 50}[sr.IntN(4)]
-		cfg.DialPatience = max(4*cfg.DialTimeout, 5*time.Second) // runtime.Runtime.dialPatience
+		cfg.DialPatience = DialPatience(cfg.DialTimeout, time.Duration(cfg.Core.GoneAfterTicks)*cfg.Tick)
 		cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
 		cfg.ReplacedDown = true
 	}
@@ -292,10 +292,10 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 			return res
 		}
 	}
-	if ok, err := s.RunUntilCond(5*time.Second, s.AllConfirmed); err != nil || !ok {
+	if ok, err := s.RunUntilCond(joinBound+2*time.Second, s.AllConfirmed); err != nil || !ok {
 		s.CheckLiveness()
 		res.Report = s.Log().Check()
-		res.Err = fmt.Errorf("subscriptions not confirmed within 5s without faults (%v)", err)
+		res.Err = fmt.Errorf("subscriptions not confirmed within %v without faults (%v)", joinBound+2*time.Second, err)
 		return res
 	}
 	for i := 1; i <= np; i++ {
@@ -798,4 +798,11 @@ func FuzzUntil(first int64, runs int, o FuzzOptions, workers int, stop func() bo
 		}
 	}
 	return fs
+}
+
+// DialPatience is the runtime's (runtime.DialPatience, which the simulator
+// cannot import: it links QUIC): how long a slow handshake may go on after
+// the core was told the dial failed.
+func DialPatience(dialTimeout, goneAfter time.Duration) time.Duration {
+	return max(dialTimeout, min(max(4*dialTimeout, 5*time.Second), goneAfter/2))
 }

@@ -511,7 +511,15 @@ func (r *Runtime) dialTimeout() time.Duration {
 // dialPatience bounds a dial's handshake once the core was told it failed
 // (dialTimeout): a live peer on a starved machine answers late.
 func (r *Runtime) dialPatience() time.Duration {
-	return max(4*r.dialTimeout(), 5*time.Second)
+	return DialPatience(r.dialTimeout(), r.cfg.GoneAfter)
+}
+
+// DialPatience is max(4 × the dial timeout, 5 s), but at most half of
+// gone_after (and never under the dial timeout): a handshake still in
+// flight when gone_after ends would let a live peer be declared gone,
+// since a dial in flight is not asked again.
+func DialPatience(dialTimeout, goneAfter time.Duration) time.Duration {
+	return max(dialTimeout, min(max(4*dialTimeout, 5*time.Second), goneAfter/2))
 }
 
 // resolveJoinpoints turns the configured joinpoints into the core's list:
