@@ -12,6 +12,7 @@ import (
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/matching/workload"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // FuzzOptions are the ranges random runs are drawn from.
@@ -171,14 +172,14 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		cfg.LinkJitter = time.Duration(rr.IntN(100)) * time.Microsecond
 	}
 	if rr != nil {
-		cfg.DialTimeout = min(max(failTimeout, 500*time.Millisecond), 5*time.Second)
+		cfg.DialTimeout = overlay.DialTimeout(failTimeout)
 		cfg.DialFailDraw = true
 		cfg.DialFailLive = [...]int{0, 5, 20}[rr.IntN(3)]
 		// Handshakes slower than the dial timeout, drawn from a stream
 		// of their own (the plan's other draws stay as they were).
 		sr := rand.New(rand.NewPCG(uint64(seed), 0x5105))
 		cfg.SlowHandshake = [...]int{0, 0, 10, 50}[sr.IntN(4)]
-		cfg.DialPatience = DialPatience(cfg.DialTimeout, time.Duration(cfg.Core.GoneAfterTicks)*cfg.Tick)
+		cfg.DialPatience = overlay.DialPatience(cfg.DialTimeout, time.Duration(cfg.Core.GoneAfterTicks)*cfg.Tick)
 		cfg.AcceptDelay = [...]time.Duration{0, cfg.LinkDelay, 4 * cfg.LinkDelay}[rr.IntN(3)]
 		cfg.ReplacedDown = true
 	}
@@ -798,11 +799,4 @@ func FuzzUntil(first int64, runs int, o FuzzOptions, workers int, stop func() bo
 		}
 	}
 	return fs
-}
-
-// DialPatience is the runtime's (runtime.DialPatience, which the simulator
-// cannot import: it links QUIC): how long a slow handshake may go on after
-// the core was told the dial failed.
-func DialPatience(dialTimeout, goneAfter time.Duration) time.Duration {
-	return max(dialTimeout, min(max(4*dialTimeout, 5*time.Second), goneAfter/2))
 }

@@ -502,24 +502,11 @@ func (r *Runtime) refreshStatus() {
 	r.m.setSnapshot(st)
 }
 
-// dialTimeout is how long the core waits for a dial: a frozen peer never
-// answers its handshake.
-func (r *Runtime) dialTimeout() time.Duration {
-	return min(max(r.cfg.FailureTimeout, 500*time.Millisecond), 5*time.Second)
-}
+// dialTimeout and dialPatience are overlay's, at this broker's timers.
+func (r *Runtime) dialTimeout() time.Duration { return overlay.DialTimeout(r.cfg.FailureTimeout) }
 
-// dialPatience bounds a dial's handshake once the core was told it failed
-// (dialTimeout): a live peer on a starved machine answers late.
 func (r *Runtime) dialPatience() time.Duration {
-	return DialPatience(r.dialTimeout(), r.cfg.GoneAfter)
-}
-
-// DialPatience is max(4 × the dial timeout, 5 s), but at most half of
-// gone_after (and never under the dial timeout): a handshake still in
-// flight when gone_after ends would let a live peer be declared gone,
-// since a dial in flight is not asked again.
-func DialPatience(dialTimeout, goneAfter time.Duration) time.Duration {
-	return max(dialTimeout, min(max(4*dialTimeout, 5*time.Second), goneAfter/2))
+	return overlay.DialPatience(r.dialTimeout(), r.cfg.GoneAfter)
 }
 
 // resolveJoinpoints turns the configured joinpoints into the core's list:

@@ -7,7 +7,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/deltapub/deltapub/internal/sim"
 	"github.com/deltapub/deltapub/message"
 	"github.com/rs/zerolog"
 )
@@ -75,21 +74,4 @@ func TestRuntimeKeepsASlowHandshake(t *testing.T) {
 		}
 		b1.shutdown(t)
 	})
-}
-
-// The simulator draws slow handshakes with the runtime's patience.
-func TestDialPatienceAgreesWithTheSimulator(t *testing.T) {
-	for _, to := range []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond, 5 * time.Second} {
-		for _, gone := range []time.Duration{time.Second, 3 * time.Second, 30 * time.Second} {
-			if a, b := DialPatience(to, gone), sim.DialPatience(to, gone); a != b {
-				t.Errorf("dial timeout %v, gone_after %v: runtime %v, simulator %v", to, gone, a, b)
-			}
-		}
-	}
-	if p := DialPatience(1500*time.Millisecond, 30*time.Second); p != 6*time.Second {
-		t.Errorf("patience at the srds09 timers = %v, want 6s", p)
-	}
-	if p := DialPatience(500*time.Millisecond, 3*time.Second); p != 1500*time.Millisecond {
-		t.Errorf("patience with gone_after 3s = %v, want 1.5s (half of it)", p)
-	}
 }
