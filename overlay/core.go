@@ -23,6 +23,7 @@ type peer struct {
 	suspected bool   // silent too long, or the dial failed
 	suspTicks int    // ticks spent suspected (for gone_after)
 	suspAt    int64  // tick of the last suspicion (topo_resend.go)
+	suspEpoch uint64 // the newest incarnation known when it was suspected: the one gone_after may declare gone
 	gone      bool   // declared gone (PROTOCOL §6)
 	epoch     uint64 // last incarnation heard from it
 	joined    bool   // its last heartbeat said it is routable
@@ -433,6 +434,10 @@ func (n *Node) suspect(p *peer, why string) {
 	p.suspected = true
 	p.suspTicks = 0
 	p.suspAt = n.now
+	p.suspEpoch = p.epoch
+	if e, ok := n.topo.Get(p.id); ok && e.Epoch > p.suspEpoch {
+		p.suspEpoch = e.Epoch
+	}
 	if p.up {
 		// A silent link is closed: a cut or a frozen peer must be found
 		// again through a new link (probing below), on which everything

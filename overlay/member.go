@@ -738,13 +738,16 @@ func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
 // §6): its subscriptions are withdrawn on its behalf overlay-wide, and
 // what was queued only for them is released. It stays in the map (it is
 // still a vertex of the tree, bypassed); if it returns it recovers like any
-// restarted broker, as a new incarnation.
+// restarted broker, as a new incarnation. Only the subscriptions of the
+// incarnations known when the suspicion began are withdrawn: a newer one
+// has been heard of by others since (it subscribed after it restarted),
+// and this broker's silence about it says nothing (docs/protocol.md §6).
 func (n *Node) declareGone(p *peer) {
 	p.gone = true
 	n.notice(NoticeGone, p.id, fmt.Sprintf("suspected for %d ticks", p.suspTicks))
 	var subs []message.SubID
 	for _, e := range n.table.Entries() {
-		if e.Sub.Edge == p.id {
+		if e.Sub.Edge == p.id && e.Sub.Epoch <= p.suspEpoch {
 			subs = append(subs, e.Sub)
 		}
 	}
