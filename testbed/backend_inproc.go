@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
 	"github.com/deltapub/deltapub/overlay/runtime"
@@ -101,14 +102,15 @@ type inprocHost struct {
 	mem      *runtime.MemNetwork // nil: QUIC
 	mu       sync.Mutex
 	brokers  map[string]*inprocBroker
-	starts   map[string]int // starts per broker so far
-	port     map[string]int // QUIC only
+	starts   map[string]int             // starts per broker so far
+	port     map[string]int             // QUIC only
+	stores   map[string]*storage.Memory // each broker's data directory, kept across its restarts
 	ctrlDone int64
 	stopOnce sync.Once
 }
 
 func newInprocHost(p *Plan) (*inprocHost, error) {
-	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, starts: map[string]int{}, port: map[string]int{}}
+	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, starts: map[string]int{}, port: map[string]int{}, stores: map[string]*storage.Memory{}}
 	if p.Spec.Inproc.Transport != TransportQUIC {
 		h.mem = runtime.NewMemNetwork()
 		return h, nil
@@ -199,7 +201,17 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	for _, j := range joinpoints {
 		cfg.Join = append(cfg.Join, j+"@"+h.addr(j))
 	}
-	epoch := cfg.EpochAt(time.Now())
+	h.mu.Lock()
+	st := h.stores[name]
+	if st == nil {
+		st = &storage.Memory{} // the broker's data directory, across its restarts
+		h.stores[name] = st
+	}
+	h.mu.Unlock()
+	epoch, err := runtime.BeginIncarnation(st, cfg.EpochAt(time.Now()))
+	if err != nil {
+		return err
+	}
 	var (
 		rt  *runtime.Runtime
 		reg *prometheus.Registry
@@ -213,6 +225,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	if err != nil {
 		return err
 	}
+	rt.KeepState(st)
 	rctx, cancel := context.WithCancel(context.Background())
 	b := &inprocBroker{rt: rt, reg: reg, tr: tr, cancel: cancel, done: make(chan struct{})}
 	go func() {

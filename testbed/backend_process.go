@@ -68,13 +68,17 @@ type proc struct {
 }
 
 type procHost struct {
-	p     *Plan
-	bin   string
-	logs  string
-	mu    sync.Mutex
-	procs map[string]*proc
-	port  map[string]int // QUIC (UDP) port
-	aport map[string]int // admin (TCP) port
+	p    *Plan
+	bin  string
+	logs string
+	// data holds each broker's data directory (data/<name>), kept across
+	// its restarts; dataTemp: made for this run, removed at the end.
+	data     string
+	dataTemp bool
+	mu       sync.Mutex
+	procs    map[string]*proc
+	port     map[string]int // QUIC (UDP) port
+	aport    map[string]int // admin (TCP) port
 	// ctrlDone is the control messages of incarnations that ended.
 	ctrlDone int64
 	spawn    chan func()
@@ -91,6 +95,13 @@ func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 		if err := os.MkdirAll(h.logs, 0o755); err != nil {
 			return nil, fmt.Errorf("testbed: %v", err)
 		}
+		h.data = filepath.Join(out, "data")
+	} else {
+		d, err := os.MkdirTemp("", "deltapub-testbed-data-")
+		if err != nil {
+			return nil, fmt.Errorf("testbed: %v", err)
+		}
+		h.data, h.dataTemp = d, true
 	}
 	// Ports: fixed from process.base_port (checked free before anything
 	// starts, so a clash is one clear error rather than a broker dying at
@@ -148,7 +159,8 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 		"--delta", strconv.Itoa(o.Delta), "--tick", o.Tick.Duration.String(),
 		"--heartbeat", o.Heartbeat.Duration.String(), "--failure-timeout", o.FailureTimeout.Duration.String(),
 		"--dack-period", o.DACKPeriod.Duration.String(), "--gone-after", o.GoneAfter.Duration.String(),
-		"--max-queue", strconv.Itoa(o.MaxQueue), "--log-format", "json"}
+		"--max-queue", strconv.Itoa(o.MaxQueue), "--log-format", "json",
+		"--data-dir", filepath.Join(h.data, name)}
 	if len(joinpoints) > 0 {
 		addrs := make([]string, len(joinpoints))
 		for i, j := range joinpoints {
@@ -462,6 +474,9 @@ func (h *procHost) stopAll() {
 			}
 		}
 		close(h.spawn)
+		if h.dataTemp {
+			_ = os.RemoveAll(h.data)
+		}
 	})
 }
 

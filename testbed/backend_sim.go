@@ -224,7 +224,7 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 				case ActCrash:
 					err = s.Crash(id)
 				case ActRestart:
-					err = s.Restart(id, ancestors(a.Broker)...)
+					err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: true}) // the data directory's place first, as process and inproc
 				case ActFreeze:
 					err = s.Freeze(id)
 				case ActResume:

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/deltapub/deltapub/internal/sim"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/deltapub/deltapub/client"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/topology"
 )
 
 // host is what the real-time modes differ in: how a broker is started,
@@ -68,10 +68,10 @@ func joinpointsFor(t *Topology, name string, delta int) []string {
 }
 
 // rejoinpointsFor lists where a restarted broker rejoins: the policy the
-// simulator's fuzzer restarts brokers with too (sim.RestartJoinpoints).
+// simulator's fuzzer restarts brokers with too (topology.RestartJoinpoints).
 func rejoinpointsFor(t *Topology, name string, delta int) []string {
 	parent := func(n string) (string, bool) { p := t.Parent[n]; return p, p != "" }
-	return sim.RestartJoinpoints(name, delta, parent, t.Neighbours)
+	return topology.RestartJoinpoints(name, delta, parent, t.Neighbours)
 }
 
 // leaveResult is how a graceful leave ended: how long the broker took to

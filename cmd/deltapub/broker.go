@@ -44,6 +44,7 @@ func runBroker(args []string) int {
 		join        = fs.String("join", "", "comma-separated joinpoint `addresses`, tried in order (none: start a new overlay)")
 		delta       = fs.Int("delta", 0, "δ: adjacent broker failures tolerated (same on every broker)")
 		epoch       = fs.Uint64("epoch", 0, "incarnation `number` (0: milliseconds since 1970)")
+		dataDir     = fs.String("data-dir", "", "`directory` where the broker keeps its epoch and its place in the tree across crashes (empty: nothing kept)")
 		tick        = fs.Duration("tick", 0, "runtime tick `duration`")
 		heartbeat   = fs.Duration("heartbeat", 0, "heartbeat `interval`")
 		failure     = fs.Duration("failure-timeout", 0, "silence after which a peer is suspected")
@@ -97,6 +98,8 @@ func runBroker(args []string) int {
 			cfg.Delta = *delta
 		case "epoch":
 			cfg.Epoch = *epoch
+		case "data-dir":
+			cfg.DataDir = *dataDir
 		case "tick":
 			cfg.Tick = *tick
 		case "heartbeat":

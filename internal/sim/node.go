@@ -44,6 +44,9 @@ type Node interface {
 	Leaving() bool
 	QueueLen() int
 	Parent() message.BrokerID
+	// Place is where a restart should rejoin (overlay.Node.Place): what
+	// the runtime keeps in the broker's data directory. nil: none.
+	Place() []overlay.Peer
 }
 
 // The protocol core is a Node as it is.
@@ -110,3 +113,4 @@ func (*nodeBase) Leave()                   {}
 func (*nodeBase) Leaving() bool            { return false }
 func (*nodeBase) QueueLen() int            { return 0 }
 func (*nodeBase) Parent() message.BrokerID { return "" }
+func (*nodeBase) Place() []overlay.Peer    { return nil }

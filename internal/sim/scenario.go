@@ -40,7 +40,8 @@ import (
 //	                            (stale-link: B3's peers keep its old links D after the
 //	                            restart, losing what they send on them, then LinkDown;
 //	                            resolve: the core is given the first joinpoint that answers
-//	                            a dial, alone, as the runtime does)
+//	                            a dial, alone, as the runtime does; place: B3 has a data
+//	                            directory and rejoins through the place it saved there first)
 //	slow B3 DURATION            a stall: frozen for DURATION, then resumed (does not wait)
 //	cut B2 B3 | heal B2 B3
 //	leave B3 [max=DURATION]     graceful leave; runs until B3 has left (leave.go)
@@ -378,12 +379,15 @@ func (r *runner) exec(l scriptLine) error {
 		}
 		return nil
 	case "restart":
-		const want = "want: restart BROKER [via JOINPOINT ...] [stale-link DURATION] [resolve]"
+		const want = "want: restart BROKER [via JOINPOINT ...] [stale-link DURATION] [resolve] [place]"
 		if len(rest) == 0 {
 			return fmt.Errorf(want)
 		}
 		id := message.BrokerID(rest[0])
 		o := RestartOptions{Joinpoints: s.existing(r.tree.Neighbours(id)), StaleLink: -1}
+		if n := len(rest); n >= 2 && rest[n-1] == "place" {
+			o.Place, rest = true, rest[:n-1]
+		}
 		if n := len(rest); n >= 2 && rest[n-1] == "resolve" {
 			o.Resolve, rest = true, rest[:n-1]
 		}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -214,6 +215,10 @@ type broker struct {
 	// that has not joined yet (-1: none).
 	ctl     []int64
 	restart int
+	// place is what the runtime keeps in the broker's data directory
+	// (Node.Place, saved while it is a joined member): where a restart
+	// with RestartOptions.Place rejoins first.
+	place []message.BrokerID
 	// linkTo mirrors Sim.links for the links of this broker, by peer
 	// (send looks a link up per message: one small, hot map by name
 	// instead of hashing the pair). Set where Sim.links is.
@@ -769,6 +774,14 @@ func (s *Sim) Crash(id message.BrokerID) error {
 		s.restarts[b.restart].dropped = true
 		b.restart = -1
 	}
+	if b.node != nil {
+		if p := b.node.Place(); p != nil {
+			b.place = b.place[:0]
+			for _, jp := range p {
+				b.place = append(b.place, jp.ID)
+			}
+		}
+	}
 	b.state = stateCrashed
 	b.inc++
 	b.node = nil
@@ -813,6 +826,10 @@ type RestartOptions struct {
 	// 5 s. Without it the joinpoints are known by name ("ID@addr", as the
 	// testbed gives them) and the core dials them itself.
 	Resolve bool
+	// Place: the broker has a data directory: it rejoins through the place
+	// it saved there first (broker.place), then through Joinpoints, as
+	// the runtime does (runtime.Runtime.joinList).
+	Place bool
 }
 
 // RestartWith is Restart with options.
@@ -830,6 +847,12 @@ func (s *Sim) RestartWith(id message.BrokerID, o RestartOptions) error {
 		s.tracef("%s RESTART epoch %d", id, b.epoch+1)
 	}
 	s.noteFault()
+	var named []message.BrokerID // by name: not resolved (the runtime's ID@addr)
+	if o.Place && len(b.place) > 0 {
+		named = slices.Clone(b.place)
+		o.Joinpoints = placeFirst(b.place, o.Joinpoints)[len(named):]
+		s.tracef("%s rejoins through its place %v, then %v", id, named, o.Joinpoints)
+	}
 	if err := s.start(b); err != nil {
 		return err
 	}
@@ -854,17 +877,29 @@ func (s *Sim) RestartWith(id message.BrokerID, o RestartOptions) error {
 				return err
 			}
 		}
-		s.resolveJoin(b, o.Joinpoints, 0, 0)
+		s.resolveJoin(b, named, o.Joinpoints, 0, 0)
 		return nil
 	}
-	return s.Join(id, o.Joinpoints...)
+	return s.Join(id, append(named, o.Joinpoints...)...)
+}
+
+// placeFirst is the runtime's list of joinpoints for a broker with a
+// saved place: the place, then the others not in it, at most 16.
+func placeFirst(place, others []message.BrokerID) []message.BrokerID {
+	out := slices.Clone(place)
+	for _, j := range others {
+		if !slices.Contains(place, j) {
+			out = append(out, j)
+		}
+	}
+	return out[:min(len(out), 16)]
 }
 
 // resolveJoin runs one round of b's runtime resolving its joinpoints
 // (RestartOptions.Resolve): every one dialled at once, the core started
 // with those that answered once every dial is answered, or another round
 // after pause.
-func (s *Sim) resolveJoin(b *broker, jps []message.BrokerID, round int, pause time.Duration) {
+func (s *Sim) resolveJoin(b *broker, named, jps []message.BrokerID, round int, pause time.Duration) {
 	inc := b.inc
 	answered := make([]bool, len(jps))
 	pending := len(jps)
@@ -878,15 +913,15 @@ func (s *Sim) resolveJoin(b *broker, jps []message.BrokerID, round int, pause ti
 				up = append(up, jps[i])
 			}
 		}
-		if len(up) > 0 {
+		if len(named)+len(up) > 0 {
 			s.tracef("%s: joinpoints %v answered (round %d)", b.id, up, round+1)
-			_ = s.Join(b.id, up...)
+			_ = s.Join(b.id, append(slices.Clone(named), up...)...)
 			return
 		}
 		s.tracef("%s: no joinpoint of %v answered (round %d); next round in %v", b.id, jps, round+1, pause)
 		s.schedule(s.now+pause, func() {
 			if b.inc == inc {
-				s.resolveJoin(b, jps, round+1, min(2*pause, 5*time.Second))
+				s.resolveJoin(b, named, jps, round+1, min(2*pause, 5*time.Second))
 			}
 		})
 	}
@@ -895,6 +930,9 @@ func (s *Sim) resolveJoin(b *broker, jps []message.BrokerID, round int, pause ti
 		pause = min(max(failTimeout, 200*time.Millisecond), 5*time.Second)
 	}
 	if len(jps) == 0 {
+		if len(named) > 0 {
+			_ = s.Join(b.id, named...)
+		}
 		return
 	}
 	reqAt := s.now

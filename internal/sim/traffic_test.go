@@ -9,6 +9,7 @@ import (
 
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
+	"github.com/deltapub/deltapub/topology"
 )
 
 // probeNode is a minimal broker for the tests of the liveness rules and
@@ -397,10 +398,10 @@ func TestRestartJoinpoints(t *testing.T) {
 	children := map[string][]string{"r": {"a"}, "a": {"b"}}
 	p := func(n string) (string, bool) { return parent[n], parent[n] != "" }
 	c := func(n string) []string { return children[n] }
-	if got := RestartJoinpoints("b", 1, p, c); !slices.Equal(got, []string{"a", "r"}) {
+	if got := topology.RestartJoinpoints("b", 1, p, c); !slices.Equal(got, []string{"a", "r"}) {
 		t.Errorf("b: %v", got)
 	}
-	if got := RestartJoinpoints("r", 1, p, c); !slices.Equal(got, []string{"a", "b"}) {
+	if got := topology.RestartJoinpoints("r", 1, p, c); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("r: %v", got)
 	}
 }

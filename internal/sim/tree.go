@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/topology"
 )
 
 // Tree is a planned overlay tree: the brokers in join order (Order[0] is
@@ -160,47 +161,11 @@ func (s *Sim) BuildTree(t Tree, maxJoin time.Duration) error {
 	return nil
 }
 
-// RestartJoinpoints is where a restarted broker rejoins, in the testbed
-// and in the fuzzer alike: its ancestors nearest first (up to δ+1 of them),
-// then, while there are fewer than δ+1, the nearest other brokers
-// (breadth first: its children, then their children and its siblings,
-// ...). A root and its child restarted together, each given only the
-// other, were two brokers that are not members asking each other forever;
-// with δ+1 distinct joinpoints at least one is up whenever at most δ
-// brokers are down, and each is within δ+1 hops, so its map holds the
-// restarted broker and it re-admits it at its old place.
-func RestartJoinpoints[ID comparable](id ID, delta int, parent func(ID) (ID, bool), neighbours func(ID) []ID) []ID {
-	var out []ID
-	in := map[ID]bool{id: true}
-	for n, ok := parent(id); ok && len(out) < delta+1; n, ok = parent(n) {
-		out = append(out, n)
-		in[n] = true
-	}
-	seen := map[ID]bool{id: true}
-	queue := []ID{id}
-	for len(queue) > 0 && len(out) < delta+1 {
-		x := queue[0]
-		queue = queue[1:]
-		for _, y := range neighbours(x) {
-			if seen[y] {
-				continue
-			}
-			seen[y] = true
-			queue = append(queue, y)
-			if !in[y] && len(out) < delta+1 {
-				in[y] = true
-				out = append(out, y)
-			}
-		}
-	}
-	return out
-}
-
-// RestartJoinpoints is the shared policy (the function) on t.
+// RestartJoinpoints is the shared policy (topology.RestartJoinpoints) on t.
 func (t Tree) RestartJoinpoints(id message.BrokerID, delta int) []message.BrokerID {
 	parent := func(x message.BrokerID) (message.BrokerID, bool) {
 		p, ok := t.Parent[x]
 		return p, ok
 	}
-	return RestartJoinpoints(id, delta, parent, t.Neighbours)
+	return topology.RestartJoinpoints(id, delta, parent, t.Neighbours)
 }

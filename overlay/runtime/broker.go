@@ -41,13 +41,17 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 	if secret == nil {
 		log.Warn().Msg("no secret_file: broker links are not authenticated; any broker that speaks the protocol may join")
 	}
-	epoch := cfg.EpochAt(time.Now())
+	st, epoch, err := OpenStore(&cfg, cfg.EpochAt(time.Now()))
+	if err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt, err := NewRuntime(cfg, epoch, log, reg)
 	if err != nil {
 		return nil, err
 	}
+	rt.KeepState(st)
 	b := &Broker{Runtime: rt, cfg: cfg, log: log, epoch: epoch}
 	b.tr, err = ListenQUIC(&cfg, epoch, secret, string(token), rt, log)
 	if err != nil {

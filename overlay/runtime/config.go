@@ -43,6 +43,15 @@ type BrokerConfig struct {
 	// larger one than before. 0: derived from the wall clock at start
 	// (milliseconds since 1970), which grows across restarts.
 	Epoch uint64 `toml:"epoch"`
+	// DataDir is where this broker keeps what it must find again after a
+	// crash (internal/storage): the last epoch it started with (the next
+	// one is larger whatever the clock says) and its place in the tree,
+	// the brokers a restart rejoins through before the configured Join
+	// (so that it recovers at its old place, also when it was placed
+	// elsewhere than its configuration says). Empty: nothing is kept, and
+	// a restart joins through Join alone, which should then list its
+	// former neighbours. One directory per broker.
+	DataDir string `toml:"data_dir"`
 
 	// Delta is δ, the number of adjacent brokers that may be down at the
 	// same time without loss. A property of the whole overlay: every broker

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
@@ -127,6 +128,10 @@ type Runtime struct {
 	leaving    bool
 	left       bool
 	joinFailed string
+	// store keeps the place (nil: no data directory); placed is the
+	// place last saved.
+	store  storage.Store
+	placed []storage.Joinpoint
 
 	joined      atomic.Bool // for /healthz, read by other goroutines
 	cuts        linkCuts    // failure injection: links refused until healed (cut.go)
@@ -365,7 +370,7 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 	r.dialCtx, r.stopDialing = context.WithCancel(context.Background())
 	defer r.stopDialing()
 
-	if len(r.cfg.Join) == 0 {
+	if len(r.joinList()) == 0 {
 		r.start(nil)
 	} else {
 		go r.resolveJoinpoints(r.dialCtx)
@@ -419,6 +424,7 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 				ticks++
 				if ticks%statusEvery == 0 {
 					r.refreshStatus()
+					r.savePlace()
 				}
 			}
 			r.drain()
@@ -519,11 +525,12 @@ func (r *Runtime) dialPatience() time.Duration {
 func (r *Runtime) resolveJoinpoints(ctx context.Context) {
 	const maxJoinPause = 5 * time.Second
 	pause := min(max(r.cfg.FailureTimeout, 200*time.Millisecond), maxJoinPause)
+	join := r.joinList()
 	for round := 1; ; round++ {
-		jps := make([]overlay.Peer, len(r.cfg.Join))
-		errs := make([]error, len(r.cfg.Join))
+		jps := make([]overlay.Peer, len(join))
+		errs := make([]error, len(join))
 		var wg sync.WaitGroup
-		for i, j := range r.cfg.Join {
+		for i, j := range join {
 			jp := SplitJoinpoint(j)
 			if jp.ID != "" {
 				jps[i] = jp
@@ -915,6 +922,7 @@ func (r *Runtime) notice(n overlay.Notice) {
 	case overlay.NoticeLeft:
 		r.left = true
 		r.joined.Store(false)
+		r.savePlace() // none: a broker that left rejoins as a new member
 	case overlay.NoticeJoinFailed:
 		r.joinFailed = n.Detail
 	}
