@@ -43,6 +43,9 @@ import (
 //	                            a dial, alone, as the runtime does; place: B3 has a data
 //	                            directory and rejoins through the place it saved there first)
 //	slow B3 DURATION            a stall: frozen for DURATION, then resumed (does not wait)
+//	slowdial B3 B2 DURATION     B3's next dial to B2 takes DURATION to complete its handshake
+//	                            (longer than the dial timeout: told DialFailed at the timeout,
+//	                            the link comes up later, as the runtime keeps a slow handshake)
 //	cut B2 B3 | heal B2 B3
 //	leave B3 [max=DURATION]     graceful leave; runs until B3 has left (leave.go)
 //	leave B3 start              begin B3's leave and go on at once (what follows happens
@@ -403,6 +406,21 @@ func (r *runner) exec(l scriptLine) error {
 			return fmt.Errorf(want)
 		}
 		return s.RestartWith(id, o)
+	case "slowdial":
+		if len(rest) != 3 {
+			return fmt.Errorf("want: slowdial BROKER PEER DURATION")
+		}
+		d, err := parseDur("slowdial", rest[2])
+		if err != nil {
+			return err
+		}
+		for _, id := range rest[:2] {
+			if _, err := s.broker(message.BrokerID(id)); err != nil {
+				return err
+			}
+		}
+		s.SlowDial(message.BrokerID(rest[0]), message.BrokerID(rest[1]), d)
+		return nil
 	case "slow":
 		if len(rest) != 2 {
 			return fmt.Errorf("want: slow BROKER DURATION")

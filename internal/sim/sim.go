@@ -298,7 +298,8 @@ type Stats struct {
 type Sim struct {
 	cfg      Config
 	rng      *rand.Rand
-	slowRng  *rand.Rand // SlowHandshake's draws: a stream of their own
+	slowRng  *rand.Rand                            // SlowHandshake's draws: a stream of their own
+	slowNext map[[2]message.BrokerID]time.Duration // SlowDial: the next dial from→to, its handshake's duration
 	now      time.Duration
 	seq      uint64
 	q        eventHeap
@@ -1185,19 +1186,38 @@ func (s *Sim) dialDone(b, t *broker, to message.BrokerID, inc int, reqAt time.Du
 			s.scheduleFor(failAt, b, func() { b.node.DialFailed(to) })
 			return
 		}
+		if d, ok := s.slowNext[[2]message.BrokerID{b.id, to}]; ok {
+			delete(s.slowNext, [2]message.BrokerID{b.id, to})
+			if d > s.cfg.DialTimeout {
+				s.slowHandshake(b, t, to, inc, reqAt, k, reqAt+d)
+				return
+			}
+		}
 		if s.cfg.SlowHandshake > 0 && s.slowRng.IntN(1000) < s.cfg.SlowHandshake {
-			s.slowHandshake(b, t, to, inc, reqAt, k)
+			failAt := reqAt + s.cfg.DialTimeout
+			s.slowHandshake(b, t, to, inc, reqAt, k, failAt+time.Duration(s.slowRng.Int64N(int64(s.cfg.DialPatience-s.cfg.DialTimeout)+1)))
 			return
 		}
 		s.linkDialled(b, t, to, reqAt, k)
 	}
 }
 
+// SlowDial makes the next dial from a to b a handshake that takes d (a
+// starved machine): longer than the dial timeout, the core is told
+// DialFailed at the timeout and the link comes up at d (as the runtime's
+// slow handshakes, SlowHandshake), unless b is down or cut off by then.
+func (s *Sim) SlowDial(a, b message.BrokerID, d time.Duration) {
+	if s.slowNext == nil {
+		s.slowNext = map[[2]message.BrokerID]time.Duration{}
+	}
+	s.slowNext[[2]message.BrokerID{a, b}] = d
+}
+
 // slowHandshake is a dial of a live peer whose handshake outlasts the dial
-// timeout: DialFailed at the timeout, the link later (SlowHandshake).
-func (s *Sim) slowHandshake(b, t *broker, to message.BrokerID, inc int, reqAt time.Duration, k linkKey) {
+// timeout: DialFailed at the timeout, the link at upAt (SlowHandshake,
+// SlowDial).
+func (s *Sim) slowHandshake(b, t *broker, to message.BrokerID, inc int, reqAt time.Duration, k linkKey, upAt time.Duration) {
 	failAt := reqAt + s.cfg.DialTimeout
-	upAt := failAt + time.Duration(s.slowRng.Int64N(int64(s.cfg.DialPatience-s.cfg.DialTimeout)+1))
 	s.tracef("%s dial %s: slow handshake, answered at %s, up at %s", b.id, to, fmtTime(failAt), fmtTime(upAt))
 	sd := &slowDial{inc: inc}
 	if b.slowDials == nil {
