@@ -444,6 +444,17 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		}
 		dir = from // a withdrawal: removing the entry everywhere is right
 	}
+	if !m.Unsub && !n.joined && m.From != "" && !n.topo.Has(m.From) {
+		// Recovering, with a map that does not reach the flood's
+		// from-pointer yet: held like a flood from an unplaced sender.
+		// Taken with the sender as pointer, the entry claimed the
+		// subscriber's edge was the sender, and a restarted neighbour
+		// beyond it was told so (subsFor) and dropped the publications
+		// for it as coming from the subscriber's side (scenario
+		// restart_flood_pointer_beyond_map.txt).
+		n.holdUnplaced(from, m)
+		return
+	}
 	if m.Unsub && m.Mark {
 		if _, ok := n.table.Get(m.Sub); !ok {
 			n.sendFloodAck(k, from)
