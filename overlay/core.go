@@ -25,6 +25,7 @@ type peer struct {
 	suspAt    int64  // tick of the last suspicion (topo_resend.go)
 	suspEpoch uint64 // the newest incarnation known when it was suspected: the one gone_after may declare gone
 	gone      bool   // declared gone (PROTOCOL §6)
+	vouchedAt int64  // last tick a joined tree neighbour of it said it does not suspect it (gone waits)
 	epoch     uint64 // last incarnation heard from it
 	joined    bool   // its last heartbeat said it is routable
 	heardHB   bool   // a heartbeat arrived on the current link
@@ -337,7 +338,7 @@ func (n *Node) Tick() {
 		}
 		if p.suspected && !p.gone {
 			p.suspTicks++
-			if p.suspTicks >= n.cfg.GoneAfterTicks {
+			if p.suspTicks >= n.cfg.GoneAfterTicks && n.now-p.vouchedAt > int64(n.cfg.FailureTicks) {
 				n.declareGone(p)
 				changed = true
 			}
@@ -428,6 +429,26 @@ func (n *Node) wanted(id message.BrokerID) bool {
 		}
 	}
 	return false
+}
+
+// vouch records what a joined peer's heartbeat says of the brokers we
+// suspect among its tree neighbours: one it does not list is alive to it
+// (it monitors its tree neighbours), so it is not gone, whatever our own
+// silence from it says. *Rule: a broker is declared gone only while no
+// joined tree neighbour of it vouches for it* (docs/protocol.md §4): a
+// broker back from a restart that one neighbour could not hear for
+// gone_after (its handshakes slow both ways) was removed from the tree by
+// that neighbour alone while the others routed through it, and the two
+// sides' trees disagreed for good.
+func (n *Node) vouch(from message.BrokerID, suspects []message.BrokerID) {
+	for _, x := range n.topo.Neighbours(from) {
+		if x == n.cfg.ID || slices.Contains(suspects, x) {
+			continue
+		}
+		if q := n.peers[x]; q != nil && q.suspected && !q.gone {
+			q.vouchedAt = n.now
+		}
+	}
 }
 
 func (n *Node) suspect(p *peer, why string) {
@@ -647,6 +668,7 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 		p.heardHB, p.heardAny = true, true
 		if m.Joined {
 			n.askUnplaced(p.id) // it holds our map's missing part now (flood.go holdUnplaced)
+			n.vouch(p.id, m.Suspects)
 		}
 	}
 	if was != n.unusable(p.id) {
