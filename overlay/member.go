@@ -400,7 +400,12 @@ func (n *Node) checkRecovery() {
 	for _, id := range ids {
 		p := n.peer(id)
 		if p.gone {
-			delete(n.stateWait, id)
+			// Gone, or a leaver whose repair is applied: no state to give.
+			// Asked on behalf of an awaited broker, that one's side is
+			// asked again on the repaired map (dropLeft): a leaver's
+			// repair that arrived before its NotMember otherwise left the
+			// side behind it unasked (restart_beside_draining_leaver.txt).
+			n.dropLeft(id)
 			continue
 		}
 		if !n.topo.Has(id) && (p.suspected || n.stateWaitT >= n.cfg.FailureTicks) && !n.unplaced(id) {
