@@ -138,8 +138,7 @@ type Node struct {
 	fslotsOf uint32
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
-	floods     floodMap               // pending, by key (flood_fast.go)
-	floodHole  bool                   // set by floodTargets: some direction has a hole beyond δ
+	floods     map[floodKey]*flood    // pending, by key
 	viaState   map[message.SubID]bool // entries learned by state transfer, not by a flood
 	tombstones map[message.SubID]bool
 	tombOrder  []message.SubID
@@ -213,10 +212,6 @@ type Node struct {
 	joinLay  uint64
 	joinOK   bool
 	capBuf   []uint64
-	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
-	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
-	fl floodState
-
 	// ctrlSent counts the control messages sent, by type (countControl,
 	// controlCounts: send counts into it, Status reads
 	// counters.Control through it).
@@ -249,6 +244,7 @@ func NewNode(cfg Config) (*Node, error) {
 		namedBy:      map[message.BrokerID]message.BrokerID{},
 		mapFrom:      map[message.BrokerID]bool{},
 		unjoinedSeen: map[message.BrokerID]bool{},
+		floods:       map[floodKey]*flood{},
 		tombstones:   map[message.SubID]bool{},
 		topoSeen:     map[floodKey]bool{},
 		clients:      map[message.ClientID]*clientState{},

@@ -188,7 +188,7 @@ func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
 			f := &flood{key: k, except: "B", budget: -1, waiters: []message.BrokerID{"B"}, msg: n.subFloodMsg(sub)}
 			f.targets = []ftarget{{id: "C", epoch: 1, out: true}}
 			f.nOut = 1
-			n.floods.put(k, f)
+			n.floods[k] = f
 			n.Ready()
 			n.onSubFlood(c.from, &message.SubFlood{Sub: sub, From: "F"})
 			acked := false
@@ -200,7 +200,7 @@ func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
 			if acked != c.wantAck {
 				t.Errorf("SubConfirm to %s sent = %v, want %v", c.from, acked, c.wantAck)
 			}
-			if g, _ := n.floods.get(k); f.isOut("C") != c.stillOut || g != f {
+			if g := n.floods[k]; f.isOut("C") != c.stillOut || g != f {
 				t.Errorf("C still awaited = %v, flood pending = %v; want %v, true", f.isOut("C"), g == f, c.stillOut)
 			}
 			waiter := false

@@ -44,24 +44,17 @@ func floodLess(a, b floodKey) bool {
 // answered (or was found failed and replaced by the live brokers behind
 // it).
 type flood struct {
-	// (Laid out for the answers: what ackHint and floodCheck read comes
-	// first, with the storage of the first targets, on the record's first
-	// cache lines.)
-	nOut   int
-	gen    uint32 // pooled: bumped when complete (ackQueue entries go stale)
-	hole   bool   // some direction is cut off beyond δ (see floodCheck)
-	pooled bool   // taken from the node's pool (newFlood), handed back when complete (floodCheck); nothing keeps a completed flood
+	key floodKey
 	// targets lists every broker the flood was sent to, with its
 	// incarnation when first sent and whether its answer is awaited (a
-	// small slice: a flood has a handful of targets).
+	// small slice: a flood has a handful of targets); nOut counts the
+	// awaited ones.
 	targets []ftarget
-	key     floodKey
-	inl     [2]ftarget  // targets' first storage (newFlood)
-	win     *edgeFloods // the window of floodMap it was put in (nil: its map)
+	nOut    int
+	hole    bool // some direction is cut off beyond δ (see floodCheck)
 	waiters []message.BrokerID
-	inw     [1]message.BrokerID // waiters' first storage (newFlood)
-	except  message.BrokerID    // the direction it came from
-	budget  int                 // topology floods: hops it may still travel; -1 = unlimited
+	except  message.BrokerID // the direction it came from
+	budget  int              // topology floods: hops it may still travel; -1 = unlimited
 	// msg builds the message for one target; nil for (un)subscription
 	// floods, whose message follows from the key (floodMsg).
 	msg  func(to message.BrokerID, dist int) message.Message
@@ -114,10 +107,6 @@ func (f *flood) answered(id message.BrokerID) {
 type target struct {
 	id   message.BrokerID
 	dist int
-	// nb: set by floodTargets' fast path, 1 + the index of id in the
-	// neighbour cache (its peer and ackQueue); 0 otherwise. Valid until
-	// the cache is next consulted.
-	nb int
 }
 
 // floodTargets returns, for every tree direction other than except, the
@@ -126,19 +115,11 @@ type target struct {
 // its recovery). With all (subscription floods), the unusable brokers
 // walked past are targets too, unless gone: a suspected broker may be
 // alive behind a cut or a freeze and must get the subscription before it
-// is confirmed (see floodGaveUp).
-//
-// The result is scratch, valid until the next call.
-func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
+// is confirmed (see floodGaveUp). hole (only with all) reports that some
+// direction is cut off beyond δ.
+func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, hole bool) {
 	n.geometry()
-	n.floodHole = false
-	if out, ok := n.floodTargetsUsable(except); ok {
-		return out
-	}
-	out := n.fl.tgt[:0]
-	defer func() { n.fl.tgt = out }()
 	add := func(id message.BrokerID) {
-		// A handful of targets: a scan beats a map allocated per flood.
 		for _, t := range out {
 			if t.id == id {
 				return
@@ -157,14 +138,12 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 		if p := n.peers[nb]; p != nil && p.up && !p.suspected {
 			add(nb)
 		}
-		front, skipped, hole := n.topo.FrontierSkipped(nb, n.unusable)
+		front, skipped, cut := n.topo.FrontierSkipped(nb, n.unusable)
 		for _, f := range front {
 			add(f)
 		}
-		if hole && all {
-			n.floodHole = true
-		}
 		if all {
+			hole = hole || cut
 			for _, s := range skipped {
 				if p := n.peers[s]; p == nil || !p.gone {
 					add(s)
@@ -172,28 +151,18 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) []target {
 			}
 		}
 	}
-	return out
+	return out, hole
 }
 
 // startFlood registers f and sends it to its targets; it completes at once
 // when there are none.
 func (n *Node) startFlood(f *flood) {
-	n.floods.put(f.key, f)
+	n.floods[f.key] = f
 	if f.key.kind == fkTopo {
 		n.recordTopo(f)
 	}
-	n.sendFloodTo(f, n.floodTargets(f.except, f.key.kind != fkTopo))
-}
-
-// startFloodTargets is startFlood for an (un)subscription flood whose
-// targets ts floodTargets just returned (nothing in between changed).
-func (n *Node) startFloodTargets(f *flood, ts []target) {
-	n.floods.put(f.key, f)
-	n.sendFloodTo(f, ts)
-}
-
-func (n *Node) sendFloodTo(f *flood, ts []target) {
-	f.hole = n.floodHole
+	ts, hole := n.floodTargets(f.except, f.key.kind != fkTopo)
+	f.hole = hole
 	for _, t := range ts {
 		if f.budget >= 0 && t.dist > f.budget {
 			continue
@@ -204,15 +173,7 @@ func (n *Node) sendFloodTo(f *flood, ts []target) {
 }
 
 func (n *Node) sendFlood(f *flood, t target) {
-	var p *peer
-	var q *ackQueue
-	if t.nb > 0 {
-		nb := &n.fl.nb[t.nb-1]
-		p, q = nb.p, nb.q
-	}
-	if p == nil {
-		p = n.peer(t.id)
-	}
+	p := n.peer(t.id)
 	ft := f.find(t.id)
 	if ft == nil {
 		f.targets = append(f.targets, ftarget{id: t.id, epoch: p.epoch, out: true})
@@ -228,7 +189,6 @@ func (n *Node) sendFlood(f *flood, t target) {
 	}
 	ft.sentUsable = p.heardHB && p.joined && !p.suspected // knownJoined (p is up)
 	n.sendP(p, t.id, n.floodMsg(f, t.id, t.dist))
-	n.ackSent(f, t.id, q)
 }
 
 func (n *Node) floodCheck(f *flood) {
@@ -238,7 +198,7 @@ func (n *Node) floodCheck(f *flood) {
 		// is not confirmed until the hole heals and the flood goes on.
 		return
 	}
-	n.floods.done(f)
+	delete(n.floods, f.key)
 	for _, w := range f.waiters {
 		if w == "" {
 			continue
@@ -248,30 +208,25 @@ func (n *Node) floodCheck(f *flood) {
 	if f.done != nil {
 		f.done()
 	}
-	n.freeFlood(f)
 }
 
 func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
 	switch k.kind {
 	case fkSub:
-		// (The route slot holds n.peers[to]: no lookup by name.)
-		n.sendP(n.slot(to).p, to, n.subConfirm(k.sub, false, false))
+		n.send(to, &message.SubConfirm{Sub: k.sub})
 	case fkUnsub:
-		n.send(to, n.subConfirm(k.sub, true, false))
+		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true})
 	case fkMark:
-		n.send(to, n.subConfirm(k.sub, true, true))
+		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true, Mark: true})
 	case fkTopo:
 		n.send(to, &message.TopoAck{Origin: k.origin, Seq: k.seq})
 	}
 }
 
 func (n *Node) floodAck(k floodKey, from message.BrokerID) {
-	f := n.ackHint(k, from)
-	if f == nil {
-		var ok bool
-		if f, ok = n.floods.get(k); !ok || !f.isOut(from) {
-			return
-		}
+	f, ok := n.floods[k]
+	if !ok || !f.isOut(from) {
+		return
 	}
 	f.answered(from)
 	n.floodCheck(f)
@@ -282,7 +237,7 @@ func (n *Node) floodAck(k floodKey, from message.BrokerID) {
 func (n *Node) floodsResend(id message.BrokerID) {
 	n.geometry()
 	for _, k := range n.floodKeys() {
-		f, _ := n.floods.get(k)
+		f := n.floods[k]
 		if ft := f.find(id); ft != nil && ft.out {
 			ft.sentUsable = n.knownJoined(id)
 			n.send(id, n.floodMsg(f, id, n.dist[id]))
@@ -294,7 +249,7 @@ func (n *Node) floodsResend(id message.BrokerID) {
 // unusable by the live brokers behind them.
 func (n *Node) floodsReroute() {
 	for _, k := range n.floodKeys() {
-		f, ok := n.floods.get(k)
+		f, ok := n.floods[k]
 		if !ok {
 			continue
 		}
@@ -316,8 +271,8 @@ func (n *Node) floodsReroute() {
 				n.send(t.id, n.floodMsg(f, t.id, n.dist[t.id]))
 			}
 		}
-		ts := n.floodTargets(f.except, f.key.kind != fkTopo)
-		f.hole = n.floodHole
+		ts, hole := n.floodTargets(f.except, f.key.kind != fkTopo)
+		f.hole = hole
 		want := map[message.BrokerID]bool{}
 		for _, t := range ts {
 			if f.budget >= 0 && t.dist > f.budget {
@@ -372,16 +327,16 @@ func (n *Node) floodGaveUp(f *flood, id message.BrokerID) bool {
 }
 
 func (n *Node) floodKeys() []floodKey {
-	ks := make([]floodKey, 0, n.floods.len())
-	for f := range n.floods.all {
-		ks = append(ks, f.key)
+	ks := make([]floodKey, 0, len(n.floods))
+	for k := range n.floods {
+		ks = append(ks, k)
 	}
 	sort.Slice(ks, func(i, j int) bool { return floodLess(ks[i], ks[j]) })
 	return ks
 }
 
 func (n *Node) localFloodsPending() bool {
-	for f := range n.floods.all {
+	for _, f := range n.floods {
 		if f.done != nil {
 			return true
 		}
@@ -389,10 +344,40 @@ func (n *Node) localFloodsPending() bool {
 	return false
 }
 
+// floodMsg is the message of flood f for target to at distance dist.
+func (n *Node) floodMsg(f *flood, to message.BrokerID, dist int) message.Message {
+	if f.msg != nil {
+		return f.msg(to, dist)
+	}
+	switch f.key.kind {
+	case fkSub:
+		return n.subFloodTo(f.key.sub, dist)
+	case fkUnsub:
+		return &message.SubFlood{Sub: f.key.sub, Unsub: true}
+	case fkMark:
+		return &message.SubFlood{Sub: f.key.sub, Unsub: true, Mark: true}
+	}
+	panic("overlay: flood without a message")
+}
+
 // subFloodMsg builds the per-target SubFlood of entry e (From recomputed
 // for the target's distance).
 func (n *Node) subFloodMsg(sub message.SubID) func(message.BrokerID, int) message.Message {
-	return func(to message.BrokerID, dist int) message.Message { return n.subFloodTo(sub, dist, nil) }
+	return func(to message.BrokerID, dist int) message.Message { return n.subFloodTo(sub, dist) }
+}
+
+// subFloodTo builds the SubFlood of sub's entry for a target at distance
+// dist (From recomputed for it); the withdrawal when the entry is gone.
+func (n *Node) subFloodTo(sub message.SubID, dist int) *message.SubFlood {
+	e, ok := n.table.Get(sub)
+	if !ok {
+		return &message.SubFlood{Sub: sub, Unsub: true}
+	}
+	from := n.cfg.ID
+	if !e.Local {
+		from = n.topo.FromFor(e.From, dist)
+	}
+	return &message.SubFlood{Sub: sub, Filter: e.Filter, From: from}
 }
 
 func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
@@ -420,7 +405,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		// repair makes us gone there, then reroutes on the new tree.
 		return
 	}
-	if f, ok := n.floods.get(k); ok {
+	if f, ok := n.floods[k]; ok {
 		if f.isOut(from) {
 			// Crossed floods: a broker whose answer we await sends us the
 			// same flood (its view of the directions changed, e.g. after a
@@ -436,7 +421,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		f.waiters = append(f.waiters, from)
 		return
 	}
-	dir := n.floodDirection(from)
+	dir := n.direction(from)
 	if dir == "" {
 		if !m.Unsub {
 			n.holdUnplaced(from, m)
@@ -460,9 +445,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			n.sendFloodAck(k, from)
 			return
 		}
-		f := n.newFlood()
-		f.key, f.except, f.budget, f.waiters = k, dir, -1, append(f.waiters, from)
-		n.startFlood(f)
+		n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from}})
 		return
 	}
 	if m.Unsub {
@@ -486,9 +469,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			// Learned through a state transfer (recovery, resync), so the
 			// brokers behind us may not have it: flood it on this once.
 			delete(n.viaState, m.Sub)
-			f := n.newFlood()
-			f.key, f.except, f.budget, f.waiters = k, e.Dir, -1, append(f.waiters, from)
-			n.startFlood(f)
+			n.startFlood(&flood{key: k, except: e.Dir, budget: -1, waiters: []message.BrokerID{from}})
 			return
 		}
 	}
@@ -496,12 +477,19 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.sendFloodAck(k, from)
 		return
 	}
-	ew := n.edgeWindow(m.Sub.Edge)
-	if p := n.edgePeer(ew, m.Sub.Edge); p != nil && p.epoch > m.Sub.Epoch {
+	if p := n.peers[m.Sub.Edge]; p != nil && p.epoch > m.Sub.Epoch {
 		n.sendFloodAck(k, from) // a subscription of an old incarnation: dead
 		return
 	}
-	fp := n.floodFromPointer(m.Sub.Edge, m.From, from, dir)
+	// The entry's from-pointer: the flood's From if in our map, else the
+	// sender if in it, else the direction.
+	fp := m.From
+	if !n.topo.Has(fp) {
+		fp = from
+		if !n.topo.Has(fp) {
+			fp = dir
+		}
+	}
 	inserted, err := n.table.Insert(routing.Entry{Sub: m.Sub, Filter: m.Filter, From: fp, Dir: dir})
 	if err != nil {
 		if _, known := n.table.Get(m.Sub); !known {
@@ -514,22 +502,8 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		n.sendFloodAck(k, from)
 		return
 	}
-	n.ensureHop(ew, fp) // n.hop(fp)
-	ts := n.floodTargets(dir, true)
-	if len(ts) == 0 && !n.floodHole {
-		// Nowhere to go on (a leaf of the flood): it would complete at
-		// once in startFlood; only its answer remains.
-		if from != "" {
-			n.sendFloodAck(k, from)
-		}
-		return
-	}
-	f := n.newFlood()
-	f.key, f.except, f.budget, f.waiters = k, dir, -1, append(f.waiters, from)
-	// The entry is the one just inserted: its messages need no lookup.
-	n.fl.hint, n.fl.hintFrom = m, fp
-	n.startFloodTargets(f, ts)
-	n.fl.hint = nil
+	n.hop(fp) // a next hop toward the from-pointer, dialled when missing
+	n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from}})
 }
 
 // maxUnplaced bounds the floods held per sender (holdUnplaced).
@@ -623,7 +597,7 @@ func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID,
 	delete(n.viaState, sub)
 	n.tombstone(sub)
 	k := floodKey{kind: fkUnsub, sub: sub}
-	if f, ok := n.floods.get(floodKey{kind: fkSub, sub: sub}); ok {
+	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {
 		// The subscription's own flood is still pending: answer its
 		// waiters now (the withdrawal follows on the same links).
 		for i := range f.targets {
@@ -632,14 +606,13 @@ func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID,
 		f.nOut = 0
 		n.floodCheck(f)
 	}
-	if f, ok := n.floods.get(k); ok {
+	if f, ok := n.floods[k]; ok {
 		if waiter != "" {
 			f.waiters = append(f.waiters, waiter)
 		}
 		return
 	}
-	f := n.newFlood()
-	f.key, f.except, f.budget, f.done = k, except, -1, done
+	f := &flood{key: k, except: except, budget: -1, done: done}
 	if waiter != "" {
 		f.waiters = append(f.waiters, waiter)
 	}
@@ -687,8 +660,7 @@ func (n *Node) subscribe(c message.ClientID, cs *clientState, m *message.Subscri
 	}
 	cs.subs[sub] = m.Req
 	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
-	f := n.newFlood()
-	f.key, f.budget = floodKey{kind: fkSub, sub: sub}, -1
+	f := &flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1}
 	f.done = func() {
 		if cs2 := n.clients[c]; cs2 == cs {
 			if _, ok := cs.subs[sub]; ok {
@@ -714,11 +686,10 @@ func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsub
 	// UnsubAck, and the removal is flooded (docs/protocol.md).
 	sub := m.Sub
 	k := floodKey{kind: fkMark, sub: sub}
-	if _, ok := n.floods.get(k); ok {
+	if _, ok := n.floods[k]; ok {
 		return
 	}
-	f := n.newFlood()
-	f.key, f.budget = k, -1
+	f := &flood{key: k, budget: -1}
 	f.done = func() {
 		n.withdrawFlood(sub, "", "", nil)
 		if n.clients[c] == cs {

@@ -388,7 +388,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// 30981: a subscription flooded past a cut link while its path's
 	// broker left).
 	for _, k := range n.floodKeys() {
-		f, _ := n.floods.get(k)
+		f := n.floods[k]
 		if f.except != x {
 			continue
 		}

@@ -145,7 +145,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	n.routesChanged()
 	n.send(from, &message.JoinReply{Parent: n.cfg.ID, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
 	if retry {
-		for _, f := range n.floods.m {
+		for _, f := range n.floods {
 			if f.key.kind == fkTopo && f.key.origin == n.cfg.ID {
 				return // the propagation is still running: it confirms
 			}
@@ -314,7 +314,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 			// it on (those that have it answer at once).
 			e, _ := n.table.Get(sub)
 			k := floodKey{kind: fkSub, sub: sub}
-			if _, busy := n.floods.get(k); !busy {
+			if _, busy := n.floods[k]; !busy {
 				n.startFlood(&flood{key: k, except: e.Dir, budget: -1, msg: n.subFloodMsg(sub)})
 			}
 		}
@@ -560,7 +560,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		n.sendFloodAck(k, from) // the map transfer that follows includes it
 		return
 	}
-	if f, ok := n.floods.get(k); ok {
+	if f, ok := n.floods[k]; ok {
 		if m.Leaver != "" {
 			// A leave's repair reaches us on the old and on the new edges
 			// (a cycle while it spreads): answer at once, it is applied.
@@ -784,7 +784,7 @@ func (n *Node) checkHoles() {
 			n.holes[nb] = true
 			reason := fmt.Sprintf("more than %d brokers failed in a row beyond %s (seen from %s)", n.cfg.Delta, nb, n.cfg.ID)
 			n.notice(NoticeGap, nb, reason)
-			targets := n.floodTargets(nb, false)
+			targets, _ := n.floodTargets(nb, false)
 			for _, g := range n.gapFloods(n.gapRanges(nb), reason) {
 				n.rememberGap(gapKey{n.cfg.ID, g.Seq})
 				n.deliverGap(g)
@@ -868,7 +868,8 @@ func (n *Node) onGapFlood(from message.BrokerID, g *message.GapFlood) {
 	if dir == "" {
 		dir = from
 	}
-	for _, t := range n.floodTargets(dir, false) {
+	targets, _ := n.floodTargets(dir, false)
+	for _, t := range targets {
 		n.send(t.id, g)
 	}
 }
