@@ -404,7 +404,7 @@ func TestLeaveStarRootDialsOnlyWhatRoutesNeed(t *testing.T) {
 			return true // the new root's tree edges
 		case b == "B05" || b == "B08":
 			// The bypass hops toward the subscriptions' edges: every
-			// broker keeps a next hop toward each from-pointer (ensureHop)
+			// broker keeps a next hop toward each from-pointer (onSubFlood)
 			// and dials it when it changes.
 			return true
 		}
