@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	goruntime "runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -14,7 +13,7 @@ import (
 )
 
 func simSRDS09(args []string) int {
-	fs := newFlagSet("sim srds09", "deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--brokers N] [--warmup D] [--after D] [--timeline FILE.csv] [--node overlay|flood] [--workers N]")
+	fs := newFlagSet("sim srds09", "deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--brokers N] [--warmup D] [--after D] [--timeline FILE.csv] [--node overlay|flood]")
 	o := sim.DefaultSRDSOptions()
 	crashes := fs.String("crashes", "1", "simultaneous crashes of adjacent brokers R1..Rk, or a comma-separated list of runs (0: the no-failure overhead run)")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "seed of the experiment (tree, clients, filters)")
@@ -22,7 +21,6 @@ func simSRDS09(args []string) int {
 	fs.IntVar(&o.Brokers, "brokers", o.Brokers, "brokers")
 	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "publishing before the crash")
 	fs.DurationVar(&o.After, "after", o.After, "publishing after the crash")
-	fs.IntVar(&o.Workers, "workers", min(goruntime.GOMAXPROCS(0), 2), "parallel engine: brokers split into N subtrees simulated by N goroutines in windows of one link delay; its results differ from the serial engine's (other tie-breaking and random streams) but not with N; 0: the serial engine (the one fuzz, replay and scenarios use)")
 	node := fs.String("node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the runs to this file (go tool pprof)")
 	timeline := fs.String("timeline", "", "write the delivery delay timeline (CSV, time relative to the crash) to this file; with several runs, -K is added before the extension")
