@@ -39,7 +39,7 @@ func TestMatchCommand(t *testing.T) {
 		{[]string{"--filter", "[class,eq,'STOCK']"}, 2, "", "required"},
 	}
 	for _, c := range cases {
-		code, out, errOut := capture(t, func() int { return runMatch(c.args) })
+		code, out, errOut := capture(t, func() int { return dispatch(append([]string{"match"}, c.args...)) })
 		if code != c.code || out != c.out || !strings.Contains(errOut, c.err) {
 			t.Errorf("match %q: exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", c.args, code, out, errOut, c.code, c.out, c.err)
 		}
@@ -49,7 +49,7 @@ func TestMatchCommand(t *testing.T) {
 func TestBenchMatchCommand(t *testing.T) {
 	for _, wl := range []string{"stock", "ranges"} {
 		code, out, errOut := capture(t, func() int {
-			return commands["bench"].run([]string{"match", "--subs", "2000", "--events", "50", "--ops", "50", "--workload", wl, "--json"})
+			return dispatch([]string{"bench", "match", "--subs", "2000", "--events", "50", "--ops", "50", "--workload", wl, "--json"})
 		})
 		if code != 0 {
 			t.Fatalf("bench match %s: exit %d, stderr %s", wl, code, errOut)
@@ -61,10 +61,10 @@ func TestBenchMatchCommand(t *testing.T) {
 			}
 		}
 	}
-	if code, _, _ := capture(t, func() int { return commands["bench"].run([]string{"nosuch"}) }); code != 2 {
+	if code, _, _ := capture(t, func() int { return dispatch([]string{"bench", "nosuch"}) }); code != 2 {
 		t.Errorf("unknown benchmark: exit %d, want 2", code)
 	}
-	if code, _, _ := capture(t, func() int { return commands["bench"].run([]string{"match", "--workload", "x"}) }); code != 2 {
+	if code, _, _ := capture(t, func() int { return dispatch([]string{"bench", "match", "--workload", "x"}) }); code != 2 {
 		t.Errorf("unknown workload: exit %d, want 2", code)
 	}
 }

@@ -19,7 +19,6 @@ func TestBenchCompareFlags(t *testing.T) {
 		code int
 		err  string
 	}{
-		{[]string{"--help"}, 0, "Usage: deltapub bench compare"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--messages", "x"}, 2, "invalid value"},
 		{[]string{"--repeat", "0", "--nats-dir", dir}, 2, "--repeat 0: must be at least 1"},
@@ -30,7 +29,7 @@ func TestBenchCompareFlags(t *testing.T) {
 		{[]string{"--messages", "1000", "--latency-messages", "5", "--nats-dir", dir}, 2, "latency messages 5 out of range"},
 	}
 	for _, c := range cases {
-		code, _, stderr := capture(t, func() int { return benchCompare(c.args) })
+		code, _, stderr := capture(t, func() int { return dispatch(append([]string{"bench", "compare"}, c.args...)) })
 		if code != c.code || !strings.Contains(stderr, c.err) {
 			t.Errorf("bench compare %q: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr, c.code, c.err)
 		}
