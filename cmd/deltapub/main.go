@@ -185,7 +185,7 @@ func (c *command) usage(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintf(w, "Usage: %s\n\n", line)
 	about := c.about
-	if about == "" { // the summary as a sentence
+	if about == "" && c.summary != "" { // the summary as a sentence
 		about = strings.ToUpper(c.summary[:1]) + c.summary[1:] + ".\n"
 	}
 	fmt.Fprint(w, about)

@@ -45,26 +45,3 @@ func TestMatchCommand(t *testing.T) {
 		}
 	}
 }
-
-func TestBenchMatchCommand(t *testing.T) {
-	for _, wl := range []string{"stock", "ranges"} {
-		code, out, errOut := capture(t, func() int {
-			return dispatch([]string{"bench", "match", "--subs", "2000", "--events", "50", "--ops", "50", "--workload", wl, "--json"})
-		})
-		if code != 0 {
-			t.Fatalf("bench match %s: exit %d, stderr %s", wl, code, errOut)
-		}
-		for _, k := range []string{`"subs":2000`, `"workload":"` + wl + `"`, `"median_us":`, `"p99_us":`, `"matches_per_pub":`,
-			`"heap_bytes_per_sub":`, `"bruteforce_median_us":`, `"speedup":`, `"agree":true`} {
-			if !strings.Contains(out, k) {
-				t.Errorf("bench match %s --json: %s lacks %s", wl, out, k)
-			}
-		}
-	}
-	if code, _, _ := capture(t, func() int { return dispatch([]string{"bench", "nosuch"}) }); code != 2 {
-		t.Errorf("unknown benchmark: exit %d, want 2", code)
-	}
-	if code, _, _ := capture(t, func() int { return dispatch([]string{"bench", "match", "--workload", "x"}) }); code != 2 {
-		t.Errorf("unknown workload: exit %d, want 2", code)
-	}
-}

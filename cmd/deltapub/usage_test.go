@@ -63,7 +63,7 @@ func TestUsageListsCommands(t *testing.T) {
 func TestDispatchArguments(t *testing.T) {
 	var got []string
 	var verbose *bool
-	commands = append(commands, command{name: "sim probe", args: "A B", nargs: 2, setup: func(fs *flag.FlagSet) func([]string) int {
+	commands = append(commands, command{name: "sim probe", summary: "a probe", args: "A B", nargs: 2, setup: func(fs *flag.FlagSet) func([]string) int {
 		verbose = fs.Bool("v", false, "verbose")
 		return func(args []string) int { got = args; return 0 }
 	}})

@@ -136,19 +136,7 @@ func Overlay(o OverlayOptions) (*OverlayReport, error) {
 
 	// Start the chain; every broker is killed on the way out.
 	var brokers []*benchBroker
-	defer func() {
-		for _, b := range brokers {
-			_ = b.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		for _, b := range brokers {
-			select {
-			case <-b.done:
-			case <-time.After(3 * time.Second):
-				_ = b.cmd.Process.Kill()
-				<-b.done
-			}
-		}
-	}()
+	defer func() { stopBrokers(brokers, 3*time.Second) }()
 	for i := 1; i <= 3; i++ {
 		b := &benchBroker{id: fmt.Sprintf("B%d", i), done: make(chan struct{})}
 		if b.addr, err = benchcompare.FreeUDP(); err != nil {
@@ -418,17 +406,7 @@ func Overlay(o OverlayOptions) (*OverlayReport, error) {
 	// The baseline runs alone: stop the brokers and clients first.
 	pubc.Close()
 	subc.Close()
-	for _, b := range brokers {
-		_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, b := range brokers {
-		select {
-		case <-b.done:
-		case <-time.After(5 * time.Second):
-			_ = b.cmd.Process.Kill()
-			<-b.done
-		}
-	}
+	stopBrokers(brokers, 5*time.Second)
 	brokers = nil
 	if o.Baseline {
 		progress("baseline: bare QUIC relay chain, %d messages", count)
@@ -442,6 +420,22 @@ func Overlay(o OverlayOptions) (*OverlayReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// stopBrokers sends every broker SIGTERM (a graceful leave) and kills
+// those still running after patience.
+func stopBrokers(brokers []*benchBroker, patience time.Duration) {
+	for _, b := range brokers {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, b := range brokers {
+		select {
+		case <-b.done:
+		case <-time.After(patience):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+		}
+	}
 }
 
 // brokerSummary says, per broker, its queue, links and counters (from
