@@ -30,7 +30,5 @@ done
 for s in 50515 63444 70645; do
   "$bin" sim replay --seed "$s" --brokers 10-40 --delta 2-3 --faults 1 --trace 2>&1 | norm > "$out/replay-leave-$s.txt"
 done
-# srds09 runs the parallel engine by default (--workers); the serial one is compared here.
-w=(); if [[ "$("$bin" sim srds09 --help 2>&1 || true)" == *-workers* ]]; then w=(--workers 0); fi
-"$bin" sim srds09 "${w[@]}" --crashes 0,1,3 --timeline "$out/tl.csv" 2>&1 | sed -E 's/ speed=.*//' | grep -v 'wall=\|cpu=' > "$out/srds.txt"
+"$bin" sim srds09 --crashes 0,1,3 --timeline "$out/tl.csv" 2>&1 | sed -E 's/ speed=.*//' | grep -v 'wall=\|cpu=' > "$out/srds.txt"
 echo "sim-identity: outputs of $bin in $out"

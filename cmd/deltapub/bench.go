@@ -1,271 +1,230 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand/v2"
+	"io"
 	"os"
-	goruntime "runtime"
-	"slices"
-	"sort"
-	"strings"
+	"os/signal"
+	"syscall"
 	"time"
 
-	"github.com/deltapub/deltapub/matching"
-	"github.com/deltapub/deltapub/matching/workload"
+	"github.com/deltapub/deltapub/internal/bench"
+	"github.com/deltapub/deltapub/internal/benchcompare"
 )
 
-// benchCommand is one 'deltapub bench <name>' subcommand.
-type benchCommand struct {
-	summary string
-	run     func(args []string) int
-}
+const benchMatchAbout = `Builds the matching index over --subs subscriptions of the --workload, then
+times --events publications through the index and a sample of them through
+brute force (every filter checked in turn) in the same run; reports median
+and p99 µs per publication, matches per publication, index heap bytes per
+subscription, the speed-up of the medians, and median insert/delete µs
+(--ops of each). Workloads are defined in matching/workload. Exits 1 if the
+index and brute force disagree.
+`
 
-var benches = map[string]benchCommand{}
-
-// registerBench adds a bench subcommand; each lives in its own file and
-// registers itself from init.
-func registerBench(name, summary string, run func(args []string) int) {
-	if _, dup := benches[name]; dup {
-		panic("deltapub: bench registered twice: " + name)
-	}
-	benches[name] = benchCommand{summary: summary, run: run}
-}
-
-func benchUsage() {
-	var b strings.Builder
-	b.WriteString("Usage: deltapub bench <benchmark> [flags]\n\nBenchmarks:\n")
-	names := make([]string, 0, len(benches))
-	for n := range benches {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-10s %s\n", n, benches[n].summary)
-	}
-	b.WriteString("\nRun 'deltapub bench <benchmark> --help' for its flags.\n")
-	fmt.Fprint(os.Stderr, b.String())
-}
-
-func init() {
-	register(command{name: "bench", summary: "run a benchmark (bench match, ...)", run: func(args []string) int {
-		if len(args) == 0 {
-			benchUsage()
-			return 2
-		}
-		switch args[0] {
-		case "-h", "--help", "help":
-			benchUsage()
-			return 0
-		}
-		b, ok := benches[args[0]]
-		if !ok {
-			fmt.Fprintf(os.Stderr, "deltapub bench: unknown benchmark %q\n\n", args[0])
-			benchUsage()
-			return 2
-		}
-		return b.run(args[1:])
-	}})
-	registerBench("match", "matching index vs brute force on a workload", benchMatch)
-}
-
-type matchReport struct {
-	Subs               int     `json:"subs"`
-	Workload           string  `json:"workload"`
-	PubSkew            bool    `json:"pub_skew,omitempty"`
-	Seed               uint64  `json:"seed"`
-	Events             int     `json:"events"`
-	MedianUs           float64 `json:"median_us"`
-	P99Us              float64 `json:"p99_us"`
-	MatchesPerPub      float64 `json:"matches_per_pub"`
-	HeapBytesPerSub    float64 `json:"heap_bytes_per_sub"`
-	BruteforceEvents   int     `json:"bruteforce_events"`
-	BruteforceMedianUs float64 `json:"bruteforce_median_us"`
-	BruteforceP99Us    float64 `json:"bruteforce_p99_us"`
-	Speedup            float64 `json:"speedup"`
-	InsertMedianUs     float64 `json:"insert_median_us"`
-	DeleteMedianUs     float64 `json:"delete_median_us"`
-	BuildSeconds       float64 `json:"build_seconds"`
-	Agree              bool    `json:"agree"`
-}
-
-func benchMatch(args []string) int {
-	fs := flag.NewFlagSet("bench match", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, `Usage: deltapub bench match [--subs N] [--workload stock|ranges] [--events M] [--json]
-
-Builds the matching index over N subscriptions of the workload, then times
-M publications through the index and a sample of them through brute force
-(every filter checked in turn) in the same run; reports median and p99 µs
-per publication, matches per publication, index heap bytes per
-subscription, the speed-up of the medians, and median insert/delete µs.
-Workloads are defined in matching/workload.
-
-`)
-		fs.PrintDefaults()
-	}
-	subs := fs.Int("subs", 100000, "number of subscriptions (1..10000000)")
-	wl := fs.String("workload", "stock", "workload: stock or ranges")
-	events := fs.Int("events", 2000, "publications timed through the index (1..1000000)")
-	bfEvents := fs.Int("bruteforce-events", 0, "publications timed through brute force (default: all events up to 20,000,000 filter checks)")
-	ops := fs.Int("ops", 10000, "inserts and deletes timed (1..1000000)")
-	seed := fs.Uint64("seed", 1, "workload seed")
-	pubSkew := fs.Bool("pub-skew", false, "stock: draw publication symbols from the subscriptions' Zipf skew instead of uniformly")
+func benchMatchCmd(fs *flag.FlagSet) func([]string) int {
+	var o bench.MatchOptions
+	fs.IntVar(&o.Subs, "subs", 100000, "number of subscriptions (1..10000000)")
+	fs.StringVar(&o.Workload, "workload", "stock", "workload: stock or ranges")
+	fs.IntVar(&o.Events, "events", 2000, "publications timed through the index (1..1000000)")
+	fs.IntVar(&o.BruteforceEvents, "bruteforce-events", 0, "publications timed through brute force (default: all events up to 20,000,000 filter checks)")
+	fs.IntVar(&o.Ops, "ops", 10000, "inserts and deletes timed (1..1000000)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "workload seed")
+	fs.BoolVar(&o.PubSkew, "pub-skew", false, "stock: draw publication symbols from the subscriptions' Zipf skew instead of uniformly")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
+	return func([]string) int {
+		if err := o.Validate(); err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench match:", err)
+			return 2
 		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "deltapub bench match: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if *subs < 1 || *subs > 10000000 || *events < 1 || *events > 1000000 || *ops < 1 || *ops > 1000000 || *bfEvents < 0 {
-		fmt.Fprintln(os.Stderr, "deltapub bench match: --subs must be 1..10000000, --events 1..1000000, --ops 1..1000000")
-		return 2
-	}
-	r := rand.New(rand.NewPCG(*seed, 0x5eed))
-	var gen interface {
-		Filter() matching.Filter
-		Publication() matching.Publication
-	}
-	switch *wl {
-	case "stock":
-		st := workload.NewStock(r)
-		st.PubSkew = *pubSkew
-		gen = st
-	case "ranges":
-		gen = workload.NewRanges(r)
-	default:
-		fmt.Fprintf(os.Stderr, "deltapub bench match: unknown workload %q, want stock or ranges\n", *wl)
-		return 2
-	}
-	bf := *bfEvents
-	if bf == 0 {
-		bf = max(1, min(*events, 20000000 / *subs))
-	}
-	bf = min(bf, *events)
-
-	filters := make([]matching.Filter, *subs)
-	for i := range filters {
-		filters[i] = gen.Filter()
-	}
-	pubs := make([]matching.Publication, *events)
-	for i := range pubs {
-		pubs[i] = gen.Publication()
-	}
-	var ms goruntime.MemStats
-	goruntime.GC()
-	goruntime.ReadMemStats(&ms)
-	before := ms.HeapAlloc
-	t0 := time.Now()
-	ix := matching.NewIndex()
-	for i, f := range filters {
-		if err := ix.Insert(uint64(i), f); err != nil {
-			fmt.Fprintf(os.Stderr, "deltapub bench match: %v\n", err)
+		rep, err := bench.Match(o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench match:", err)
 			return 1
 		}
-	}
-	build := time.Since(t0)
-	goruntime.GC()
-	goruntime.ReadMemStats(&ms)
-	heapPerSub := float64(int64(ms.HeapAlloc)-int64(before)) / float64(*subs)
-
-	rep := matchReport{Subs: *subs, Workload: *wl, PubSkew: *pubSkew, Seed: *seed, Events: *events, HeapBytesPerSub: heapPerSub,
-		BruteforceEvents: bf, BuildSeconds: build.Seconds(), Agree: true}
-
-	// Index.
-	lat := make([]float64, len(pubs))
-	counts := make([]int, len(pubs))
-	var dst []uint64
-	total := 0
-	for i := range pubs {
-		t := time.Now()
-		dst = ix.Match(&pubs[i], dst[:0])
-		lat[i] = float64(time.Since(t).Nanoseconds()) / 1000
-		counts[i] = len(dst)
-		total += len(dst)
-	}
-	rep.MedianUs, rep.P99Us = quantile(lat, 0.5), quantile(lat, 0.99)
-	rep.MatchesPerPub = float64(total) / float64(len(pubs))
-
-	// Brute force on the first bf publications, same data.
-	blat := make([]float64, bf)
-	for i := 0; i < bf; i++ {
-		t := time.Now()
-		n := 0
-		for j := range filters {
-			if filters[j].Match(&pubs[i]) {
-				n++
-			}
+		if *asJSON {
+			printJSON(rep)
+		} else {
+			rep.WriteText(os.Stdout)
 		}
-		blat[i] = float64(time.Since(t).Nanoseconds()) / 1000
-		if n != counts[i] {
-			rep.Agree = false
-		}
-	}
-	rep.BruteforceMedianUs, rep.BruteforceP99Us = quantile(blat, 0.5), quantile(blat, 0.99)
-	// The speed-up compares medians over the same publications.
-	rep.Speedup = quantile(blat, 0.5) / quantile(lat[:bf], 0.5)
-
-	// Insert and delete in the full index: fresh filters under fresh ids.
-	extra := make([]matching.Filter, *ops)
-	for i := range extra {
-		extra[i] = gen.Filter()
-	}
-	ins := make([]float64, *ops)
-	del := make([]float64, *ops)
-	base := uint64(*subs)
-	for i := range extra {
-		t := time.Now()
-		if err := ix.Insert(base+uint64(i), extra[i]); err != nil {
-			fmt.Fprintf(os.Stderr, "deltapub bench match: %v\n", err)
-			return 1
-		}
-		ins[i] = float64(time.Since(t).Nanoseconds()) / 1000
-	}
-	for i := range extra {
-		t := time.Now()
-		if !ix.Delete(base + uint64(i)) {
-			fmt.Fprintln(os.Stderr, "deltapub bench match: delete failed")
-			return 1
-		}
-		del[i] = float64(time.Since(t).Nanoseconds()) / 1000
-	}
-	rep.InsertMedianUs, rep.DeleteMedianUs = quantile(ins, 0.5), quantile(del, 0.5)
-
-	if *asJSON {
-		b, _ := json.Marshal(rep)
-		fmt.Println(string(b))
-	} else {
-		fmt.Printf("workload %s, %d subscriptions (seed %d), index built in %.1f s, %.0f heap bytes/subscription\n",
-			rep.Workload, rep.Subs, rep.Seed, rep.BuildSeconds, rep.HeapBytesPerSub)
-		fmt.Printf("index:       %d publications, median %.2f µs, p99 %.2f µs, %.1f matches/publication\n",
-			rep.Events, rep.MedianUs, rep.P99Us, rep.MatchesPerPub)
-		fmt.Printf("brute force: first %d of those publications, median %.2f µs, p99 %.2f µs\n",
-			rep.BruteforceEvents, rep.BruteforceMedianUs, rep.BruteforceP99Us)
-		fmt.Printf("speed-up (median brute force / median index, same %d publications): %.0f×\n", bf, rep.Speedup)
-		fmt.Printf("insert median %.2f µs, delete median %.2f µs (%d each, index of %d)\n",
-			rep.InsertMedianUs, rep.DeleteMedianUs, *ops, rep.Subs)
 		if !rep.Agree {
-			fmt.Println("WARNING: index and brute force disagree on match counts")
+			return 1
 		}
-	}
-	if !rep.Agree {
-		return 1
-	}
-	return 0
-}
-
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
 		return 0
 	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(q * float64(len(s)-1))
-	return s[i]
+}
+
+const benchOverlayAbout = `Starts three brokers as separate processes on 127.0.0.1 (a chain B1–B2–B3,
+δ = 2, default preset), a publisher at B1 and a subscriber at B3 (in this
+process), and measures with 250-byte publications:
+  throughput   --count publications published as fast as acknowledgements
+               allow, first publish to last delivery;
+  latency      p50/p99 publisher-to-subscriber at --latency-rate per second
+               for --latency-duration;
+  memory       RSS of each broker at rest (joined, subscription in place);
+  baseline     a bare quic-go relay chain of the same shape (publisher → 3
+               relays that decode and re-encode → subscriber, batched writes,
+               no protocol: internal/quic/baseline), measured in the same run
+               after the brokers have stopped (unless --no-baseline);
+               ratio = throughput / baseline.
+With --json, prints one JSON object.
+`
+
+func benchOverlayCmd(fs *flag.FlagSet) func([]string) int {
+	o := bench.OverlayOptions{Warn: os.Stderr}
+	jsonOut := fs.Bool("json", false, "print one JSON object")
+	fs.IntVar(&o.Count, "count", 200_000, "publications in the throughput run (and in the baseline)")
+	fs.Float64Var(&o.LatencyRate, "latency-rate", 1000, "publications per second in the latency run")
+	fs.DurationVar(&o.LatencyDuration, "latency-duration", 5*time.Second, "length of the latency run")
+	noBaseline := fs.Bool("no-baseline", false, "skip the bare QUIC baseline")
+	fs.StringVar(&o.ProfileDir, "cpuprofile", "", "write a CPU profile of each broker during the throughput run to this `directory`")
+	fs.StringVar(&o.LogDir, "logs", "", "keep the brokers' logs in this `directory`")
+	return func([]string) int {
+		o.Baseline = !*noBaseline
+		var err error
+		if o.Binary, err = os.Executable(); err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench overlay: cannot find this executable to start brokers:", err)
+			return 1
+		}
+		if err := o.Validate(); err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench overlay:", err)
+			return 2
+		}
+		if !*jsonOut {
+			o.Progress = func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+		}
+		rep, err := bench.Overlay(o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench overlay:", err)
+			return 1
+		}
+		if *jsonOut {
+			printJSON(rep)
+		} else {
+			rep.WriteText(os.Stdout)
+		}
+		return 0
+	}
+}
+
+const benchCompareAbout = `Measures deltapub and NATS in one run on loopback with 250-byte payloads
+and prints one table with the ratio deltapub/NATS per figure:
+  single      1 publisher → 1 subscriber, one broker vs one nats-server
+  two servers publisher on B1, subscriber on B2 (δ = 1) vs a 3-server NATS
+              cluster, publisher on A, subscriber on C; also deltapub's
+              3-broker chain alone
+  fan-out     1 → --fanout-subs subscribers on the far broker/server,
+              deliveries/s
+  latency     p50/p99/p99.9 end to end at --latency-rate, two-server path
+  filtered    --filter-subs stock-workload subscriptions: deltapub filters in
+              the broker; NATS subscribes to stock.<symbol> and filters the
+              price in the client; deliveries/s and bytes to subscribers
+Both systems are driven by the same load generator (deltapub's client
+library, NATS's nats.go); a message counts when the subscriber
+application sees it. deltapub brokers run as 'deltapub broker' processes
+of this executable; every server is killed when its run ends.
+
+nats-server v2.15.2 is taken from --nats-dir, or built there once with
+'go install' through the Go module proxy (needs the go tool; minutes).
+Progress goes to stderr, the table to stdout.
+`
+
+func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
+	var cfg benchcompare.Config
+	fs.IntVar(&cfg.Messages, "messages", 1_000_000, "messages of the 1→1, two-server and chain runs; the other runs scale from it")
+	fs.IntVar(&cfg.FanoutSubs, "fanout-subs", 100, "subscribers of the fan-out run")
+	fs.IntVar(&cfg.FanoutMessages, "fanout-messages", 0, "messages of the fan-out run (0: messages/20)")
+	fs.IntVar(&cfg.LatencyRate, "latency-rate", 10_000, "publications/s of the latency run")
+	fs.IntVar(&cfg.LatencyMessages, "latency-messages", 0, "messages of the latency run (0: 5 s worth, at most --messages)")
+	fs.IntVar(&cfg.FilterSubs, "filter-subs", 10_000, "subscriptions of the filtering run")
+	fs.IntVar(&cfg.FilterPubs, "filter-pubs", 0, "publications of the filtering run (0: messages/10)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the stock workload")
+	fs.DurationVar(&cfg.Timeout, "timeout", 180*time.Second, "bound on each run")
+	fs.IntVar(&cfg.Repeat, "repeat", 1, "repetitions of each run (systems interleaved); the median is reported")
+	jsonFile := fs.String("json", "", "also write the report as JSON to `FILE`")
+	natsDir := fs.String("nats-dir", "", "directory of the nats-server binary (default: $XDG_CACHE_HOME/deltapub/nats)")
+	noNATS := fs.Bool("no-nats", false, "measure deltapub only")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the deltapub brokers during each run to `DIR`")
+	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", 5, "length of each profile")
+	return func([]string) int {
+		// The package reads 0 as its default everywhere; on the command
+		// line 0 means the default only where the help says so.
+		for _, f := range []struct {
+			name   string
+			v, min int
+		}{{"messages", cfg.Messages, 1}, {"fanout-subs", cfg.FanoutSubs, 1}, {"latency-rate", cfg.LatencyRate, 1},
+			{"filter-subs", cfg.FilterSubs, 1}, {"repeat", cfg.Repeat, 1}, {"profile-seconds", cfg.ProfileSeconds, 1},
+			{"fanout-messages", cfg.FanoutMessages, 0}, {"latency-messages", cfg.LatencyMessages, 0}, {"filter-pubs", cfg.FilterPubs, 0}} {
+			if f.v < f.min {
+				fmt.Fprintf(os.Stderr, "deltapub bench compare: --%s %d: must be at least %d\n", f.name, f.v, f.min)
+				return 2
+			}
+		}
+		if cfg.Timeout <= 0 {
+			fmt.Fprintf(os.Stderr, "deltapub bench compare: --timeout %v: must be positive\n", cfg.Timeout)
+			return 2
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench compare: cannot find this executable to start brokers:", err)
+			return 1
+		}
+		cfg.FilterConns = min(100, max(cfg.FilterSubs, 1))
+		cfg.Launcher, cfg.Progress = benchcompare.ProcessLauncher(exe), os.Stderr
+		// A bad flag fails here, before a NATS install that takes minutes.
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench compare:", err)
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		if !*noNATS {
+			if cfg.NATSServer, err = benchcompare.EnsureNATS(ctx, *natsDir, os.Stderr); err != nil {
+				fmt.Fprintln(os.Stderr, "deltapub bench compare:", err)
+				return 1
+			}
+		}
+		rep, err := benchcompare.Run(ctx, cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench compare:", err)
+			if rep == nil {
+				return 2
+			}
+		}
+		if werr := rep.WriteTable(os.Stdout); werr != nil {
+			fmt.Fprintln(os.Stderr, "deltapub bench compare:", werr)
+			return 1
+		}
+		if *jsonFile != "" {
+			if werr := writeFile(*jsonFile, rep.WriteJSON); werr != nil {
+				fmt.Fprintln(os.Stderr, "deltapub bench compare: --json:", werr)
+				return 1
+			}
+		}
+		if err != nil || rep.Failed() {
+			return 1
+		}
+		return 0
+	}
+}
+
+// printJSON prints v as one line of JSON.
+func printJSON(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Println(string(b))
+}
+
+// writeFile creates path and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,24 +15,12 @@ import (
 	"github.com/rs/zerolog"
 )
 
-func init() {
-	register(command{name: "broker", summary: "run a broker of the overlay", run: runBroker})
-}
-
-const brokerUsage = `Usage: deltapub broker [--config FILE] [--preset default|testbed] [--id ID]
-         [--listen ADDR] [--join ADDR[,ADDR...]] [--delta D] [--admin ADDR]
-         [--secret-file FILE] [other flags] [--print-config]
-
-Runs one broker. Configuration: the preset's defaults, then the TOML file,
-then the flags given. Without --join the broker starts a new overlay.
-SIGTERM or SIGINT leaves the overlay gracefully and exits 0.
-
-Flags:
+const brokerAbout = `Runs one broker. Configuration: the --preset's defaults, then the TOML
+--config file, then the flags given. Without --join the broker starts a new
+overlay. SIGTERM or SIGINT leaves the overlay gracefully and exits 0.
 `
 
-func runBroker(args []string) int {
-	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, brokerUsage); fs.PrintDefaults() }
+func brokerCmd(fs *flag.FlagSet) func([]string) int {
 	var (
 		configFile  = fs.String("config", "", "TOML configuration `file` (see docs/operations.md)")
 		preset      = fs.String("preset", "default", "defaults: default (1s heartbeat, 3s failure timeout) or testbed (50ms, 250ms)")
@@ -57,109 +44,101 @@ func runBroker(args []string) int {
 		logLevel    = fs.String("log-level", "", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "", "json or console")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "deltapub broker: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	cfg, err := runtime.Preset(*preset)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
-		return 2
-	}
-	if *configFile != "" {
-		if cfg, err = runtime.LoadBrokerConfig(*configFile, cfg); err != nil {
+	return func([]string) int {
+		cfg, err := runtime.Preset(*preset)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 			return 2
 		}
-	}
-	// Flags given on the command line override the file.
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "id":
-			cfg.ID = *id
-		case "listen":
-			cfg.Listen = *listen
-		case "advertise":
-			cfg.Advertise = *advertise
-		case "join":
-			cfg.Join = nil
-			for _, a := range strings.Split(*join, ",") {
-				if a = strings.TrimSpace(a); a != "" {
-					cfg.Join = append(cfg.Join, a)
-				}
+		if *configFile != "" {
+			if cfg, err = runtime.LoadBrokerConfig(*configFile, cfg); err != nil {
+				fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+				return 2
 			}
-		case "delta":
-			cfg.Delta = *delta
-		case "epoch":
-			cfg.Epoch = *epoch
-		case "data-dir":
-			cfg.DataDir = *dataDir
-		case "tick":
-			cfg.Tick = *tick
-		case "heartbeat":
-			cfg.Heartbeat = *heartbeat
-		case "failure-timeout":
-			cfg.FailureTimeout = *failure
-		case "dack-period":
-			cfg.DACKPeriod = *dack
-		case "gone-after":
-			cfg.GoneAfter = *goneAfter
-		case "admin":
-			cfg.Admin = *admin
-		case "secret-file":
-			cfg.SecretFile = *secretFile
-		case "client-token-file":
-			cfg.ClientTokenFile = *tokenFile
-		case "max-queue":
-			cfg.Limits.MaxQueue = *maxQueue
-		case "log-level":
-			cfg.Log.Level = *logLevel
-		case "log-format":
-			cfg.Log.Format = *logFormat
 		}
-	})
-	if *printConfig {
-		fmt.Print(cfg.TOML())
+		// Flags given on the command line override the file.
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "id":
+				cfg.ID = *id
+			case "listen":
+				cfg.Listen = *listen
+			case "advertise":
+				cfg.Advertise = *advertise
+			case "join":
+				cfg.Join = nil
+				for _, a := range strings.Split(*join, ",") {
+					if a = strings.TrimSpace(a); a != "" {
+						cfg.Join = append(cfg.Join, a)
+					}
+				}
+			case "delta":
+				cfg.Delta = *delta
+			case "epoch":
+				cfg.Epoch = *epoch
+			case "data-dir":
+				cfg.DataDir = *dataDir
+			case "tick":
+				cfg.Tick = *tick
+			case "heartbeat":
+				cfg.Heartbeat = *heartbeat
+			case "failure-timeout":
+				cfg.FailureTimeout = *failure
+			case "dack-period":
+				cfg.DACKPeriod = *dack
+			case "gone-after":
+				cfg.GoneAfter = *goneAfter
+			case "admin":
+				cfg.Admin = *admin
+			case "secret-file":
+				cfg.SecretFile = *secretFile
+			case "client-token-file":
+				cfg.ClientTokenFile = *tokenFile
+			case "max-queue":
+				cfg.Limits.MaxQueue = *maxQueue
+			case "log-level":
+				cfg.Log.Level = *logLevel
+			case "log-format":
+				cfg.Log.Format = *logFormat
+			}
+		})
+		if *printConfig {
+			fmt.Print(cfg.TOML())
+			if err := cfg.Validate(); err != nil {
+				fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+				return 2
+			}
+			return 0
+		}
 		if err := cfg.Validate(); err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 			return 2
 		}
+		// A repeated line is counted, not repeated (loglimit.go): the summaries
+		// go to base, everything else through the limiter.
+		out := logOutput(os.Stderr, cfg.Log.Format)
+		summaries := loggerTo(out, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
+		limiter := newLogLimiter(out, summaries, logBurst, logWindowD, logMaxKeys)
+		log := loggerTo(limiter, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
+		b, err := runtime.NewBroker(cfg, log)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+			return 1
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		limCtx, limStop := context.WithCancel(context.Background())
+		limDone := make(chan struct{})
+		go func() { defer close(limDone); limiter.run(limCtx) }()
+		// On the way out, the pending summaries are written.
+		defer func() { limStop(); <-limDone }()
+		if err := b.Run(ctx); err != nil {
+			log.Error().Err(err).Msg("broker stopped with an error")
+			return 1
+		}
+		log.Info().Msg("broker stopped")
 		return 0
 	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
-		return 2
-	}
-	// A repeated line is counted, not repeated (loglimit.go): the summaries
-	// go to base, everything else through the limiter.
-	out := logOutput(os.Stderr, cfg.Log.Format)
-	summaries := loggerTo(out, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
-	limiter := newLogLimiter(out, summaries, logBurst, logWindowD, logMaxKeys)
-	log := loggerTo(limiter, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
-	b, err := runtime.NewBroker(cfg, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub broker:", err)
-		return 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	limCtx, limStop := context.WithCancel(context.Background())
-	limDone := make(chan struct{})
-	go func() { defer close(limDone); limiter.run(limCtx) }()
-	// On the way out, the pending summaries are written.
-	defer func() { limStop(); <-limDone }()
-	if err := b.Run(ctx); err != nil {
-		log.Error().Err(err).Msg("broker stopped with an error")
-		return 1
-	}
-	log.Info().Msg("broker stopped")
-	return 0
 }
 
 // newLogger makes a zerolog logger writing JSON lines or console text to

@@ -16,38 +16,28 @@ import (
 	"time"
 )
 
-func init() {
-	register(command{
-		name:    "certs",
-		summary: "make an overlay CA and broker certificates for mutual TLS",
-		run:     runCerts,
-	})
-}
+const certsAbout = `Makes an overlay CA (reused if DIR/ca.pem and DIR/ca-key.pem exist, DIR
+being --dir) and a certificate per broker of --brokers signed by it. Give
+each broker tls cert_file/key_file = DIR/ID.pem, DIR/ID-key.pem and
+ca_file = DIR/ca.pem; brokers then accept only links from holders of such
+certificates.
+`
 
-func runCerts(args []string) int {
-	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
+func certsCmd(fs *flag.FlagSet) func([]string) int {
 	dir := fs.String("dir", "certs", "directory to write ca.pem, ca-key.pem and ID.pem, ID-key.pem per broker")
 	brokers := fs.String("brokers", "", "comma-separated broker IDs to make certificates for (e.g. B1,B2,B3)")
 	days := fs.Int("days", 365, "validity in days")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: deltapub certs --brokers B1,B2,... [--dir DIR] [--days N]\n\n"+
-			"Makes an overlay CA (reused if DIR/ca.pem and DIR/ca-key.pem exist) and a certificate per\n"+
-			"broker signed by it. Give each broker tls cert_file/key_file = DIR/ID.pem, DIR/ID-key.pem\n"+
-			"and ca_file = DIR/ca.pem; brokers then accept only links from holders of such certificates.\n\n")
-		fs.PrintDefaults()
+	return func([]string) int {
+		if *brokers == "" || *days <= 0 {
+			fmt.Fprintln(os.Stderr, "deltapub certs: --brokers is required and --days must be > 0")
+			return 2
+		}
+		if err := makeCerts(*dir, strings.Split(*brokers, ","), time.Duration(*days)*24*time.Hour); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *brokers == "" || *days <= 0 {
-		fs.Usage()
-		return 2
-	}
-	if err := makeCerts(*dir, strings.Split(*brokers, ","), time.Duration(*days)*24*time.Hour); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
 }
 
 func makeCerts(dir string, ids []string, valid time.Duration) error {

@@ -48,7 +48,7 @@ func TestCertsLinkBrokers(t *testing.T) {
 	if _, err := c.Dial(ctx, "B1", a.Addr().String()); err != nil {
 		t.Fatalf("certificate made with the reused CA: %v", err)
 	}
-	if code := runCerts([]string{"--dir", dir}); code != 2 {
+	if code := dispatch([]string{"certs", "--dir", dir}); code != 2 {
 		t.Fatalf("certs without --brokers exits %d, want 2", code)
 	}
 }

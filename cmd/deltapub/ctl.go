@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,92 +17,69 @@ import (
 	"github.com/deltapub/deltapub/overlay/runtime"
 )
 
-func init() {
-	register(command{name: "ctl", summary: "inspect a running broker through its admin endpoint", run: runCtl})
-}
-
-const ctlUsage = `Usage: deltapub ctl --admin ADDR state|topology|subs|queue|peers
-       deltapub ctl --admin ADDR topology --dot
-
+const ctlAbout = `Asks the broker at --admin for one of:
   state      the broker's full state as JSON (what /state serves)
   topology   the broker's (δ+1)-neighbourhood map; --dot prints it for
              Graphviz (dot -Tsvg), suspected brokers in red, gone ones grey
   subs       routing table size and local subscriptions
   queue      message queue length and DACK watermarks
   peers      links: tree or bypass, up, suspected, silence
-
-Flags:
 `
 
-func runCtl(args []string) int {
-	fs := flag.NewFlagSet("ctl", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, ctlUsage); fs.PrintDefaults() }
+func ctlCmd(fs *flag.FlagSet) func([]string) int {
 	adminAddr := fs.String("admin", "", "the broker's admin `address` (host:port or URL)")
 	dot := fs.Bool("dot", false, "with topology: print Graphviz")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
-	// Accept flags after the subcommand too ("topology --dot").
-	var rest []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
+	return func(args []string) int {
+		if *adminAddr == "" {
+			fmt.Fprintln(os.Stderr, "deltapub ctl: --admin ADDR is required")
 			return 2
 		}
-		if fs.NArg() == 0 {
-			break
+		what := args[0]
+		if *dot && what != "topology" {
+			fmt.Fprintln(os.Stderr, "deltapub ctl: --dot goes with topology")
+			return 2
 		}
-		rest = append(rest, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if *adminAddr == "" || len(rest) != 1 {
-		fmt.Fprintln(os.Stderr, "deltapub ctl: need --admin ADDR and one of state, topology, subs, queue, peers (see --help)")
-		return 2
-	}
-	what := rest[0]
-	if *dot && what != "topology" {
-		fmt.Fprintln(os.Stderr, "deltapub ctl: --dot goes with topology")
-		return 2
-	}
-	base := *adminAddr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	raw, err := fetch(ctx, base+"/state")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub ctl:", err)
-		return 1
-	}
-	if what == "state" {
-		os.Stdout.Write(raw)
+		base := *adminAddr
+		if !strings.Contains(base, "://") {
+			base = "http://" + base
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		defer cancel()
+		raw, err := fetch(ctx, base+"/state")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub ctl:", err)
+			return 1
+		}
+		if what == "state" {
+			os.Stdout.Write(raw)
+			return 0
+		}
+		var st runtime.State
+		if err := json.Unmarshal(raw, &st); err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub ctl: /state is not a broker state:", err)
+			return 1
+		}
+		switch what {
+		case "topology":
+			if *dot {
+				fmt.Print(topologyDot(&st))
+			} else {
+				printTopology(os.Stdout, &st)
+			}
+		case "subs":
+			fmt.Printf("broker %s: %d routing table entries, %d local subscriptions, %d client sessions\n",
+				st.ID, st.Subs, st.LocalSubs, st.Runtime.Sessions)
+		case "queue":
+			printQueue(os.Stdout, &st)
+		case "peers":
+			printPeers(os.Stdout, &st)
+		default:
+			fmt.Fprintf(os.Stderr, "deltapub ctl: unknown request %q (want state, topology, subs, queue or peers)\n", what)
+			return 2
+		}
 		return 0
 	}
-	var st runtime.State
-	if err := json.Unmarshal(raw, &st); err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub ctl: /state is not a broker state:", err)
-		return 1
-	}
-	switch what {
-	case "topology":
-		if *dot {
-			fmt.Print(topologyDot(&st))
-		} else {
-			printTopology(os.Stdout, &st)
-		}
-	case "subs":
-		fmt.Printf("broker %s: %d routing table entries, %d local subscriptions, %d client sessions\n",
-			st.ID, st.Subs, st.LocalSubs, st.Runtime.Sessions)
-	case "queue":
-		printQueue(os.Stdout, &st)
-	case "peers":
-		printPeers(os.Stdout, &st)
-	default:
-		fmt.Fprintf(os.Stderr, "deltapub ctl: unknown request %q (want state, topology, subs, queue or peers)\n", what)
-		return 2
-	}
-	return 0
 }
 
 // fetch GETs url; a non-200 answer is an error carrying the body.

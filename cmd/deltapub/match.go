@@ -9,63 +9,45 @@ import (
 	"github.com/deltapub/deltapub/matching"
 )
 
-func init() {
-	register(command{name: "match", summary: "check whether a publication matches a filter", run: runMatch})
-}
-
-func runMatch(args []string) int {
-	fs := flag.NewFlagSet("match", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, `Usage: deltapub match --filter F --pub P [--explain]
-
-Prints "match" (exit 0) or "no match" (exit 1); malformed input exits 2
-with the error on stderr. F is a subscription in PADRES syntax,
-e.g. [class,eq,'STOCK'],[price,>,100]; P is a publication in PADRES syntax,
+const matchAbout = `Prints "match" (exit 0) or "no match" (exit 1); malformed input exits 2
+with the error on stderr. --filter is a subscription in PADRES syntax,
+e.g. [class,eq,'STOCK'],[price,>,100]; --pub is a publication in PADRES syntax,
 [class,'STOCK'],[price,120.5], or JSON, {"class":"STOCK","price":120.5}.
+`
 
-`)
-		fs.PrintDefaults()
-	}
+func matchCmd(fs *flag.FlagSet) func([]string) int {
 	filter := fs.String("filter", "", "subscription filter (PADRES syntax)")
 	pub := fs.String("pub", "", "publication (PADRES syntax or JSON)")
 	explain := fs.Bool("explain", false, "say which predicate failed")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+	return func([]string) int {
+		if *filter == "" || *pub == "" {
+			fmt.Fprintln(os.Stderr, "deltapub match: --filter and --pub are required")
+			return 2
+		}
+		f, err := matching.ParseFilter(*filter)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "deltapub match: --filter: %v\n", err)
+			return 2
+		}
+		var p matching.Publication
+		if strings.HasPrefix(strings.TrimSpace(*pub), "{") {
+			p, err = matching.ParsePublicationJSON([]byte(*pub))
+		} else {
+			p, err = matching.ParsePublication(*pub)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "deltapub match: --pub: %v\n", err)
+			return 2
+		}
+		ok, _, why := f.Explain(&p)
+		if ok {
+			fmt.Println("match")
 			return 0
 		}
-		return 2
+		fmt.Println("no match")
+		if *explain {
+			fmt.Println(why)
+		}
+		return 1
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "deltapub match: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if *filter == "" || *pub == "" {
-		fmt.Fprintln(os.Stderr, "deltapub match: --filter and --pub are required")
-		return 2
-	}
-	f, err := matching.ParseFilter(*filter)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "deltapub match: --filter: %v\n", err)
-		return 2
-	}
-	var p matching.Publication
-	if strings.HasPrefix(strings.TrimSpace(*pub), "{") {
-		p, err = matching.ParsePublicationJSON([]byte(*pub))
-	} else {
-		p, err = matching.ParsePublication(*pub)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "deltapub match: --pub: %v\n", err)
-		return 2
-	}
-	ok, _, why := f.Explain(&p)
-	if ok {
-		fmt.Println("match")
-		return 0
-	}
-	fmt.Println("no match")
-	if *explain {
-		fmt.Println(why)
-	}
-	return 1
 }

@@ -39,32 +39,9 @@ func TestMatchCommand(t *testing.T) {
 		{[]string{"--filter", "[class,eq,'STOCK']"}, 2, "", "required"},
 	}
 	for _, c := range cases {
-		code, out, errOut := capture(t, func() int { return runMatch(c.args) })
+		code, out, errOut := capture(t, func() int { return dispatch(append([]string{"match"}, c.args...)) })
 		if code != c.code || out != c.out || !strings.Contains(errOut, c.err) {
 			t.Errorf("match %q: exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", c.args, code, out, errOut, c.code, c.out, c.err)
 		}
-	}
-}
-
-func TestBenchMatchCommand(t *testing.T) {
-	for _, wl := range []string{"stock", "ranges"} {
-		code, out, errOut := capture(t, func() int {
-			return commands["bench"].run([]string{"match", "--subs", "2000", "--events", "50", "--ops", "50", "--workload", wl, "--json"})
-		})
-		if code != 0 {
-			t.Fatalf("bench match %s: exit %d, stderr %s", wl, code, errOut)
-		}
-		for _, k := range []string{`"subs":2000`, `"workload":"` + wl + `"`, `"median_us":`, `"p99_us":`, `"matches_per_pub":`,
-			`"heap_bytes_per_sub":`, `"bruteforce_median_us":`, `"speedup":`, `"agree":true`} {
-			if !strings.Contains(out, k) {
-				t.Errorf("bench match %s --json: %s lacks %s", wl, out, k)
-			}
-		}
-	}
-	if code, _, _ := capture(t, func() int { return commands["bench"].run([]string{"nosuch"}) }); code != 2 {
-		t.Errorf("unknown benchmark: exit %d, want 2", code)
-	}
-	if code, _, _ := capture(t, func() int { return commands["bench"].run([]string{"match", "--workload", "x"}) }); code != 2 {
-		t.Errorf("unknown workload: exit %d, want 2", code)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -15,25 +14,15 @@ import (
 	"github.com/deltapub/deltapub/matching"
 )
 
-func init() {
-	register(command{name: "pub", summary: "publish and wait for the acknowledgements", run: runPub})
-}
-
-const pubUsage = `Usage: deltapub pub --broker ADDR [--count N] [--rate R] [--payload-size B] PUBLICATION
-
-Publishes PUBLICATION, in PADRES form ("[class,'STOCK'],[price,100.3]") or JSON
+const pubAbout = `Publishes PUBLICATION, in PADRES form ("[class,'STOCK'],[price,100.3]") or JSON
 form ('{"class":"STOCK","price":100.3}'), --count times at --rate per second,
 waits for the edge broker's acknowledgements and reports on stdout how many
 were acknowledged. With --count, publication i carries the attribute n = i
 (1, 2, 3, ...) so that runs are checkable. Exits 0 when every publication was
 acknowledged, 1 otherwise.
-
-Flags:
 `
 
-func runPub(args []string) int {
-	fs := flag.NewFlagSet("pub", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, pubUsage); fs.PrintDefaults() }
+func pubCmd(fs *flag.FlagSet) func([]string) int {
 	broker := fs.String("broker", "", "edge broker `address` (required)")
 	count := fs.Int("count", 0, "publish `N` publications numbered n = 1..N (0: one publication, unnumbered)")
 	rate := fs.Float64("rate", 0, "publications per second (0: as fast as acknowledgements allow)")
@@ -42,134 +31,130 @@ func runPub(args []string) int {
 	tokenFile := fs.String("token-file", "", "`file` with the client token, if the broker requires one")
 	publisher := fs.String("publisher", "", "publisher `name` (default: random)")
 	inFlight := fs.Int("in-flight", 1024, "unacknowledged publications allowed at once")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	return func(args []string) int {
+		if *broker == "" {
+			fmt.Fprintln(os.Stderr, "deltapub pub: --broker ADDR is required")
+			return 2
 		}
-		return 2
-	}
-	if *broker == "" || fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "deltapub pub: need --broker ADDR and exactly one PUBLICATION (see --help)")
-		return 2
-	}
-	switch {
-	case *count < 0:
-		fmt.Fprintln(os.Stderr, "deltapub pub: --count must be ≥ 0")
-		return 2
-	case *rate < 0:
-		fmt.Fprintln(os.Stderr, "deltapub pub: --rate must be ≥ 0")
-		return 2
-	case *payloadSize < 0 || *payloadSize > 1<<20:
-		fmt.Fprintln(os.Stderr, "deltapub pub: --payload-size out of range [0, 1 MiB]")
-		return 2
-	case *inFlight < 1:
-		fmt.Fprintln(os.Stderr, "deltapub pub: --in-flight must be ≥ 1")
-		return 2
-	}
-	pub, err := parsePublication(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub pub:", err)
-		return 2
-	}
-	token, err := readTokenFile(*tokenFile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub pub:", err)
-		return 2
-	}
-	n := max(*count, 1)
-	limit := *timeout
-	if limit == 0 {
-		limit = 30 * time.Second
-		if *rate > 0 {
-			limit += time.Duration(float64(n) / *rate * float64(time.Second))
+		switch {
+		case *count < 0:
+			fmt.Fprintln(os.Stderr, "deltapub pub: --count must be ≥ 0")
+			return 2
+		case *rate < 0:
+			fmt.Fprintln(os.Stderr, "deltapub pub: --rate must be ≥ 0")
+			return 2
+		case *payloadSize < 0 || *payloadSize > 1<<20:
+			fmt.Fprintln(os.Stderr, "deltapub pub: --payload-size out of range [0, 1 MiB]")
+			return 2
+		case *inFlight < 1:
+			fmt.Fprintln(os.Stderr, "deltapub pub: --in-flight must be ≥ 1")
+			return 2
 		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
+		pub, err := parsePublication(args[0])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub pub:", err)
+			return 2
+		}
+		token, err := readTokenFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub pub:", err)
+			return 2
+		}
+		n := max(*count, 1)
+		limit := *timeout
+		if limit == 0 {
+			limit = 30 * time.Second
+			if *rate > 0 {
+				limit += time.Duration(float64(n) / *rate * float64(time.Second))
+			}
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		ctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
 
-	c, err := client.Connect(ctx, *broker, client.Options{
-		Token: token, Publisher: *publisher, MaxInFlight: *inFlight,
-		Log: newLogger(os.Stderr, "warn", "console"),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub pub:", err)
-		return 1
-	}
-	defer c.Close()
-	if *payloadSize > 0 {
-		pub.Payload = make([]byte, *payloadSize)
-		for i := range pub.Payload {
-			pub.Payload[i] = byte('a' + i%26)
+		c, err := client.Connect(ctx, *broker, client.Options{
+			Token: token, Publisher: *publisher, MaxInFlight: *inFlight,
+			Log: newLogger(os.Stderr, "warn", "console"),
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub pub:", err)
+			return 1
 		}
-	}
-	start := time.Now()
-	// One goroutine collects the outcomes in publication order (the
-	// broker acknowledges in order); the channel holds at most what the
-	// client allows in flight, so memory stays bounded for any --count.
-	pending := make(chan (<-chan error), *inFlight)
-	type tally struct {
-		acked int
-		first error
-	}
-	tallied := make(chan tally, 1)
-	go func() {
-		var t tally
-		for done := range pending {
-			var err error
-			select {
-			case err = <-done:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			if err == nil {
-				t.acked++
-			} else if t.first == nil {
-				t.first = err
+		defer c.Close()
+		if *payloadSize > 0 {
+			pub.Payload = make([]byte, *payloadSize)
+			for i := range pub.Payload {
+				pub.Payload[i] = byte('a' + i%26)
 			}
 		}
-		tallied <- t
-	}()
-	var sendErr error
-	for i := 1; i <= n; i++ {
-		if *rate > 0 {
-			// Pace against the start time, not the previous send, so the
-			// average rate holds even when one send waited.
-			due := start.Add(time.Duration(float64(i-1) / *rate * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
+		start := time.Now()
+		// One goroutine collects the outcomes in publication order (the
+		// broker acknowledges in order); the channel holds at most what the
+		// client allows in flight, so memory stays bounded for any --count.
+		pending := make(chan (<-chan error), *inFlight)
+		type tally struct {
+			acked int
+			first error
+		}
+		tallied := make(chan tally, 1)
+		go func() {
+			var t tally
+			for done := range pending {
+				var err error
 				select {
-				case <-time.After(d):
+				case err = <-done:
 				case <-ctx.Done():
+					err = ctx.Err()
+				}
+				if err == nil {
+					t.acked++
+				} else if t.first == nil {
+					t.first = err
 				}
 			}
+			tallied <- t
+		}()
+		var sendErr error
+		for i := 1; i <= n; i++ {
+			if *rate > 0 {
+				// Pace against the start time, not the previous send, so the
+				// average rate holds even when one send waited.
+				due := start.Add(time.Duration(float64(i-1) / *rate * float64(time.Second)))
+				if d := time.Until(due); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+					}
+				}
+			}
+			p := pub
+			if *count > 0 {
+				p = withAttr(pub, "n", matching.Int(int64(i)))
+			}
+			done, err := c.PublishAsync(ctx, p)
+			if err != nil {
+				sendErr = err
+				break
+			}
+			pending <- done
 		}
-		p := pub
-		if *count > 0 {
-			p = withAttr(pub, "n", matching.Int(int64(i)))
+		close(pending)
+		t := <-tallied
+		acked, firstErr := t.acked, t.first
+		elapsed := time.Since(start)
+		fmt.Printf("acknowledged %d of %d publications in %.3fs (publisher %s, epoch %d)\n", acked, n, elapsed.Seconds(), c.Publisher(), c.Epoch())
+		if sendErr == nil {
+			sendErr = firstErr
 		}
-		done, err := c.PublishAsync(ctx, p)
-		if err != nil {
-			sendErr = err
-			break
+		if acked < n {
+			if sendErr != nil {
+				fmt.Fprintln(os.Stderr, "deltapub pub:", sendErr)
+			}
+			return 1
 		}
-		pending <- done
+		return 0
 	}
-	close(pending)
-	t := <-tallied
-	acked, firstErr := t.acked, t.first
-	elapsed := time.Since(start)
-	fmt.Printf("acknowledged %d of %d publications in %.3fs (publisher %s, epoch %d)\n", acked, n, elapsed.Seconds(), c.Publisher(), c.Epoch())
-	if sendErr == nil {
-		sendErr = firstErr
-	}
-	if acked < n {
-		if sendErr != nil {
-			fmt.Fprintln(os.Stderr, "deltapub pub:", sendErr)
-		}
-		return 1
-	}
-	return 0
 }
 
 // parsePublication reads the PADRES form, or the JSON form when the text

@@ -16,51 +16,23 @@ import (
 	"github.com/deltapub/deltapub/internal/sim"
 )
 
-func init() {
-	register(command{
-		name:    "sim",
-		summary: "deterministic simulator: fuzz, replay a seed, run a scenario file, the SRDS'09 experiment",
-		run:     runSim,
-	})
-}
-
-const simUsage = `Usage:
-  deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--no-leaves] [--ideal]
-  deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--no-leaves] [--ideal] [--trace]
-  deltapub sim run [--trace] FILE
-  deltapub sim srds09 [--crashes 0,1,2,3] [--seed S] [--subs N] [--warmup D] [--after D] [--timeline FILE.csv]
-
-fuzz    runs N random scenarios (random tree, δ, filters, clients, faults placed
-        adversarially) and checks every guarantee; one line per failing run, then
-        runs=N failed=F lost=L duplicates=D reordered=R undrained=U storms=S; exit 0 only if all 0
-        (a storm: a broker's control traffic far above its steady state; a run within δ
-        also fails when a restarted broker does not rejoin within the bound).
-replay  replays one fuzz run from its seed (pass the same --brokers/--delta/--faults).
-run     runs a scenario file (internal/sim/testdata/*.txt) and prints its outcome.
-srds09  the slides' setup: 83 brokers, δ=3, 2,600 subscriptions, 26 publishers at 10/s.
+const simFuzzAbout = `Runs --runs random scenarios (random tree, δ, filters, clients, faults placed
+adversarially), run i from seed --seed + i, --workers at once, and checks every
+guarantee; prints one line per failing run (with the replay command), then
+  runs=N failed=F lost=L duplicates=D reordered=R undrained=U storms=S
+and exits 0 only if all are 0 (a storm: a broker's control traffic far above
+its steady state; a run within δ also fails when a restarted broker does not
+rejoin within the bound).
 `
 
-func runSim(args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(os.Stderr, simUsage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	switch args[0] {
-	case "fuzz":
-		return simFuzz(args[1:])
-	case "replay":
-		return simReplay(args[1:])
-	case "run":
-		return simRun(args[1:])
-	case "srds09":
-		return simSRDS09(args[1:])
-	}
-	fmt.Fprintf(os.Stderr, "deltapub sim: unknown subcommand %q\n\n%s", args[0], simUsage)
-	return 2
-}
+const simReplayAbout = `Replays one fuzz run from its --seed (pass the same --brokers, --delta,
+--faults, --quick, --no-leaves, --ideal and --node as the fuzz run: its
+failing line prints them) and prints its plan, report and verdict.
+`
+
+const simRunAbout = `Runs a scenario file (internal/sim/testdata/*.txt) and prints its outcome,
+and whether it matches the outcome expected in the file.
+`
 
 // parseRange reads "MIN-MAX" or "N".
 func parseRange(name, v string) (int, int, error) {
@@ -134,114 +106,101 @@ func (f *fuzzFlags) replayFlags() string {
 	return s
 }
 
-func newFlagSet(name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s\n\nFlags:\n", usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-func simFuzz(args []string) int {
-	fs := newFlagSet("sim fuzz", "deltapub sim fuzz --runs N [--seed S] [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--workers W] [--quick] [--max-time D]")
+func simFuzzCmd(fs *flag.FlagSet) func([]string) int {
 	runs := fs.Int("runs", 100, "number of random runs")
 	seed := fs.Int64("seed", 0, "seed of the first run (run i uses seed+i); 0: pick one and print it")
 	workers := fs.Int("workers", goruntime.GOMAXPROCS(0), "parallel runs (each run stays deterministic from its seed)")
 	maxTime := fs.Duration("max-time", 0, "stop starting runs after this wall time and report the runs completed (0: no limit)")
 	var ff fuzzFlags
 	ff.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	o, err := ff.options()
-	if err == nil && (*runs < 1 || *runs > 10_000_000) {
-		err = fmt.Errorf("--runs %d: want 1..10000000", *runs)
-	}
-	if err == nil && *workers < 1 {
-		err = fmt.Errorf("--workers %d: want ≥ 1", *workers)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub sim fuzz:", err)
-		return 2
-	}
-	if *seed == 0 {
-		*seed = time.Now().UnixNano()%1_000_000_000 + 1
-	}
-	fmt.Printf("seed=%d runs=%d brokers=%s delta=%s faults=%d workers=%d\n", *seed, *runs, ff.brokers, ff.delta, ff.faults, *workers)
-	// Runs allocate many short-lived objects; trading memory (a few MB
-	// per run) for less GC work speeds large fuzz campaigns up.
-	debug.SetGCPercent(400)
-	start := time.Now()
-	lastProgress := start
-	done := 0
-	var mu sync.Mutex
-	var stop func() bool
-	if *maxTime > 0 {
-		stop = func() bool { return time.Since(start) >= *maxTime }
-	}
-	sum := sim.FuzzUntil(*seed, *runs, o, *workers, stop, func(r sim.FuzzResult) {
-		mu.Lock()
-		defer mu.Unlock()
-		done++
-		if r.Failed() {
-			first := ""
-			if len(r.Report.Details) > 0 {
-				first = " first: " + r.Report.Details[0]
+	return func([]string) int {
+		o, err := ff.options()
+		if err == nil && (*runs < 1 || *runs > 10_000_000) {
+			err = fmt.Errorf("--runs %d: want 1..10000000", *runs)
+		}
+		if err == nil && *workers < 1 {
+			err = fmt.Errorf("--workers %d: want ≥ 1", *workers)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub sim fuzz:", err)
+			return 2
+		}
+		if *seed == 0 {
+			*seed = time.Now().UnixNano()%1_000_000_000 + 1
+		}
+		fmt.Printf("seed=%d runs=%d brokers=%s delta=%s faults=%d workers=%d\n", *seed, *runs, ff.brokers, ff.delta, ff.faults, *workers)
+		// Runs allocate many short-lived objects; trading memory (a few MB
+		// per run) for less GC work speeds large fuzz campaigns up.
+		debug.SetGCPercent(400)
+		start := time.Now()
+		lastProgress := start
+		done := 0
+		var mu sync.Mutex
+		var stop func() bool
+		if *maxTime > 0 {
+			stop = func() bool { return time.Since(start) >= *maxTime }
+		}
+		sum := sim.FuzzUntil(*seed, *runs, o, *workers, stop, func(r sim.FuzzResult) {
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			if r.Failed() {
+				first := ""
+				if len(r.Report.Details) > 0 {
+					first = " first: " + r.Report.Details[0]
+				}
+				fmt.Printf("FAIL %s%s | replay: deltapub sim replay --seed %d %s\n", r.Summary(), first, r.Seed, ff.replayFlags())
 			}
-			fmt.Printf("FAIL %s%s | replay: deltapub sim replay --seed %d %s\n", r.Summary(), first, r.Seed, ff.replayFlags())
+			if now := time.Now(); now.Sub(lastProgress) >= 5*time.Second {
+				lastProgress = now
+				fmt.Fprintf(os.Stderr, "fuzz: %d/%d runs in %v\n", done, *runs, now.Sub(start).Round(time.Second))
+			}
+		})
+		wall := time.Since(start)
+		if sum.Runs < *runs {
+			fmt.Printf("stopped by --max-time %v after %d of %d runs\n", *maxTime, sum.Runs, *runs)
 		}
-		if now := time.Now(); now.Sub(lastProgress) >= 5*time.Second {
-			lastProgress = now
-			fmt.Fprintf(os.Stderr, "fuzz: %d/%d runs in %v\n", done, *runs, now.Sub(start).Round(time.Second))
+		if sum.BeyondRuns > 0 {
+			fmt.Printf("beyond δ (reported apart; only duplicates, reordering and silent loss fail): runs=%d failed=%d gap_covered=%d silent_lost=%d\n",
+				sum.BeyondRuns, sum.BeyondFailed, sum.BeyondGapCovered, sum.BeyondSilentLost)
 		}
-	})
-	wall := time.Since(start)
-	if sum.Runs < *runs {
-		fmt.Printf("stopped by --max-time %v after %d of %d runs\n", *maxTime, sum.Runs, *runs)
+		fmt.Fprintf(os.Stderr, "fuzz: %d runs in %v (%d workers)\n", sum.Runs, wall.Round(time.Millisecond), *workers)
+		fmt.Println(sum.Line())
+		if !sum.OK() {
+			return 1
+		}
+		return 0
 	}
-	if sum.BeyondRuns > 0 {
-		fmt.Printf("beyond δ (reported apart; only duplicates, reordering and silent loss fail): runs=%d failed=%d gap_covered=%d silent_lost=%d\n",
-			sum.BeyondRuns, sum.BeyondFailed, sum.BeyondGapCovered, sum.BeyondSilentLost)
-	}
-	fmt.Fprintf(os.Stderr, "fuzz: %d runs in %v (%d workers)\n", sum.Runs, wall.Round(time.Millisecond), *workers)
-	fmt.Println(sum.Line())
-	if !sum.OK() {
-		return 1
-	}
-	return 0
 }
 
-func simReplay(args []string) int {
-	fs := newFlagSet("sim replay", "deltapub sim replay --seed S [--brokers MIN-MAX] [--delta MIN-MAX] [--faults K] [--quick] [--trace]")
+func simReplayCmd(fs *flag.FlagSet) func([]string) int {
 	seed := fs.Int64("seed", 0, "the seed of the run to replay (required)")
 	trace := fs.Bool("trace", false, "print every message, fault, delivery and notice")
 	var ff fuzzFlags
 	ff.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	return func([]string) int {
+		o, err := ff.options()
+		if err == nil && *seed == 0 {
+			err = errors.New("--seed is required")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub sim replay:", err)
+			return 2
+		}
+		if *trace {
+			o.Trace = os.Stdout
+		}
+		r := sim.FuzzRun(*seed, o)
+		fmt.Print("plan:\n" + indent(r.PlanText()))
+		printReport(os.Stdout, r.Report)
+		fmt.Println(r.Summary())
+		if r.Failed() {
+			fmt.Println("verdict: FAIL")
+			return 1
+		}
+		fmt.Println("verdict: PASS")
+		return 0
 	}
-	o, err := ff.options()
-	if err == nil && *seed == 0 {
-		err = errors.New("--seed is required")
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub sim replay:", err)
-		return 2
-	}
-	if *trace {
-		o.Trace = os.Stdout
-	}
-	r := sim.FuzzRun(*seed, o)
-	fmt.Print("plan:\n" + indent(r.PlanText()))
-	printReport(os.Stdout, r.Report)
-	fmt.Println(r.Summary())
-	if r.Failed() {
-		fmt.Println("verdict: FAIL")
-		return 1
-	}
-	fmt.Println("verdict: PASS")
-	return 0
 }
 
 func indent(s string) string {
@@ -256,46 +215,40 @@ func printReport(w io.Writer, r sim.Report) {
 	}
 }
 
-func simRun(args []string) int {
-	fs := newFlagSet("sim run", "deltapub sim run [--trace] FILE")
+func simRunCmd(fs *flag.FlagSet) func([]string) int {
 	trace := fs.Bool("trace", false, "print every message, fault, delivery and notice before the outcome")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	return func(args []string) int {
+		file := args[0]
+		text, err := os.ReadFile(file)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
+			return 2
+		}
+		sc, err := sim.ParseScenario(file, string(text))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
+			return 2
+		}
+		var tw io.Writer
+		if *trace {
+			tw = os.Stdout
+		}
+		res, err := sim.RunScenario(sc, sim.NewOverlayNode, tw)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
+			return 2
+		}
+		fmt.Print(res.Details)
+		switch {
+		case sc.Expected == "":
+		case sc.Expected != res.Outcome:
+			fmt.Printf("(differs from the expected outcome in the file; expected:)\n%s(got:)\n%s", sc.Expected, res.Outcome)
+		default:
+			fmt.Println("(matches the expected outcome in the file)")
+		}
+		if res.Report.Failed(res.Beyond) {
+			return 1
+		}
+		return 0
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "deltapub sim run: want exactly one scenario FILE")
-		return 2
-	}
-	file := fs.Arg(0)
-	text, err := os.ReadFile(file)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
-		return 2
-	}
-	sc, err := sim.ParseScenario(file, string(text))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
-		return 2
-	}
-	var tw io.Writer
-	if *trace {
-		tw = os.Stdout
-	}
-	res, err := sim.RunScenario(sc, sim.NewOverlayNode, tw)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub sim run:", err)
-		return 2
-	}
-	fmt.Print(res.Details)
-	switch {
-	case sc.Expected == "":
-	case sc.Expected != res.Outcome:
-		fmt.Printf("(differs from the expected outcome in the file; expected:)\n%s(got:)\n%s", sc.Expected, res.Outcome)
-	default:
-		fmt.Println("(matches the expected outcome in the file)")
-	}
-	if res.Report.Failed(res.Beyond) {
-		return 1
-	}
-	return 0
 }

@@ -38,7 +38,7 @@ func TestTestbedFuzzCommand(t *testing.T) {
 	out := t.TempDir()
 	var code int
 	text := captureStdout(t, func() {
-		code = runTestbed([]string{"fuzz", "--mode", "sim", "--seed", "7", "--out", out, "--keep"})
+		code = dispatch([]string{"testbed", "fuzz", "--mode", "sim", "--seed", "7", "--out", out, "--keep"})
 	})
 	lines := strings.Split(strings.TrimSpace(text), "\n")
 	if len(lines) != 2 {
@@ -58,10 +58,10 @@ func TestTestbedFuzzCommand(t *testing.T) {
 		t.Errorf("exit %d, want %d", code, want)
 	}
 	file := filepath.Join(out, "run-7", "testbed.toml")
-	if code := runTestbed([]string{"check", file}); code != 0 {
+	if code := dispatch([]string{"testbed", "check", file}); code != 0 {
 		t.Errorf("testbed check %s: exit %d", file, code)
 	}
-	if code := runTestbed([]string{"fuzz", "--brokers", "9-3"}); code != 2 {
+	if code := dispatch([]string{"testbed", "fuzz", "--brokers", "9-3"}); code != 2 {
 		t.Errorf("bad --brokers: exit %d, want 2", code)
 	}
 }

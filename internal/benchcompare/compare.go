@@ -215,6 +215,12 @@ type Report struct {
 	Seconds      float64   `json:"seconds"`
 }
 
+// Failed reports whether a run of either system failed (its figures are
+// zero: see Figures.Errors).
+func (r *Report) Failed() bool {
+	return len(r.Deltapub.Errors) > 0 || (r.NATS != nil && len(r.NATS.Errors) > 0)
+}
+
 // Run measures both systems (deltapub only without cfg.NATSServer).
 // It fails only on a bad configuration or a cancelled ctx; a failed run
 // is recorded in the report's Errors and the others go on.

@@ -40,11 +40,18 @@ func NATSCacheDir() (string, error) {
 	return filepath.Join(base, "deltapub", "nats"), nil
 }
 
-// EnsureNATS returns the path of the pinned nats-server in dir, building
-// it there with 'go install' through the Go module proxy if it is missing
-// or of another version. The NATS load generator is this package's own
-// (the nats.go client compiled in), so no benchmark CLI is needed.
+// EnsureNATS returns the path of the pinned nats-server in dir
+// (NATSCacheDir if empty), building it there with 'go install' through
+// the Go module proxy if it is missing or of another version. The NATS
+// load generator is this package's own (the nats.go client compiled in),
+// so no benchmark CLI is needed.
 func EnsureNATS(ctx context.Context, dir string, progress io.Writer) (string, error) {
+	if dir == "" {
+		var err error
+		if dir, err = NATSCacheDir(); err != nil {
+			return "", err
+		}
+	}
 	bin := filepath.Join(dir, "nats-server")
 	if natsVersionOK(ctx, bin) {
 		return bin, nil

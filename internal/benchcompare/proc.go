@@ -134,9 +134,9 @@ func WaitHTTP(ctx context.Context, url string, d time.Duration, exited <-chan st
 	}
 }
 
-// fetchProfile saves a CPU profile of seconds s from a Go pprof endpoint
+// FetchProfile saves a CPU profile of seconds s from a Go pprof endpoint
 // (base is "http://host:port") to path.
-func fetchProfile(ctx context.Context, base string, s int, path string) error {
+func FetchProfile(ctx context.Context, base string, s int, path string) error {
 	c := http.Client{Timeout: time.Duration(s+15) * time.Second}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, s), nil)
 	if err != nil {

@@ -44,7 +44,7 @@ func (p *profiler) start(ctx context.Context, srv servers, n int) func() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fetchProfile(ctx, base, p.seconds, path); err != nil {
+			if err := FetchProfile(ctx, base, p.seconds, path); err != nil {
 				fmt.Fprintf(p.log, "profile %s: %v\n", path, err)
 				return
 			}

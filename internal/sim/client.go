@@ -113,7 +113,7 @@ func (s *Sim) toClient(b *broker, env overlay.ClientEnvelope) {
 	}
 	c := s.clients[env.To]
 	inc := b.inc
-	s.scheduleOn(s.now+s.cfg.ClientDelay, b, func() {
+	s.schedule(s.now+s.cfg.ClientDelay, func() {
 		if c.dead || b.inc != inc {
 			return // the edge crashed: the session is gone
 		}
@@ -128,10 +128,6 @@ func (s *Sim) toClient(b *broker, env overlay.ClientEnvelope) {
 // or none) is appended here without touching the subscription's record;
 // the rest goes through Log.compact.
 func (s *Sim) recordDelivery(r *clientRoute, d *message.Deliver, at time.Duration) {
-	if s.shard != nil {
-		s.shard.addDelivery(r, d, at)
-		return
-	}
 	l := s.log
 	if !s.lastDelOK || d.Pub != s.lastDelPub {
 		s.lastDelPub, s.lastDelOK = d.Pub, true
@@ -172,10 +168,6 @@ func (s *Sim) clientRecv(c *client, m message.Message) {
 			return
 		}
 		// Not seen by the online check (only toClient's are).
-		if s.shard != nil {
-			s.recordDelivery(&s.routes[c.id], m, s.now)
-			return
-		}
 		s.catchUpOnline()
 		s.recordDelivery(&s.routes[c.id], m, s.now)
 		s.onlineDone++
@@ -184,12 +176,7 @@ func (s *Sim) clientRecv(c *client, m message.Message) {
 			s.stats.ClientMisses++
 			return
 		}
-		g := GapRecord{Sub: c.sub, Gap: *m, At: s.now}
-		if s.shard != nil {
-			s.shard.addGap(g)
-			return
-		}
-		s.log.Gaps = append(s.log.Gaps, g)
+		s.log.Gaps = append(s.log.Gaps, GapRecord{Sub: c.sub, Gap: *m, At: s.now})
 	}
 }
 
@@ -206,25 +193,24 @@ func (s *Sim) AddPublisher(name string, edge message.BrokerID, every, until time
 	}
 	c.pub = &publisher{name: name, epoch: 1, every: every, until: until, gen: gen, next: 1}
 	s.clientSend(c, &message.ClientHello{Publisher: name, Epoch: 1})
-	x := s.execFor(c.edge) // the Sim that runs the edge's events
 	var tick func()
 	tick = func() {
 		p := c.pub
-		if c.dead || p.stopped || x.now >= p.until {
+		if c.dead || p.stopped || s.now >= p.until {
 			return
 		}
 		if !p.inflight {
 			if p.current == nil {
 				id := message.PubID{Publisher: name, Epoch: p.epoch, Seq: p.next}
-				p.current = x.addPub(PubRecord{ID: id, Edge: edge, Attrs: gen(), SentAt: x.now, AckedAt: -1})
+				p.current = s.log.AddPub(PubRecord{ID: id, Edge: edge, Attrs: gen(), SentAt: s.now, AckedAt: -1})
 				p.records = append(p.records, p.current)
 			}
 			p.inflight = true
-			x.clientSend(c, &message.Publish{Seq: p.current.ID.Seq, Attrs: p.current.Attrs, Time: int64(x.now)})
+			s.clientSend(c, &message.Publish{Seq: p.current.ID.Seq, Attrs: p.current.Attrs, Time: int64(s.now)})
 		}
-		x.scheduleOn(x.now+p.every, c.edge, tick)
+		s.schedule(s.now+p.every, tick)
 	}
-	s.scheduleOn(s.now+s.cfg.ClientDelay, c.edge, tick)
+	s.schedule(s.now+s.cfg.ClientDelay, tick)
 	return nil
 }
 

@@ -213,22 +213,7 @@ func (s *Sim) scheduleFor(at time.Duration, b *broker, fn func()) {
 	s.enqueue(at, b, fn, nil)
 }
 
-// scheduleOn queues fn, an event of broker b's own (its clock, its
-// clients), at virtual time at. It is schedule in the serial engine; the
-// parallel engine runs it in b's partition.
-func (s *Sim) scheduleOn(at time.Duration, b *broker, fn func()) {
-	if s.pmode {
-		s.enqueuePar(at, b, fn, nil, true)
-		return
-	}
-	s.enqueue(at, nil, fn, nil)
-}
-
 func (s *Sim) enqueue(at time.Duration, b *broker, fn func(), d *delivery) {
-	if s.pmode {
-		s.enqueuePar(at, b, fn, d, false)
-		return
-	}
 	if at < s.now {
 		at = s.now
 	}
@@ -238,6 +223,21 @@ func (s *Sim) enqueue(at time.Duration, b *broker, fn func(), d *delivery) {
 		e.inc = b.inc
 	}
 	s.q.pushEvent(e)
+}
+
+// pushEvent queues e; a message waits behind the earlier ones of its link
+// direction (fifo).
+func (q *eventHeap) pushEvent(e event) {
+	if d := e.d; d != nil {
+		f := &d.l.q[d.dir]
+		if p := f.tail; p != nil {
+			p.next, p.nextAt, p.nextSeq, p.nextInc = d, e.at, e.seq, int32(e.inc)
+			f.tail = d
+			return
+		}
+		f.tail = d
+	}
+	q.push(e)
 }
 
 // newDelivery returns a recycled (or new) delivery record. The free list

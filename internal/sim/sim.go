@@ -6,11 +6,8 @@
 // no silent loss beyond δ, queues bounded and drained).
 //
 // Everything runs in one goroutine from one seed: no wall clock, no
-// goroutines, no global randomness. A run is replayed exactly from its seed.
-// The opt-in parallel engine (Config.Workers, par.go) runs partitions of
-// the brokers on several goroutines, and reads the wall clock to choose
-// between running them in parallel or one after the other; its results
-// depend on neither. See docs/simulator.md.
+// goroutines, no global randomness. A run is replayed exactly from its seed;
+// many runs go in parallel as many Sims (FuzzUntil). See docs/simulator.md.
 package sim
 
 import (
@@ -107,21 +104,6 @@ type Config struct {
 	// parts). 0: no limit (and Core.MaxFrame as it is).
 	MaxFrame int
 
-	// Workers > 0 selects the parallel engine (par.go): the brokers are
-	// split into Workers partitions (Partition) that process the events of
-	// a window of LinkDelay virtual time in parallel, one goroutine each.
-	// Its results do not depend on Workers (events are ordered by a key
-	// independent of the partitioning; link jitter has a random stream
-	// per broker) but differ from the serial engine's (0). It needs
-	// LinkDelay > 0 and neither Trace, Wire nor a notice hook.
-	Workers int
-	// Partition, with Workers > 0, places a broker in a partition (taken
-	// modulo Workers); nil: round robin by creation order.
-	Partition func(id message.BrokerID) int
-	// parMode (tests) overrides the parallel engine's adaptive choice:
-	// parAlways runs every window in parallel, parNever none.
-	parMode int
-
 	NewNode NodeFactory
 	// Trace, when set, receives one readable line per message, fault,
 	// delivery and notice.
@@ -172,10 +154,6 @@ func (c *Config) validate() error {
 		return errors.New("sim: MaxEvents must be > 0")
 	case c.MaxFrame < 0:
 		return fmt.Errorf("sim: MaxFrame must be ≥ 0, got %d", c.MaxFrame)
-	case c.Workers < 0:
-		return fmt.Errorf("sim: Workers must be ≥ 0, got %d", c.Workers)
-	case c.Workers > 0 && (c.LinkDelay <= 0 || c.Trace != nil || c.Wire):
-		return errors.New("sim: the parallel engine (Workers > 0) needs LinkDelay > 0, no Trace and no Wire")
 	}
 	return nil
 }
@@ -227,17 +205,6 @@ type broker struct {
 	// (SlowHandshake), by peer: asked records that the core dialled again
 	// after it was told the dial failed.
 	slowDials map[message.BrokerID]*slowDial
-
-	// The parallel engine's (par.go): the creation index, the partition,
-	// the counter that orders the events this broker (or its clients)
-	// schedules, and the random stream of the jitter of its messages.
-	idx  int
-	part int
-	ctr  uint64
-	rng  *rand.Rand
-	// q holds this broker's events in the parallel engine (its partition
-	// runs a window broker by broker: see runWindow).
-	q eventHeap
 }
 
 type linkKey struct{ a, b message.BrokerID }
@@ -271,10 +238,6 @@ type link struct {
 	// q holds the messages in flight in each direction behind the one in
 	// the event heap (see fifo).
 	q [2]fifo
-	// shut (parallel engine only) is set by an end that closed the link:
-	// it neither sends nor receives on it any more; the link breaks for
-	// both ends one link delay later (par.go, closeLinkPar).
-	shut [2]bool
 }
 
 // Stats counts what happened in a run.
@@ -354,18 +317,6 @@ type Sim struct {
 	restarts              []restartRec
 	firstFault, lastFault time.Duration
 	steadyUntil           time.Duration // SetSteadyUntil (-1: the first fault)
-
-	// The parallel engine (Config.Workers > 0, par.go). The main Sim has
-	// par; each partition is a Sim of its own (shard set) sharing the
-	// brokers, links and log with the main one and having its own clock,
-	// event heap, counters and buffers. pmode is set on both; main is
-	// the main Sim (itself in the serial engine); cur is the broker whose
-	// event a partition runs (its events are keyed by its counter).
-	par   *parEngine
-	shard *shardState
-	pmode bool
-	main  *Sim
-	cur   *broker
 }
 
 // New creates an empty simulator.
@@ -389,11 +340,7 @@ func New(cfg Config) (*Sim, error) {
 		lastFault:      -1,
 		steadyUntil:    -1,
 	}
-	s.main = s
 	s.stats.Notices = map[string]int64{}
-	if cfg.Workers > 0 {
-		s.initPar()
-	}
 	if cfg.SampleEvery > 0 {
 		s.schedule(cfg.SampleEvery, s.sample)
 	}
@@ -419,9 +366,6 @@ func (s *Sim) Stats() Stats {
 		if n > 0 {
 			st.Messages[s.typeNames[t]] = n
 		}
-	}
-	if s.par != nil {
-		s.par.addStats(&st)
 	}
 	return st
 }
@@ -468,9 +412,6 @@ func (s *Sim) At(t time.Duration, fn func()) { s.schedule(t, fn) }
 // RunUntil processes events up to and including virtual time t, then sets
 // the clock to t. It stops early on a fatal error.
 func (s *Sim) RunUntil(t time.Duration) error {
-	if s.par != nil {
-		return s.runUntilPar(t)
-	}
 	for s.err == nil && (len(s.q) > 0 && s.q[0].at <= t || s.ticks.n > 0 && s.ticks.buf[s.ticks.head].at <= t) {
 		s.stepOne()
 	}
@@ -517,7 +458,7 @@ func (s *Sim) stepOne() {
 func (s *Sim) stepTick() {
 	t := s.ticks.pop()
 	if s.advance(t.at) {
-		s.tick(t.b, t.inc, nil)
+		s.tick(t.b, t.inc)
 	}
 }
 
@@ -538,7 +479,7 @@ func (s *Sim) advance(at time.Duration) bool {
 // followed by the processing of the node's outputs.
 func (s *Sim) run(e *event) {
 	b := e.target
-	if b == nil || e.inc < 0 { // inc < 0: a broker's own event (parallel engine: scheduleOn)
+	if b == nil {
 		e.fn()
 		return
 	}
@@ -616,10 +557,7 @@ func (s *Sim) AddBroker(id message.BrokerID) error {
 	if _, dup := s.brokers[id]; dup {
 		return fmt.Errorf("sim: broker %s already exists", id)
 	}
-	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0, idx: len(s.order), restart: -1}
-	if s.par != nil {
-		s.par.place(b)
-	}
+	b := &broker{id: id, addr: "sim://" + string(id), epoch: 0, restart: -1}
 	s.brokers[id] = b
 	s.order = append(s.order, b)
 	return s.start(b)
@@ -648,33 +586,20 @@ func (s *Sim) start(b *broker) error {
 		phase = time.Duration(s.rng.Int64N(int64(s.cfg.Tick)))
 	}
 	inc := b.inc
-	if !s.pmode {
-		s.schedule(s.now+phase+s.cfg.Tick, func() { s.tick(b, inc, nil) })
-		return nil
-	}
-	// The parallel engine: ticks are b's own events, in b's partition.
-	x := s.execFor(b) // the Sim that runs b's events: s, or b's partition
-	var again func()
-	again = func() { x.tick(b, inc, again) }
-	s.scheduleOn(s.now+phase+s.cfg.Tick, b, again)
+	s.schedule(s.now+phase+s.cfg.Tick, func() { s.tick(b, inc) })
 	return nil
 }
 
 // tick is a tick of incarnation inc of b: delivered to its node if b is
-// up, then the next one is queued, Tick later, unless that incarnation
-// crashed: its clock stops. The serial engine queues it in s.ticks; the
-// parallel engine (again: this tick's event) as b's own event.
-func (s *Sim) tick(b *broker, inc int, again func()) {
+// up, then the next one is queued in s.ticks, Tick later, unless that
+// incarnation crashed: its clock stops.
+func (s *Sim) tick(b *broker, inc int) {
 	if b.inc != inc {
 		return
 	}
 	if b.state == stateUp {
 		b.node.Tick()
 		s.flush(b)
-	}
-	if again != nil {
-		s.scheduleOn(s.now+s.cfg.Tick, b, again)
-		return
 	}
 	s.seq++
 	s.ticks.push(tickEntry{at: s.now + s.cfg.Tick, seq: s.seq, b: b, inc: inc})
@@ -1123,14 +1048,10 @@ func (s *Sim) alive(l *link) bool {
 	return a.inc == l.incA && b.inc == l.incB && a.state != stateCrashed && b.state != stateCrashed
 }
 
-func (s *Sim) delay(b *broker) time.Duration {
+func (s *Sim) delay() time.Duration {
 	d := s.cfg.LinkDelay
 	if s.cfg.LinkJitter > 0 {
-		r := s.rng
-		if s.pmode {
-			r = b.rng // the sender's own stream: independent of the interleaving
-		}
-		d += time.Duration(r.Int64N(int64(s.cfg.LinkJitter)))
+		d += time.Duration(s.rng.Int64N(int64(s.cfg.LinkJitter)))
 	}
 	return d
 }
@@ -1156,10 +1077,7 @@ func (s *Sim) dial(b *broker, to message.BrokerID) {
 		return
 	}
 	k := keyOf(b.id, to)
-	rtt := 2 * s.cfg.LinkDelay
-	// The completion touches both ends: a global event of the main Sim
-	// (in the parallel engine, s may be a partition).
-	s.schedule(s.now+rtt, s.main.dialDone(b, t, to, inc, reqAt, k))
+	s.schedule(s.now+2*s.cfg.LinkDelay, s.dialDone(b, t, to, inc, reqAt, k))
 }
 
 // dialDone is the completion of b's dial to t (to) requested at reqAt.
@@ -1317,10 +1235,6 @@ func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 	if l == nil || !l.up || l.incOf(b.id) != b.inc {
 		return
 	}
-	if s.pmode {
-		s.closeLinkPar(b, to, l)
-		return
-	}
 	s.tracef("%s close %s", b.id, to)
 	wasAlive := s.alive(l)
 	l.broken = true
@@ -1350,13 +1264,13 @@ func (s *Sim) send(b *broker, env overlay.Envelope) {
 			dir, inc = 1, l.incB
 		}
 	}
-	if l == nil || !l.up || inc != b.inc || l.shut[dir] || s.now < l.upAt[dir] {
+	if l == nil || !l.up || inc != b.inc || s.now < l.upAt[dir] {
 		s.stats.NoLinkDrops++
 		s.tracef("%s -> %s DROPPED (no link) %s", b.id, env.To, name)
 		return
 	}
 	s.msgCount[typ]++
-	at := s.now + s.delay(b)
+	at := s.now + s.delay()
 	if at < l.last[dir] {
 		at = l.last[dir] // FIFO per link direction
 	}
@@ -1396,7 +1310,7 @@ func (s *Sim) deliver(t *broker, d *delivery) {
 	if d.dir == 1 {
 		from = d.l.k.b
 	}
-	if d.l.replaced || !s.alive(d.l) || d.l.shut[1-d.dir] { // d.l was s.links[keyOf(from, t.id)] when sent
+	if d.l.replaced || !s.alive(d.l) { // d.l was s.links[keyOf(from, t.id)] when sent
 		s.stats.InFlightLost++
 		s.tracef("%s -> %s LOST in flight %s", from, t.id, s.countType(msg.Type()))
 		s.releaseDelivery(d)

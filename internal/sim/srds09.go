@@ -31,12 +31,6 @@ type SRDSOptions struct {
 	Bucket     time.Duration // timeline resolution
 	Factory    NodeFactory
 	Trace      io.Writer
-	// Workers > 0 runs the parallel engine (Config.Workers) with the
-	// brokers split into Workers subtrees of similar load; 0: the serial
-	// engine. The parallel engine's results differ from the serial one's
-	// (other tie-breaking, a random stream per publisher and per broker)
-	// but not with the number of workers.
-	Workers int
 	// Clock, when set, measures the wall time of the simulation (without
 	// the checkers); the simulator itself never reads a clock.
 	Clock func() time.Time
@@ -45,8 +39,6 @@ type SRDSOptions struct {
 	CPU func() time.Duration
 	// onLog, when set, sees the run's log after the checkers (tests).
 	onLog func(*Log)
-	// parMode (tests) is Config.parMode.
-	parMode int
 }
 
 // DefaultSRDSOptions is the slides' setup.
@@ -141,26 +133,17 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	cfg.LinkDelay, cfg.LinkJitter = time.Millisecond, 200*time.Microsecond
 	cfg.Core.HeartbeatTicks, cfg.Core.FailureTicks, cfg.Core.DACKTicks, cfg.Core.GoneAfterTicks = 5, 20, 5, 400
 	cfg.SampleEvery = 100 * time.Millisecond
-	if o.Trace != nil {
-		o.Workers = 0 // a trace is written by one goroutine
-	}
 	res.LinkDelay = cfg.LinkDelay
 	res.FailureTimeout = time.Duration(cfg.Core.FailureTicks) * cfg.Tick
 	res.DACKPeriod = time.Duration(cfg.Core.DACKTicks) * cfg.Tick
 	res.Bound = res.FailureTimeout + 2*cfg.LinkDelay
 
 	tree := RandomTree(pr, o.Brokers, 4)
-	if o.Workers > 0 {
-		part := PartitionTree(tree, o.Workers)
-		cfg.Workers, cfg.parMode = o.Workers, o.parMode
-		cfg.Partition = func(id message.BrokerID) int { return part[id] }
-	}
 	s, err := New(cfg)
 	if err != nil {
 		res.Err = err
 		return res
 	}
-	defer s.Close()
 	// R1..Rk: adjacent brokers in the middle of the longest path.
 	var long []message.BrokerID
 	for _, a := range tree.Order {
@@ -209,16 +192,10 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	for i := 1; i <= o.Publishers; i++ {
 		class := w.Classes[(i-1)%len(w.Classes)]
 		name, edge := fmt.Sprintf("P%d", i), edges[pr.IntN(len(edges))]
-		// In the parallel engine publishers publish concurrently: each
-		// draws its publications from a stream of its own.
-		gw := w
-		if o.Workers > 0 {
-			gw = w.WithRand(rand.New(rand.NewPCG(uint64(o.Seed), 0x5d5^uint64(i)<<20)))
-		}
 		// Publishers start at random phases: not all in the same instant.
 		s.At(start+time.Duration(pr.Int64N(int64(every))), func() {
 			if err := s.AddPublisher(name, edge, every, end,
-				func() []matching.Attr { a := gw.Publication().Attrs; a[0].Value = matching.Str(class); return a }); err != nil && res.Err == nil {
+				func() []matching.Attr { a := w.Publication().Attrs; a[0].Value = matching.Str(class); return a }); err != nil && res.Err == nil {
 				res.Err = err
 			}
 		})
@@ -311,49 +288,6 @@ func RunSRDS09(o SRDSOptions) (res SRDSResult) {
 	}
 	res.timeline(s.Log(), start, crashAt, o.Bucket)
 	return res
-}
-
-// PartitionTree splits the brokers of t into n parts of similar load for
-// the parallel engine: consecutive runs of the depth-first order from the
-// root (so that few tree links cross parts), each broker weighing 2 plus
-// its degree (its ticks, and the traffic of its links).
-func PartitionTree(t Tree, n int) map[message.BrokerID]int {
-	children := map[message.BrokerID][]message.BrokerID{}
-	for _, id := range t.Order[1:] {
-		p := t.Parent[id]
-		children[p] = append(children[p], id)
-	}
-	weight := func(id message.BrokerID) int {
-		w := 2 + len(children[id])
-		if _, ok := t.Parent[id]; ok {
-			w++
-		}
-		return w
-	}
-	var order []message.BrokerID
-	var walk func(id message.BrokerID)
-	walk = func(id message.BrokerID) {
-		order = append(order, id)
-		for _, c := range children[id] {
-			walk(c)
-		}
-	}
-	if len(t.Order) > 0 {
-		walk(t.Order[0])
-	}
-	total := 0
-	for _, id := range order {
-		total += weight(id)
-	}
-	out := make(map[message.BrokerID]int, len(order))
-	acc := 0
-	for _, id := range order {
-		// The part whose share of the total weight the broker's middle falls in.
-		w := weight(id)
-		out[id] = min(n-1, (2*acc+w)*n/(2*max(total, 1)))
-		acc += w
-	}
-	return out
 }
 
 func copyCounts(m map[string]int64) map[string]int64 {
@@ -468,16 +402,9 @@ func (res SRDSResult) Text() string {
 	}
 	fmt.Fprintf(&b, "queues empty after publishing stops: %s; max queue seen=%d\n", drain, res.MaxQueue)
 	if res.Wall > 0 {
-		engine := "serial engine"
-		if o.Workers > 0 {
-			engine = fmt.Sprintf("parallel engine, %d workers", o.Workers)
-			if o.Workers == 1 {
-				engine = "parallel engine, 1 worker"
-			}
-		}
-		fmt.Fprintf(&b, "virtual=%v wall=%v (simulation; checkers %v) speed=%.1fx real time (%.1fx with the checkers; %s)\n",
+		fmt.Fprintf(&b, "virtual=%v wall=%v (simulation; checkers %v) speed=%.1fx real time (%.1fx with the checkers)\n",
 			res.Virtual.Round(time.Millisecond), res.Wall.Round(time.Millisecond), res.CheckWall.Round(time.Millisecond),
-			ratio(res.Virtual, res.Wall), ratio(res.Virtual, res.Wall+res.CheckWall), engine)
+			ratio(res.Virtual, res.Wall), ratio(res.Virtual, res.Wall+res.CheckWall))
 		fmt.Fprintf(&b, "setup (tree and %d subscriptions confirmed): virtual=%v wall=%v speed=%.1fx\n",
 			o.Subs, res.SetupVirtual.Round(time.Millisecond), res.SetupWall.Round(time.Millisecond), ratio(res.SetupVirtual, res.SetupWall))
 	}

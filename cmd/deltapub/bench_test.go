@@ -19,7 +19,6 @@ func TestBenchCompareFlags(t *testing.T) {
 		code int
 		err  string
 	}{
-		{[]string{"--help"}, 0, "Usage: deltapub bench compare"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"--messages", "x"}, 2, "invalid value"},
 		{[]string{"--repeat", "0", "--nats-dir", dir}, 2, "--repeat 0: must be at least 1"},
@@ -30,7 +29,7 @@ func TestBenchCompareFlags(t *testing.T) {
 		{[]string{"--messages", "1000", "--latency-messages", "5", "--nats-dir", dir}, 2, "latency messages 5 out of range"},
 	}
 	for _, c := range cases {
-		code, _, stderr := capture(t, func() int { return benchCompare(c.args) })
+		code, _, stderr := capture(t, func() int { return dispatch(append([]string{"bench", "compare"}, c.args...)) })
 		if code != c.code || !strings.Contains(stderr, c.err) {
 			t.Errorf("bench compare %q: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr, c.code, c.err)
 		}
@@ -38,5 +37,28 @@ func TestBenchCompareFlags(t *testing.T) {
 	// The refused runs installed nothing.
 	if _, err := os.Stat(filepath.Join(dir, "nats-server")); !os.IsNotExist(err) {
 		t.Errorf("nats-server appeared in %s: %v", dir, err)
+	}
+}
+
+func TestBenchMatchCommand(t *testing.T) {
+	for _, wl := range []string{"stock", "ranges"} {
+		code, out, errOut := capture(t, func() int {
+			return dispatch([]string{"bench", "match", "--subs", "2000", "--events", "50", "--ops", "50", "--workload", wl, "--json"})
+		})
+		if code != 0 {
+			t.Fatalf("bench match %s: exit %d, stderr %s", wl, code, errOut)
+		}
+		for _, k := range []string{`"subs":2000`, `"workload":"` + wl + `"`, `"median_us":`, `"p99_us":`, `"matches_per_pub":`,
+			`"heap_bytes_per_sub":`, `"bruteforce_median_us":`, `"speedup":`, `"agree":true`} {
+			if !strings.Contains(out, k) {
+				t.Errorf("bench match %s --json: %s lacks %s", wl, out, k)
+			}
+		}
+	}
+	if code, _, _ := capture(t, func() int { return dispatch([]string{"bench", "nosuch"}) }); code != 2 {
+		t.Errorf("unknown benchmark: exit %d, want 2", code)
+	}
+	if code, _, _ := capture(t, func() int { return dispatch([]string{"bench", "match", "--workload", "x"}) }); code != 2 {
+		t.Errorf("unknown workload: exit %d, want 2", code)
 	}
 }

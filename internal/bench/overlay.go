@@ -1,14 +1,12 @@
-package main
+package bench
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,33 +20,41 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/internal/benchcompare"
 	"github.com/deltapub/deltapub/internal/quic/baseline"
 	"github.com/deltapub/deltapub/matching"
 )
 
-func init() {
-	registerBench("overlay", "3-broker chain over QUIC: throughput, latency at 1,000/s, RSS, vs a bare QUIC relay chain", benchOverlay)
+// OverlayOptions are the sizes of an Overlay run.
+type OverlayOptions struct {
+	Binary          string        // the deltapub executable that runs the brokers ('deltapub broker')
+	Count           int           // publications in the throughput run and in the baseline (≥ 1,000)
+	LatencyRate     float64       // publications per second in the latency run
+	LatencyDuration time.Duration // length of the latency run
+	Baseline        bool          // also measure the bare QUIC relay chain
+	ProfileDir      string        // if set: a CPU profile of each broker during the throughput run
+	LogDir          string        // if set: the brokers' logs are kept there
+	// Progress, if set, is told what the run is doing (one line each);
+	// Warn, if set, what failed without stopping the run (a profile).
+	Progress func(format string, args ...any)
+	Warn     io.Writer
 }
 
-const benchOverlayUsage = `Usage: deltapub bench overlay [--json] [--count N] [--latency-rate R] [--latency-duration D]
+// Validate checks the sizes.
+func (o OverlayOptions) Validate() error {
+	switch {
+	case o.Binary == "":
+		return errors.New("no deltapub binary to run the brokers")
+	case o.Count < 1000:
+		return fmt.Errorf("count %d below 1000", o.Count)
+	case o.LatencyRate <= 0 || o.LatencyDuration <= 0:
+		return fmt.Errorf("latency rate %v and duration %v must be positive", o.LatencyRate, o.LatencyDuration)
+	}
+	return nil
+}
 
-Starts three brokers as separate processes on 127.0.0.1 (a chain B1–B2–B3,
-δ = 2, default preset), a publisher at B1 and a subscriber at B3 (in this
-process), and measures with 250-byte publications:
-  throughput   --count publications published as fast as acknowledgements
-               allow, first publish to last delivery;
-  latency      p50/p99 publisher-to-subscriber at --latency-rate per second;
-  memory       RSS of each broker at rest (joined, subscription in place);
-  baseline     a bare quic-go relay chain of the same shape (publisher → 3
-               relays that decode and re-encode → subscriber, batched writes,
-               no protocol: internal/quic/baseline), measured in the same run
-               after the brokers have stopped; ratio = throughput / baseline.
-With --json, prints one JSON object.
-
-Flags:
-`
-
-type overlayBenchReport struct {
+// OverlayReport is the outcome of an Overlay run.
+type OverlayReport struct {
 	Messages          int       `json:"messages"`
 	ThroughputMsgsPS  float64   `json:"throughput_msgs_per_s"`
 	BaselineMsgsPS    float64   `json:"baseline_msgs_per_s"`
@@ -66,52 +72,18 @@ type overlayBenchReport struct {
 	CPUProfiles       []string  `json:"cpu_profiles,omitempty"`
 }
 
-func benchOverlay(args []string) int {
-	fs := flag.NewFlagSet("bench overlay", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, benchOverlayUsage); fs.PrintDefaults() }
-	jsonOut := fs.Bool("json", false, "print one JSON object")
-	count := fs.Int("count", 200_000, "publications in the throughput run (and in the baseline)")
-	latRate := fs.Float64("latency-rate", 1000, "publications per second in the latency run")
-	latDur := fs.Duration("latency-duration", 5*time.Second, "length of the latency run")
-	noBaseline := fs.Bool("no-baseline", false, "skip the bare QUIC baseline")
-	profileDir := fs.String("cpuprofile", "", "write a CPU profile of each broker during the throughput run to this `directory`")
-	keepLogs := fs.String("logs", "", "keep the brokers' logs in this `directory`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 || *count < 1000 || *latRate <= 0 || *latDur <= 0 {
-		fmt.Fprintln(os.Stderr, "deltapub bench overlay: bad arguments (--count ≥ 1000, positive rate and duration; see --help)")
-		return 2
-	}
-	progress := func(format string, a ...any) {
-		if !*jsonOut {
-			fmt.Fprintf(os.Stderr, format+"\n", a...)
-		}
-	}
-	rep, err := runOverlayBench(*count, *latRate, *latDur, !*noBaseline, *profileDir, *keepLogs, progress)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "deltapub bench overlay:", err)
-		return 1
-	}
-	if *jsonOut {
-		b, _ := json.Marshal(rep)
-		fmt.Println(string(b))
-		return 0
-	}
-	fmt.Printf("3-broker chain, %d-byte frames (%d B payload)\n", rep.FrameBytes, rep.PayloadBytes)
-	fmt.Printf("  throughput   %10.0f msgs/s (%d publications B1 → B3)\n", rep.ThroughputMsgsPS, rep.Messages)
+// WriteText writes the report for a reader.
+func (rep *OverlayReport) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "3-broker chain, %d-byte frames (%d B payload)\n", rep.FrameBytes, rep.PayloadBytes)
+	fmt.Fprintf(w, "  throughput   %10.0f msgs/s (%d publications B1 → B3)\n", rep.ThroughputMsgsPS, rep.Messages)
 	if rep.BaselineMsgsPS > 0 {
-		fmt.Printf("  baseline     %10.0f msgs/s (bare QUIC relay chain, 3 relays)   ratio %.2f\n", rep.BaselineMsgsPS, rep.Ratio)
+		fmt.Fprintf(w, "  baseline     %10.0f msgs/s (bare QUIC relay chain, 3 relays)   ratio %.2f\n", rep.BaselineMsgsPS, rep.Ratio)
 	}
-	fmt.Printf("  latency      p50 %.3f ms  p99 %.3f ms  p99.9 %.3f ms  (%d samples at %.0f/s)\n", rep.P50ms, rep.P99ms, rep.P999ms, rep.LatencySamples, rep.LatencyRate)
-	fmt.Printf("  broker RSS   %.1f MB at rest (each: %v), after load %v\n", rep.BrokerRSSMBAtRest, rep.BrokersRSSMB, rep.BrokersRSSMBAfter)
+	fmt.Fprintf(w, "  latency      p50 %.3f ms  p99 %.3f ms  p99.9 %.3f ms  (%d samples at %.0f/s)\n", rep.P50ms, rep.P99ms, rep.P999ms, rep.LatencySamples, rep.LatencyRate)
+	fmt.Fprintf(w, "  broker RSS   %.1f MB at rest (each: %v), after load %v\n", rep.BrokerRSSMBAtRest, rep.BrokersRSSMB, rep.BrokersRSSMBAfter)
 	for _, p := range rep.CPUProfiles {
-		fmt.Printf("  cpu profile  %s  (go tool pprof -top %s)\n", p, p)
+		fmt.Fprintf(w, "  cpu profile  %s  (go tool pprof -top %s)\n", p, p)
 	}
-	return 0
 }
 
 // benchBroker is one broker child process.
@@ -121,28 +93,23 @@ type benchBroker struct {
 	done            chan struct{}
 }
 
-func freeAddr(network string) (string, error) {
-	if network == "udp" {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		defer c.Close()
-		return c.LocalAddr().String(), nil
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func runOverlayBench(count int, latRate float64, latDur time.Duration, withBaseline bool, profileDir, logDir string,
-	progress func(string, ...any)) (*overlayBenchReport, error) {
-	exe, err := os.Executable()
-	if err != nil {
+// Overlay starts three brokers as separate processes on 127.0.0.1 (a chain
+// B1–B2–B3, δ = 2, default preset), a publisher at B1 and a subscriber at
+// B3 (in this process), and measures with 250-byte publications: the
+// throughput of o.Count publications published as fast as
+// acknowledgements allow (first publish to last delivery); the p50/p99
+// latency at o.LatencyRate; each broker's RSS at rest and after the load;
+// and, with o.Baseline, a bare quic-go relay chain of the same shape
+// (internal/quic/baseline) after the brokers have stopped. Every broker is
+// killed on the way out.
+func Overlay(o OverlayOptions) (*OverlayReport, error) {
+	if err := o.Validate(); err != nil {
 		return nil, err
+	}
+	count, latRate, latDur, logDir, profileDir := o.Count, o.LatencyRate, o.LatencyDuration, o.LogDir, o.ProfileDir
+	progress := o.Progress
+	if progress == nil {
+		progress = func(string, ...any) {}
 	}
 	tmp, err := os.MkdirTemp("", "deltapub-bench-")
 	if err != nil {
@@ -169,25 +136,13 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 
 	// Start the chain; every broker is killed on the way out.
 	var brokers []*benchBroker
-	defer func() {
-		for _, b := range brokers {
-			_ = b.cmd.Process.Signal(syscall.SIGTERM)
-		}
-		for _, b := range brokers {
-			select {
-			case <-b.done:
-			case <-time.After(3 * time.Second):
-				_ = b.cmd.Process.Kill()
-				<-b.done
-			}
-		}
-	}()
+	defer func() { stopBrokers(brokers, 3*time.Second) }()
 	for i := 1; i <= 3; i++ {
 		b := &benchBroker{id: fmt.Sprintf("B%d", i), done: make(chan struct{})}
-		if b.addr, err = freeAddr("udp"); err != nil {
+		if b.addr, err = benchcompare.FreeUDP(); err != nil {
 			return nil, err
 		}
-		if b.admin, err = freeAddr("tcp"); err != nil {
+		if b.admin, err = benchcompare.FreeTCP(); err != nil {
 			return nil, err
 		}
 		// The default preset's timings (3 s failure timeout, 500 ms
@@ -202,7 +157,7 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		if err != nil {
 			return nil, err
 		}
-		b.cmd = exec.Command(exe, args...)
+		b.cmd = exec.Command(o.Binary, args...)
 		b.cmd.Stdout, b.cmd.Stderr = logf, logf
 		if err := b.cmd.Start(); err != nil {
 			logf.Close()
@@ -210,8 +165,8 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		}
 		go func() { b.cmd.Wait(); logf.Close(); close(b.done) }()
 		brokers = append(brokers, b)
-		if err := waitHealthy(b, 15*time.Second); err != nil {
-			return nil, err
+		if err := benchcompare.WaitHTTP(context.Background(), "http://"+b.admin+"/healthz", 15*time.Second, b.done, nil); err != nil {
+			return nil, fmt.Errorf("broker %s: %w", b.id, err)
 		}
 	}
 	progress("brokers up: %s, %s, %s", brokers[0].addr, brokers[1].addr, brokers[2].addr)
@@ -288,7 +243,7 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 	}
 	defer pubc.Close()
 
-	rep := &overlayBenchReport{Messages: count, LatencyRate: latRate}
+	rep := &OverlayReport{Messages: count, LatencyRate: latRate}
 	for _, b := range brokers {
 		rep.BrokersRSSMB = append(rep.BrokersRSSMB, rssMB(b.cmd.Process.Pid))
 	}
@@ -403,8 +358,10 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 			profWG.Add(1)
 			go func() {
 				defer profWG.Done()
-				if err := fetchToFile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", b.admin, secs), path); err != nil {
-					fmt.Fprintln(os.Stderr, "deltapub bench overlay: profile:", err)
+				if err := benchcompare.FetchProfile(ctx, "http://"+b.admin, secs, path); err != nil {
+					if o.Warn != nil {
+						fmt.Fprintln(o.Warn, "profile:", err)
+					}
 				}
 			}()
 		}
@@ -449,19 +406,9 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 	// The baseline runs alone: stop the brokers and clients first.
 	pubc.Close()
 	subc.Close()
-	for _, b := range brokers {
-		_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, b := range brokers {
-		select {
-		case <-b.done:
-		case <-time.After(5 * time.Second):
-			_ = b.cmd.Process.Kill()
-			<-b.done
-		}
-	}
+	stopBrokers(brokers, 5*time.Second)
 	brokers = nil
-	if withBaseline {
+	if o.Baseline {
 		progress("baseline: bare QUIC relay chain, %d messages", count)
 		res, err := baseline.Run(ctx, baseline.Options{Messages: count, Relays: 3, Size: 250})
 		if err != nil {
@@ -473,6 +420,22 @@ func runOverlayBench(count int, latRate float64, latDur time.Duration, withBasel
 		}
 	}
 	return rep, nil
+}
+
+// stopBrokers sends every broker SIGTERM (a graceful leave) and kills
+// those still running after patience.
+func stopBrokers(brokers []*benchBroker, patience time.Duration) {
+	for _, b := range brokers {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, b := range brokers {
+		select {
+		case <-b.done:
+		case <-time.After(patience):
+			_ = b.cmd.Process.Kill()
+			<-b.done
+		}
+	}
 }
 
 // brokerSummary says, per broker, its queue, links and counters (from
@@ -512,46 +475,6 @@ func brokerSummary(brokers []*benchBroker) string {
 			b.id, st.QueueLen, st.Links, st.Runtime.Connected, st.Suspected, st.Runtime.InputQueue, cnt))
 	}
 	return strings.Join(parts, "; ")
-}
-
-func waitHealthy(b *benchBroker, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	c := http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
-		select {
-		case <-b.done:
-			return fmt.Errorf("broker %s exited at start", b.id)
-		default:
-		}
-		if resp, err := c.Get("http://" + b.admin + "/healthz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("broker %s did not join within %v", b.id, d)
-}
-
-func fetchToFile(url, path string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // rssMB reads a process's resident set size from /proc (0 elsewhere).
