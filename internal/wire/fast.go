@@ -114,10 +114,7 @@ func appendPub(b []byte, m *message.Pub) []byte {
 	b = appendArrayLen(b, len(m.Stamps))
 	for i := range m.Stamps {
 		s := &m.Stamps[i]
-		b = append(b, 0x83)
-		b = appendStr(appendKey(b, 'b'), string(s.B))
-		b = appendUint(appendKey(b, 'e'), s.E)
-		b = appendUint(appendKey(b, 's'), s.S)
+		b = appendTriple(b, 'b', string(s.B), s.E, 's', s.S)
 	}
 	return b
 }
@@ -193,28 +190,7 @@ func (d *bodyDec) pub(m *message.Pub) bool {
 			}
 			for i := range m.Stamps {
 				s := &m.Stamps[i]
-				var sn int
-				sn, ok = d.mapLen()
-				var smask uint32
-				for q := 0; ok && q < sn; q++ {
-					sk := d.key()
-					if !seen(&smask, sk) {
-						return false
-					}
-					switch sk {
-					case 'b':
-						var str string
-						str, ok = d.str()
-						s.B = message.BrokerID(str)
-					case 'e':
-						s.E, ok = d.uint()
-					case 's':
-						s.S, ok = d.uint()
-					default:
-						return false
-					}
-				}
-				if !ok {
+				if !d.triple('b', (*string)(&s.B), &s.E, 's', &s.S) {
 					return false
 				}
 			}

@@ -128,18 +128,21 @@ func appendAttrs(b []byte, attrs []matching.Attr) []byte {
 	return b
 }
 
-func appendPubID(b []byte, id *message.PubID) []byte {
+// appendTriple appends the map {k0: s, e: e, k2: n}, the shape of a PubID
+// (p, e, s), a SubID (b, e, n) and a Stamp (b, e, s).
+func appendTriple(b []byte, k0 byte, s string, e uint64, k2 byte, n uint64) []byte {
 	b = append(b, 0x83)
-	b = appendStr(appendKey(b, 'p'), id.Publisher)
-	b = appendUint(appendKey(b, 'e'), id.Epoch)
-	return appendUint(appendKey(b, 's'), id.Seq)
+	b = appendStr(appendKey(b, k0), s)
+	b = appendUint(appendKey(b, 'e'), e)
+	return appendUint(appendKey(b, k2), n)
+}
+
+func appendPubID(b []byte, id *message.PubID) []byte {
+	return appendTriple(b, 'p', id.Publisher, id.Epoch, 's', id.Seq)
 }
 
 func appendSubID(b []byte, id *message.SubID) []byte {
-	b = append(b, 0x83)
-	b = appendStr(appendKey(b, 'b'), string(id.Edge))
-	b = appendUint(appendKey(b, 'e'), id.Epoch)
-	return appendUint(appendKey(b, 'n'), id.N)
+	return appendTriple(b, 'b', string(id.Edge), id.Epoch, 'n', id.N)
 }
 
 // ---- decoding ----
@@ -477,21 +480,23 @@ func (d *bodyDec) attrs() ([]matching.Attr, bool) {
 	return attrs, true
 }
 
-func (d *bodyDec) pubID(id *message.PubID) bool {
-	n, ok := d.mapLen()
+// triple reads what appendTriple writes (keys in any order, each at most
+// once, any of them absent).
+func (d *bodyDec) triple(k0 byte, s *string, e *uint64, k2 byte, n *uint64) bool {
+	m, ok := d.mapLen()
 	var mask uint32
-	for j := 0; ok && j < n; j++ {
+	for j := 0; ok && j < m; j++ {
 		k := d.key()
 		if !seen(&mask, k) {
 			return false
 		}
 		switch k {
-		case 'p':
-			id.Publisher, ok = d.str()
+		case k0:
+			*s, ok = d.str()
 		case 'e':
-			id.Epoch, ok = d.uint()
-		case 's':
-			id.Seq, ok = d.uint()
+			*e, ok = d.uint()
+		case k2:
+			*n, ok = d.uint()
 		default:
 			return false
 		}
@@ -499,28 +504,12 @@ func (d *bodyDec) pubID(id *message.PubID) bool {
 	return ok
 }
 
+func (d *bodyDec) pubID(id *message.PubID) bool {
+	return d.triple('p', &id.Publisher, &id.Epoch, 's', &id.Seq)
+}
+
 func (d *bodyDec) subID(id *message.SubID) bool {
-	n, ok := d.mapLen()
-	var mask uint32
-	for j := 0; ok && j < n; j++ {
-		k := d.key()
-		if !seen(&mask, k) {
-			return false
-		}
-		switch k {
-		case 'b':
-			var s string
-			s, ok = d.str()
-			id.Edge = message.BrokerID(s)
-		case 'e':
-			id.Epoch, ok = d.uint()
-		case 'n':
-			id.N, ok = d.uint()
-		default:
-			return false
-		}
-	}
-	return ok
+	return d.triple('b', (*string)(&id.Edge), &id.Epoch, 'n', &id.N)
 }
 
 func (d *bodyDec) done(ok bool) bool { return ok && d.i == len(d.b) }
