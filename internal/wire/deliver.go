@@ -171,30 +171,8 @@ func appendDeliverSet(b []byte, m *message.DeliverSet) []byte {
 
 // ---- decoding ----
 
-// arrayLenAny reads an array header of any length (empty included).
-func (d *fastDec) arrayLenAny() (int, bool) {
-	c, ok := d.byte1()
-	var n uint64
-	switch {
-	case !ok:
-		return 0, false
-	case c >= 0x90 && c <= 0x9f:
-		n = uint64(c & 0x0f)
-	case c == 0xdc:
-		n, ok = d.n(2)
-	case c == 0xdd:
-		n, ok = d.n(4)
-	default:
-		return 0, false
-	}
-	if !ok || n > MaxListLen || n > uint64(len(d.b)-d.i) {
-		return 0, false
-	}
-	return int(n), true
-}
-
 // binAny decodes nil or a binary of any length (copied).
-func (d *fastDec) binAny() ([]byte, bool) {
+func (d *bodyDec) binAny() ([]byte, bool) {
 	if d.i < len(d.b) && d.b[d.i] == 0xc0 {
 		d.i++
 		return nil, true
@@ -202,7 +180,7 @@ func (d *fastDec) binAny() ([]byte, bool) {
 	return d.binBody(true)
 }
 
-func (d *fastDec) compactValue(v *matching.Value) bool {
+func (d *bodyDec) compactValue(v *matching.Value) bool {
 	if d.i >= len(d.b) {
 		return false
 	}
@@ -229,7 +207,7 @@ func (d *fastDec) compactValue(v *matching.Value) bool {
 	return false
 }
 
-func (d *fastDec) deliverSet(m *message.DeliverSet) bool {
+func (d *bodyDec) deliverSet(m *message.DeliverSet) bool {
 	if c, ok := d.byte1(); !ok || c != deliverSetHeader {
 		return false
 	}

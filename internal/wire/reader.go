@@ -36,7 +36,7 @@ type Reader struct {
 	full     bool  // the last read filled the buffer: grow it
 	br       bytes.Reader
 	dec      *msgpack.Decoder
-	fd       fastDec
+	bd       bodyDec // the hand-written codecs' decoder
 }
 
 // NewReader returns a Reader of frames of at most maxFrame bytes (type and
@@ -47,7 +47,7 @@ func NewReader(r io.Reader, maxFrame int) *Reader {
 	}
 	rd := &Reader{r: r, maxFrame: maxFrame, buf: make([]byte, min(minReadBuf, maxFrame+maxHeader))}
 	rd.dec = msgpack.NewDecoder(&rd.br)
-	rd.fd.intern = new(interner)
+	rd.bd.intern = new(interner)
 	return rd
 }
 
@@ -171,7 +171,7 @@ func (r *Reader) decode(t message.Type, body []byte) (message.Message, error) {
 		return nil, &UnknownTypeError{Type: t}
 	}
 	err := r.DecodeInto(m, body)
-	r.fd.attrBuf, r.fd.stampBuf, r.fd.subBuf = nil, nil, nil
+	r.bd.attrBuf, r.bd.stampBuf, r.bd.subBuf = nil, nil, nil
 	if err != nil {
 		return nil, err
 	}
@@ -210,24 +210,24 @@ type deliverSetAlloc struct {
 }
 
 // newMessage is message.New, with room for the lists of the hot messages
-// (handed to the fast decoder).
+// (handed to the hand-written decoders).
 func (r *Reader) newMessage(t message.Type) (message.Message, bool) {
 	switch t {
 	case message.TypePublish:
 		a := new(publishAlloc)
-		r.fd.attrBuf = a.attrs[:]
+		r.bd.attrBuf = a.attrs[:]
 		return &a.m, true
 	case message.TypePub:
 		a := new(pubAlloc)
-		r.fd.attrBuf, r.fd.stampBuf = a.attrs[:], a.stamps[:]
+		r.bd.attrBuf, r.bd.stampBuf = a.attrs[:], a.stamps[:]
 		return &a.m, true
 	case message.TypeDeliver:
 		a := new(deliverAlloc)
-		r.fd.attrBuf = a.attrs[:]
+		r.bd.attrBuf = a.attrs[:]
 		return &a.m, true
 	case message.TypeDeliverSet:
 		a := new(deliverSetAlloc)
-		r.fd.attrBuf, r.fd.subBuf = a.attrs[:], a.subs[:]
+		r.bd.attrBuf, r.bd.subBuf = a.attrs[:], a.subs[:]
 		return &a.m, true
 	}
 	return message.New(t)
@@ -240,20 +240,25 @@ func (r *Reader) newMessage(t message.Type) (message.Message, bool) {
 // whose publications are released in arrival order, better than an
 // application that keeps a few payloads out of many. size <= 0 turns it off.
 func (r *Reader) UseArena(size int) {
-	r.fd.arenaSize = max(size, 0)
-	r.fd.arena = nil
+	r.bd.arenaSize = max(size, 0)
+	r.bd.arena = nil
 }
 
 // DecodeInto decodes a frame body (as returned by ReadFrame) into m, which
 // must be a zero value of the registered struct of the frame's type.
 func (r *Reader) DecodeInto(m message.Message, body []byte) error {
-	if fc := fastCodecOf(m.Type()); fc != nil {
-		r.fd.reset(body)
-		if fc.dec(&r.fd, m) {
-			return nil
-		}
-		if fc.only {
+	if d, ok := m.(*message.DeliverSet); ok {
+		// Its own format (deliver.go): no generic decoder to fall back to.
+		r.bd.reset(body)
+		if !r.bd.deliverSet(d) {
 			return malformed(m.Type(), "not a valid %v body", m.Type())
+		}
+		return nil
+	}
+	if fc := fastCodecOf(m.Type()); fc != nil {
+		r.bd.reset(body)
+		if fc.dec(&r.bd, m) {
+			return nil
 		}
 		// Not the canonical shape: start again from a zero value with the
 		// generic decoder, which decides what is valid.

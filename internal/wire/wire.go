@@ -124,6 +124,9 @@ func NewEncoder() *Encoder {
 
 // AppendBody appends the msgpack body of m (no frame header) to dst.
 func (e *Encoder) AppendBody(dst []byte, m message.Message) ([]byte, error) {
+	if d, ok := m.(*message.DeliverSet); ok {
+		return appendDeliverSet(dst, d), nil // its own format (deliver.go)
+	}
 	if fc := fastCodecOf(m.Type()); fc != nil {
 		if b, ok := fc.enc(dst, m); ok {
 			return b, nil
@@ -133,7 +136,7 @@ func (e *Encoder) AppendBody(dst []byte, m message.Message) ([]byte, error) {
 }
 
 // appendGeneric is msgpack's reflection encoder (tests compare the fast
-// encoders with it).
+// path with it).
 func (e *Encoder) appendGeneric(dst []byte, m message.Message) (out []byte, err error) {
 	e.w.b = dst
 	defer func() {

@@ -66,12 +66,9 @@ func (g groupsGen) Publication() matching.Publication {
 	return p
 }
 
-// TestCompiledMatchSameAsWalk: Match over the compiled access lists finds
-// the same ids in the same order as the walk of the groups, through
-// inserts and deletes interleaved with matches, with every list compiled,
-// with none, and with a small bound (some compiled, some not); and the
-// same set as the brute-force matcher.
-func TestCompiledMatchSameAsWalk(t *testing.T) {
+// TestMatchThroughChanges: Match finds the same set as the brute-force
+// matcher through inserts and deletes interleaved with matches.
+func TestMatchThroughChanges(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	gens := []struct {
 		name string
@@ -83,65 +80,56 @@ func TestCompiledMatchSameAsWalk(t *testing.T) {
 		{"ranges", workload.NewRanges(r)},
 	}
 	for _, w := range gens {
-		for _, bound := range []int{2048, 3, 0} {
-			ix := matching.NewIndex()
-			old := matching.SetProgMax(ix, bound)
-			filters := map[uint64]matching.Filter{}
-			var ids []uint64
-			var got, walked []uint64
-			compared := 0
-			for op := 0; op < 3000; op++ {
-				switch k := r.IntN(10); {
-				case k < 5 || len(ids) == 0:
-					id := r.Uint64()
-					f := w.g.Filter()
-					if err := ix.Insert(id, f); err != nil {
-						continue
+		ix := matching.NewIndex()
+		filters := map[uint64]matching.Filter{}
+		var ids []uint64
+		var got []uint64
+		compared := 0
+		for op := 0; op < 3000; op++ {
+			switch k := r.IntN(10); {
+			case k < 5 || len(ids) == 0:
+				id := r.Uint64()
+				f := w.g.Filter()
+				if err := ix.Insert(id, f); err != nil {
+					continue
+				}
+				filters[id] = f
+				ids = append(ids, id)
+			case k < 7:
+				i := r.IntN(len(ids))
+				id := ids[i]
+				ids = slices.Delete(ids, i, i+1)
+				delete(filters, id)
+				if !ix.Delete(id) {
+					t.Fatalf("%s: delete %d failed", w.name, id)
+				}
+			default:
+				for range 3 {
+					p := w.g.Publication()
+					got = ix.Match(&p, got[:0])
+					var want []uint64
+					for _, id := range ids {
+						if filters[id].Match(&p) {
+							want = append(want, id)
+						}
 					}
-					filters[id] = f
-					ids = append(ids, id)
-				case k < 7:
-					i := r.IntN(len(ids))
-					id := ids[i]
-					ids = slices.Delete(ids, i, i+1)
-					delete(filters, id)
-					if !ix.Delete(id) {
-						t.Fatalf("%s: delete %d failed", w.name, id)
+					s := slices.Clone(got)
+					slices.Sort(s)
+					if dupNames(&p) {
+						// A group filed under a repeated (name, value)
+						// is visited once per repetition.
+						s = slices.Compact(s)
 					}
-				default:
-					for range 3 {
-						p := w.g.Publication()
-						got = ix.Match(&p, got[:0])
-						walked = matching.MatchWalked(ix, &p, walked[:0])
-						if !slices.Equal(got, walked) {
-							t.Fatalf("%s bound %d op %d: %v\ncompiled %v\nwalked   %v", w.name, bound, op, p, got, walked)
-						}
-						var want []uint64
-						for _, id := range ids {
-							if filters[id].Match(&p) {
-								want = append(want, id)
-							}
-						}
-						s := slices.Clone(got)
-						slices.Sort(s)
-						if dupNames(&p) {
-							// A group filed under a repeated (name, value)
-							// is visited once per repetition (as before the
-							// compiled lists).
-							s = slices.Compact(s)
-						}
-						slices.Sort(want)
-						if !slices.Equal(s, want) {
-							t.Fatalf("%s bound %d op %d: %v matched %v, want %v", w.name, bound, op, p, s, want)
-						}
-						compared++
+					slices.Sort(want)
+					if !slices.Equal(s, want) {
+						t.Fatalf("%s op %d: %v matched %v, want %v", w.name, op, p, s, want)
 					}
+					compared++
 				}
 			}
-			matching.SetProgMax(ix, old)
-			if compared < 500 {
-				t.Fatalf("%s: only %d matches compared", w.name, compared)
-			}
+		}
+		if compared < 500 {
+			t.Fatalf("%s: only %d matches compared", w.name, compared)
 		}
 	}
 }
@@ -160,46 +148,42 @@ func dupNames(p *matching.Publication) bool {
 // TestMatchOnceSameAsFiltered: MatchOnce reports Match's ids in Match's
 // order less those its tags leave out (tagged in skip, or in once after
 // the tag's first id), on ids tagged 0..69 (tags from 64 on are never left
-// out), with the lists compiled and walked.
+// out).
 func TestMatchOnceSameAsFiltered(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	gens := []gen{groupsGen{r}, workload.NewStock(r), workload.NewRanges(r)}
 	for gi, g := range gens {
-		for _, bound := range []int{2048, 0} {
-			ix := matching.NewIndex()
-			old := matching.SetProgMax(ix, bound)
-			for range 600 {
-				id := r.Uint64N(70)<<32 | uint64(r.Uint32())
-				_ = ix.Insert(id, g.Filter())
+		ix := matching.NewIndex()
+		for range 600 {
+			id := r.Uint64N(70)<<32 | uint64(r.Uint32())
+			_ = ix.Insert(id, g.Filter())
+		}
+		var all, got []uint64
+		for range 400 {
+			p := g.Publication()
+			once, skip := r.Uint64()&r.Uint64(), r.Uint64()&r.Uint64()&r.Uint64()
+			if r.IntN(4) == 0 {
+				once = ^uint64(0)
 			}
-			var all, got []uint64
-			for range 400 {
-				p := g.Publication()
-				once, skip := r.Uint64()&r.Uint64(), r.Uint64()&r.Uint64()&r.Uint64()
-				if r.IntN(4) == 0 {
-					once = ^uint64(0)
-				}
-				all = ix.Match(&p, all[:0])
-				got = ix.MatchOnce(&p, got[:0], once, skip)
-				var want []uint64
-				done := skip
-				for _, id := range all {
-					if tag := id >> 32; tag < 64 {
-						if done>>tag&1 != 0 {
-							continue
-						}
-						done |= once & (1 << tag)
+			all = ix.Match(&p, all[:0])
+			got = ix.MatchOnce(&p, got[:0], once, skip)
+			var want []uint64
+			done := skip
+			for _, id := range all {
+				if tag := id >> 32; tag < 64 {
+					if done>>tag&1 != 0 {
+						continue
 					}
-					want = append(want, id)
+					done |= once & (1 << tag)
 				}
-				if !slices.Equal(got, want) {
-					t.Fatalf("gen %d bound %d: %v once %x skip %x: got %v, want %v", gi, bound, p, once, skip, got, want)
-				}
-				if again := ix.Match(&p, nil); !slices.Equal(again, all) {
-					t.Fatalf("gen %d bound %d: Match after MatchOnce: %v, want %v", gi, bound, again, all)
-				}
+				want = append(want, id)
 			}
-			matching.SetProgMax(ix, old)
+			if !slices.Equal(got, want) {
+				t.Fatalf("gen %d: %v once %x skip %x: got %v, want %v", gi, p, once, skip, got, want)
+			}
+			if again := ix.Match(&p, nil); !slices.Equal(again, all) {
+				t.Fatalf("gen %d: Match after MatchOnce: %v, want %v", gi, again, all)
+			}
 		}
 	}
 }
