@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/deltapub/deltapub/dack"
-	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
 	"github.com/deltapub/deltapub/topology"
@@ -111,11 +110,6 @@ type Node struct {
 	geoVer     uint64
 	side       map[message.BrokerID]message.BrokerID
 	dist       map[message.BrokerID]int
-	recipBuf   []message.BrokerID
-	pubBuf     matching.Publication      // the publication being matched (onPub: no allocation per hop)
-	delivBuf   []message.Deliver         // newDeliver's current chunk
-	delivUsed  int                       // how many of delivBuf are handed out
-	delivReuse bool                      // RecycleDelivers was called: chunks grow
 	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
@@ -124,18 +118,10 @@ type Node struct {
 	heldAsked  map[message.BrokerID]bool               // senders of held floods asked for a resync on the current link (flood.go askUnplaced)
 	gapSeen    map[gapKey]bool
 	gapOrder   []gapKey
-	// The publication path's caches (forward.go): route slots by broker
-	// name (slot; valid for the generation rtGen) and n.seen's entries by
-	// source (seenOf).
-	// The tables are allocated apart: inside the node they would spread
-	// its hot fields over more cache sets.
-	rtGen   uint64
-	rtab    *[rtSlots]routeSlot
-	seenTab *[seenSlots]seenSlot
-	// fslots: route data by the routing table's interned from-pointer
-	// index (sendNew), for its numbering fslotsOf.
-	fslots   []fromSlot
-	fslotsOf uint32
+	// rtGen increases whenever n.side, n.hops (other than hop adding a
+	// missing entry) or the peer set changes: flood_fast.go's caches
+	// hold for one generation.
+	rtGen uint64
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
 	floods     floodMap               // pending, by key (flood_fast.go)
@@ -255,8 +241,6 @@ func NewNode(cfg Config) (*Node, error) {
 		admitting:    map[message.BrokerID]uint64{},
 		pendingState: map[message.BrokerID]bool{},
 		rng:          rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Epoch))),
-		rtab:         new([rtSlots]routeSlot),
-		seenTab:      new([seenSlots]seenSlot),
 	}
 	n.counters.Control = map[string]uint64{}
 	n.geoVer = ^uint64(0)
@@ -485,10 +469,7 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 	if n.left || from == n.cfg.ID || m == nil {
 		return
 	}
-	p := n.slot(from).p
-	if p == nil {
-		p = n.peer(from)
-	}
+	p := n.peer(from)
 	p.silent = 0
 	if pm, ok := m.(*message.Pub); ok && !p.suspected {
 		// The common case first: a publication (never in parts) from an

@@ -23,7 +23,7 @@ func floodStar(t *testing.T) *harness {
 func BenchmarkSubFloodRelay(b *testing.B) {
 	h := floodStar(&testing.T{})
 	n := h.nodes["C"]
-	n.Recycle(n.Ready())
+	n.Ready()
 	const batch = 1000
 	filters := make([]matching.Filter, batch)
 	for i := range filters {
@@ -46,12 +46,12 @@ func BenchmarkSubFloodRelay(b *testing.B) {
 		b.StartTimer()
 		for i := range floods {
 			n.Step("A", &floods[i])
-			n.Recycle(n.Ready())
+			n.Ready()
 		}
 		for i := range confirms {
 			n.Step("B", &confirms[i])
 			n.Step("D", &confirms[i])
-			n.Recycle(n.Ready())
+			n.Ready()
 		}
 	}
 }

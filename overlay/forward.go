@@ -281,66 +281,6 @@ func (n *Node) hop(r message.BrokerID) hopInfo {
 	return h
 }
 
-// routeSlot caches, for one broker name, what a publication hop asks
-// about it: its direction (n.side), its peer, and whether there is a next
-// hop toward it (n.hops) with that hop's peer. Valid while n.rtGen is
-// gen: rtGen increases whenever n.side, n.hops (other than hop adding a
-// missing entry) or the peer set changes. 64 bytes.
-type routeSlot struct {
-	id     message.BrokerID
-	gen    uint64
-	side   message.BrokerID // n.side[id] (as geometry last left it)
-	p      *peer            // n.peers[id] (nil: none)
-	hopP   *peer            // n.peers[n.hops[id].to] (nil: none), when hasHop
-	hopOK  bool             // n.hops[id].ok, when hasHop
-	hasHop bool
-}
-
-// rtSlots is the size of Node.rtab (a power of two).
-const rtSlots = 256
-
-// nameHash is a cheap hash of a name (its length and last two bytes) for
-// the direct-mapped caches of the publication path.
-func nameHash(a string) uint32 {
-	if len(a) < 2 {
-		return uint32(len(a))
-	}
-	h := uint32(len(a))*0x9e3779b1 ^ uint32(a[len(a)-1])*0x85ebca6b ^ uint32(a[len(a)-2])*0xc2b2ae35
-	return h ^ h>>16
-}
-
-// slot returns id's route slot, filled from the maps when stale. It does
-// not bring the geometry up to date (callers that read side do first).
-func (n *Node) slot(id message.BrokerID) *routeSlot {
-	s := &n.rtab[nameHash(string(id))&(rtSlots-1)]
-	if s.gen != n.rtGen || s.id != id {
-		n.fillSlot(s, id)
-	}
-	return s
-}
-
-//go:noinline
-func (n *Node) fillSlot(s *routeSlot, id message.BrokerID) {
-	*s = routeSlot{id: id, gen: n.rtGen, side: n.side[id], p: n.peers[id]}
-}
-
-// hopSlot is slot(r) with the next hop toward r (hop(r): computed, and
-// dialled, when unknown).
-func (n *Node) hopSlot(r message.BrokerID) *routeSlot {
-	s := n.slot(r)
-	if !s.hasHop {
-		s = n.fillHop(r)
-	}
-	return s
-}
-
-func (n *Node) fillHop(r message.BrokerID) *routeSlot {
-	h := n.hop(r) // may add a peer (a new generation)
-	s := n.slot(r)
-	s.hopOK, s.hopP, s.hasHop = h.ok, n.peers[h.to], true
-	return s
-}
-
 // prefetchDials dials, when the next hop toward r is not linked yet, the
 // brokers behind it on the path to r as well: if the hop turns out dead,
 // the next candidate is already linked (F7: one dial timeout, not k).
@@ -375,9 +315,8 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 	n.store.Arrive(m.Stamps)
 	n.discDirty = true
 	src := m.ID.Source()
-	st := n.seenOf(src)
-	n.geometry()
-	except := n.slot(from).side
+	st := n.seen[src]
+	except := n.direction(from)
 	if except == "" {
 		except = from
 	}
@@ -441,19 +380,17 @@ func (n *Node) holdDuplicate(m *message.Pub) {
 func (n *Node) acceptOlder(st *srcState, m *message.Pub, except message.BrokerID) bool {
 	seq := m.ID.Seq
 	st.mark(except, seq) // never sent back that way by a later copy
-	n.pubBuf.Attrs = m.Attrs
-	recips := n.table.Recipients(&n.pubBuf, except, n.recipBuf[:0], nil)
+	recips := n.table.Recipients(&matching.Publication{Attrs: m.Attrs}, except, nil, nil)
 	keep := recips[:0]
 	for _, r := range recips {
 		if d := n.direction(r); d != "" && st.sentToward(d) < seq {
 			keep = append(keep, r)
 		}
 	}
-	n.recipBuf = keep
 	if len(keep) == 0 {
 		return false
 	}
-	n.enqueue(m, except, st, nil) // marks every recipient's direction
+	n.enqueue(m, except, st, keep) // marks every recipient's direction
 	return true
 }
 
@@ -470,61 +407,26 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 			// Config.MaxSources for the consequence).
 			old := n.seenOrder[0]
 			delete(n.seen, old)
-			if sl := &n.seenTab[sourceHash(old)&(seenSlots-1)]; sl.st != nil && sl.src == old {
-				*sl = seenSlot{}
-			}
 			n.seenOrder = n.seenOrder[1:]
 		}
 	}
 	st.seq, st.dir = m.ID.Seq, except
-	n.pubBuf.Attrs = m.Attrs
-	n.recipBuf = n.table.Recipients(&n.pubBuf, except, n.recipBuf[:0], func(e *routing.Entry) {
+	recips := n.table.Recipients(&matching.Publication{Attrs: m.Attrs}, except, nil, func(e *routing.Entry) {
 		n.counters.Delivered++
-		n.toClient(e.Client, n.newDeliver(message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}))
+		n.toClient(e.Client, &message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time})
 	})
 	st.mark(except, m.ID.Seq)
-	if len(n.recipBuf) == 0 {
+	if len(recips) == 0 {
 		return // delivered locally (or nowhere): nothing to keep
 	}
-	n.enqueue(m, except, st, n.table.RecipientIndices()) // marks every recipient's direction
+	n.enqueue(m, except, st, recips) // marks every recipient's direction
 }
 
-// seenSlot caches one entry of n.seen (a source's state) by a cheap hash
-// of the source, so that a hop rarely hashes the publisher's name.
-type seenSlot struct {
-	src message.Source
-	st  *srcState
-}
-
-// seenSlots is the size of Node.seenTab (a power of two).
-const seenSlots = 128
-
-func sourceHash(s message.Source) uint32 {
-	return nameHash(s.Publisher) ^ uint32(s.Epoch)*0x9e3779b1
-}
-
-// seenOf returns n.seen[src] (nil: none), through seenTab. An entry
-// leaves n.seen only in acceptSeen, which clears its slot.
-func (n *Node) seenOf(src message.Source) *srcState {
-	sl := &n.seenTab[sourceHash(src)&(seenSlots-1)]
-	if sl.st != nil && sl.src == src {
-		return sl.st
-	}
-	st := n.seen[src]
-	if st != nil {
-		sl.src, sl.st = src, st
-	}
-	return st
-}
-
-// enqueue stamps m, queues it for the recipients in n.recipBuf, marks
-// their directions in st (the source's state) and sends it to their next
-// hops. idx, when not nil, holds the recipients' interned indices in the
-// routing table (Table.RecipientIndices: n.recipBuf as Recipients
-// returned it).
-func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, idx []uint64) {
+// enqueue stamps m, queues it for recips, marks their directions in st
+// (the source's state) and sends it to their next hops.
+func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, recips []message.BrokerID) {
 	n.stampSeq++
-	e := newQentry(len(n.recipBuf))
+	e := newQentry(len(recips))
 	k := n.cfg.Delta + 1
 	stamps := e.stampBuf[:0]
 	if k > len(e.stampBuf) {
@@ -538,49 +440,27 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, id
 	}
 	e.pub = message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
 	e.stamp, e.except = n.stampSeq, except
-	copy(e.recips, n.recipBuf)
+	copy(e.recips, recips)
 	n.queue = append(n.queue, e)
 	n.queueLen++
 	if n.minqOK {
 		n.mergeMinq(e.pub.Stamps[1:])
 	}
-	n.sendNew(e, st, idx)
+	n.sendNew(e, st)
 }
 
 // sendNew is sendEntry(e, "") for a new entry, which also marks each
-// recipient's direction in st first (each recipient's route is looked up
-// once for both). With idx (idx[i] names e.recips[i] by its interned
-// index in the routing table) the route data is read from a dense array
-// by index instead of the route slots by name: no hashing, no name
-// comparisons while the generation holds.
-func (n *Node) sendNew(e *qentry, st *srcState, idx []uint64) {
+// recipient's direction in st first.
+func (n *Node) sendNew(e *qentry, st *srcState) {
 	n.geometry()
-	if idx != nil {
-		if g := n.table.FromsGen(); g != n.fslotsOf {
-			clear(n.fslots)
-			n.fslotsOf = g
-		}
-	}
 	seq := e.pub.ID.Seq
 	var sent [8]*peer
 	done := sent[:0]
-	var last message.BrokerID
-	for i, r := range e.recips {
-		var f fromSlot
-		if idx != nil {
-			f = n.fromSlotOf(idx[i], r)
-		} else {
-			s := n.hopSlot(r)
-			f = fromSlot{side: s.side, hopP: s.hopP, hopOK: s.hopOK}
-		}
-		// Recipients in one direction mostly come together: marking the
-		// same direction again with the same number changes nothing.
-		if d := f.side; i == 0 || d != last {
-			st.mark(d, seq)
-			last = d
-		}
-		p := f.hopP
-		if !f.hopOK || p == nil || !p.up {
+	for _, r := range e.recips {
+		h := n.hop(r)
+		st.mark(n.side[r], seq)
+		p := n.peers[h.to]
+		if !h.ok || p == nil || !p.up {
 			continue
 		}
 		var first bool
@@ -588,29 +468,6 @@ func (n *Node) sendNew(e *qentry, st *srcState, idx []uint64) {
 			n.sendPub(p, p.id, &e.pub)
 		}
 	}
-}
-
-// fromSlot is hopSlot's answer (side, next hop's peer, whether there is
-// a next hop) for the routing table's from-pointer of one interned index
-// (n.fslots), valid while n.rtGen+1 is gen.
-type fromSlot struct {
-	gen   uint64
-	side  message.BrokerID
-	hopP  *peer
-	hopOK bool
-}
-
-// fromSlotOf returns the fromSlot of interned index x, naming r.
-func (n *Node) fromSlotOf(x uint64, r message.BrokerID) fromSlot {
-	if x >= uint64(len(n.fslots)) {
-		n.fslots = append(n.fslots, make([]fromSlot, x+1-uint64(len(n.fslots)))...)
-	}
-	f := &n.fslots[x]
-	if f.gen != n.rtGen+1 {
-		s := n.hopSlot(r) // may start a new generation
-		*f = fromSlot{gen: n.rtGen + 1, side: s.side, hopP: s.hopP, hopOK: s.hopOK}
-	}
-	return *f
 }
 
 // addOnce appends p to done unless it is already there, and reports
@@ -623,34 +480,6 @@ func addOnce(done []*peer, p *peer) ([]*peer, bool) {
 		}
 	}
 	return append(done, p), true
-}
-
-// deliverChunk is how many Delivers newDeliver allocates at once, and
-// maxDeliverChunk the most once RecycleDelivers reuses them.
-const (
-	deliverChunk    = 32
-	maxDeliverChunk = 256
-)
-
-// newDeliver returns a heap copy of d carved from a chunk: one allocation
-// per deliverChunk deliveries instead of one each (100 local subscribers
-// meant 100 allocations per publication). A chunk is reused from its
-// start only by RecycleDelivers (its caller keeps none of them); Recycle
-// leaves what was handed out to the caller for good, and the GC frees a
-// chunk once none of its deliveries is referenced.
-func (n *Node) newDeliver(d message.Deliver) *message.Deliver {
-	if n.delivUsed == len(n.delivBuf) {
-		size := deliverChunk
-		if n.delivReuse {
-			// Reused chunks grow to hold a whole flush's deliveries.
-			size = min(max(deliverChunk, 2*len(n.delivBuf)), maxDeliverChunk)
-		}
-		n.delivBuf, n.delivUsed = make([]message.Deliver, size), 0
-	}
-	p := &n.delivBuf[n.delivUsed]
-	n.delivUsed++
-	*p = d
-	return p
 }
 
 // sendEntry sends e once over each of its current next hops with an up
@@ -666,9 +495,9 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 		if e.safe[i] {
 			continue
 		}
-		s := n.hopSlot(r)
-		p := s.hopP
-		if !s.hopOK || p == nil || !p.up || (only != "" && p.id != only) {
+		h := n.hop(r)
+		p := n.peers[h.to]
+		if !h.ok || p == nil || !p.up || (only != "" && p.id != only) {
 			continue
 		}
 		var first bool
