@@ -37,11 +37,6 @@ type peer struct {
 	dackSent  uint64 // store version covered by the last DACK on this link
 	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
 	dackIn    int64  // tick of the last DACK received from it (0: none)
-
-	// dackLinks (owner): the link's side (sideIndex) for the map version
-	// dackSideGeo-1 (0: not known).
-	dackSide    uint32
-	dackSideGeo uint64
 }
 
 // clientState is one local client session.
@@ -94,7 +89,7 @@ type Node struct {
 	// Publication forwarding.
 	queue      []*qentry
 	queueLen   int
-	purgeDirty bool // reports about us changed since the last purge
+	purgeDirty bool // queued recipients changed (leave.go): a purge pass is due
 	discDirty  bool // own discarded watermarks may be stale (queue or arrivals changed)
 	// dupHolds: the upstream stamps of duplicate copies of publications
 	// still queued here (received under other stamps on another path):
@@ -110,7 +105,6 @@ type Node struct {
 	geoVer     uint64
 	side       map[message.BrokerID]message.BrokerID
 	dist       map[message.BrokerID]int
-	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64
@@ -140,40 +134,10 @@ type Node struct {
 	counters Counters
 	rng      *rand.Rand // seeded from Config.Seed: the backoffs' jitter (retry.go)
 
-	// Scratch and caches of the hot paths (forward.go). dackLinks: the
-	// due links, and the store entries one DACK carries (dense indices).
-	dueBuf  []dueLink
-	dackSel []int32
-	// minqOK: minqBuf holds the lowest stamp per upstream (B, E) over the
-	// queue (updateDiscarded). The queue changes only in forward.go:
-	// accept appends (and merges), purge removes (and recomputes it,
-	// minqFromCache).
-	minqOK bool
 	// peerPs caches the peers of peerPsOf (a sortedPeers slice), in order.
 	peerPs   []*peer
 	peerPsOf []message.BrokerID
 
-	// DACK pass and purge caches (dack_cache.go; owners dackLinks and
-	// purge). sideIdx: relayOf's interned side names. dackSlab,
-	// dackMsgs: where DACKs are carved from. rth: purge's per-recipient
-	// thresholds, their paths valid for the map version rthTopo (rthOK:
-	// set); qcache: purge's dense copy of the queue.
-	sideIdx    map[message.BrokerID]uint32 // sideIndex's table, for the map version sideIdxGeo
-	sideIdxGeo uint64
-	dackSlab   []message.DAckEntry
-	dackMsgs   []message.DAck
-	rth        map[message.BrokerID]*recipTh
-	rthTopo    uint64
-	rthOK      bool
-	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
-	rtSlab     []*recipTh   // where cacheTail carves its entries' thresholds from
-	rtTab      [64]rtSlot   // recipThCached's table
-	rthSlab    []recipTh    // where recipTh carves thresholds from
-	// purge (owner): the last pass left purgedLen entries for the
-	// store's AboutVersion purgedAbout (purgedOK: there was one).
-	purgedOK    bool
-	purgedAbout uint64
-	purgedLen   int
 	// heartbeat (owner): the last heartbeat built, and a scratch list.
 	hbLast     *message.Heartbeat
 	hbSuspects []message.BrokerID
@@ -187,18 +151,6 @@ type Node struct {
 	// Tick (owner): the peers of the sortedPeers slice tickPsOf.
 	tickPs   []*peer
 	tickPsOf []message.BrokerID
-	// updateDiscarded (owner): minqIn[j] says whether minqBuf[j]'s pair
-	// has a queued stamp; minqLay increases when minqBuf's pairs move;
-	// join maps the store's own pairs to minqBuf (for OwnVersion joinOwn
-	// and minqLay joinLay); capBuf is the caps handed to the store.
-	minqIn   []bool
-	minqHint [4]int // per upstream stamp position: where its pair was found last
-	minqLay  uint64
-	join     []int
-	joinOwn  uint64
-	joinLay  uint64
-	joinOK   bool
-	capBuf   []uint64
 	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
 	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
 	fl floodState

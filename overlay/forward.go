@@ -1,10 +1,7 @@
 package overlay
 
 import (
-	"cmp"
-	"math/bits"
-	"slices"
-
+	"github.com/deltapub/deltapub/dack"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
@@ -443,9 +440,6 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, re
 	copy(e.recips, recips)
 	n.queue = append(n.queue, e)
 	n.queueLen++
-	if n.minqOK {
-		n.mergeMinq(e.pub.Stamps[1:])
-	}
 	n.sendNew(e, st)
 }
 
@@ -572,7 +566,7 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 func (n *Node) dackLinks() {
 	ver := n.store.Version()
 	due := false
-	for _, p := range n.sortedPeerPtrs() {
+	for _, p := range n.peers {
 		if p.up && (p.dackSent != ver || n.discDirty) && n.dackDue(p) {
 			due = true
 			break
@@ -586,70 +580,26 @@ func (n *Node) dackLinks() {
 		n.updateDiscarded()
 	}
 	n.geometry()
-	// The due links first (dackDue reads only other links' dackIn, which
-	// this pass does not change, and the link's own dackAt, so deciding
-	// them all up front decides as the link-by-link loop did), then per
-	// link one walk over the store's changes since its last DACK, newest
-	// first, with each entry's sides as relayOf keeps them.
-	links := n.dueBuf[:0]
-	for _, p := range n.sortedPeerPtrs() {
-		if !p.up || !n.dackDue(p) {
-			continue
-		}
-		if p.dackSideGeo != n.geoVer+1 {
-			pside := n.side[p.id]
-			if pside == "" {
-				pside = p.id
-			}
-			p.dackSide, p.dackSideGeo = n.sideIndex(pside), n.geoVer+1
-		}
-		links = append(links, dueLink{id: p.id, p: p, side: p.dackSide})
-	}
-	n.dueBuf = links[:0]
 	ver = n.store.Version()
-	// What changed since a link's last DACK is found by a scan of the
-	// store's dense versions; the relay verdicts are dense too (Aux), so
-	// only the entries carried are read, then put newest change first.
-	vers, auxs, geo := n.store.Versions(), n.store.Auxes(), n.geoVer+1
-	for j := range links {
-		d := &links[j]
-		since := d.p.dackSent
-		if since == ver {
-			continue // nothing changed since its last DACK
-		}
-		sel := n.dackSel[:0]
-		for i, v := range vers {
-			if v <= since {
-				continue
-			}
-			r := auxs[i][1] // relayOf's verdict, when current
-			if auxs[i][0] != geo {
-				r = n.relayOf(n.store.At(i))
-			}
-			if carries(r, d.side) {
-				sel = append(sel, int32(i))
-			}
-		}
-		n.dackSel = sel[:0]
-		d.p.dackSent = ver
-		if len(sel) == 0 {
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
+		if !p.up || !n.dackDue(p) || p.dackSent == ver {
 			continue
 		}
-		slices.SortFunc(sel, func(a, b int32) int { return cmp.Compare(vers[b], vers[a]) })
-		entries := n.dackBuf()
-		for _, i := range sel {
-			entries = append(entries, *n.store.At(int(i)).Entry())
+		pside := n.side[id]
+		if pside == "" {
+			pside = id
 		}
-		d.p.dackAt = n.now
-		n.send(d.id, n.takeDAck(entries))
+		entries := n.store.Build(p.dackSent, func(reporter, about message.BrokerID) bool {
+			return n.dackRelays(reporter, about, pside)
+		})
+		p.dackSent = ver
+		if len(entries) == 0 {
+			continue
+		}
+		p.dackAt = n.now
+		n.send(id, &message.DAck{Entries: entries})
 	}
-}
-
-// dueLink is a link whose DACK goes out in this dackLinks pass.
-type dueLink struct {
-	id   message.BrokerID
-	p    *peer
-	side uint32 // the tree side it leads to (sideIndex)
 }
 
 // dackRelays reports whether the DACK on the link toward side pside
@@ -697,7 +647,7 @@ func (n *Node) dackDue(p *peer) bool {
 	if late != 0 {
 		return late > 0
 	}
-	for _, k := range n.sortedPeerPtrs() {
+	for _, k := range n.peers {
 		if k != p && k.up && k.dackIn > 0 && k.dackIn == p.dackAt {
 			return false
 		}
@@ -735,278 +685,96 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 // recipients (dack.Safe along the tree path to each), and compacts the
 // queue.
 func (n *Node) purge() {
-	dirty := n.purgeDirty // recipients changed (leave.go): the entry cache is stale
 	n.purgeDirty = false
 	// One threshold per recipient (dack.Threshold ≡ dack.Safe for every
-	// stamp at once), then one comparison per queued recipient. A
-	// threshold depends only on the reports about this broker and the
-	// tree path: kept while neither changed (recipThreshold; its paths
-	// while the map is unchanged).
-	if tv := n.topo.Version(); !n.rthOK || tv != n.rthTopo {
-		n.rth = map[message.BrokerID]*recipTh{}
-		n.rthOK, n.rthTopo = true, tv
-		n.rtTab = [64]rtSlot{}
-		dirty = true
-	}
-	av := n.store.AboutVersion()
-	if !dirty && n.purgedOK && av == n.purgedAbout && len(n.queue) == n.purgedLen {
-		// Nothing changed since the last pass (the same thresholds, no
-		// entry queued: only purge removes one): it would mark nothing.
-		return
-	}
-	// The pass runs over purgeCache's dense copy of the queue (each
-	// entry's stamp, unsafe recipients and their thresholds), not over
-	// the entries themselves; an entry is written only when a recipient
-	// becomes safe.
-	qc := n.purgeCache(dirty)
+	// stamp at once), then one comparison per queued recipient.
+	th := map[message.BrokerID]uint64{}
 	kept := n.queue[:0]
-	k := 0
-	removed := false
-	// A queued entry is never marked purged: purge drops it from the
-	// queue in the pass that marks it (so e.purged is not read here).
-	for i := range qc {
-		c := &qc[i]
-		e := c.e
+	for _, e := range n.queue {
 		all := true
-		if c.rt == nil {
-			for i, r := range e.recips {
-				if e.safe[i] {
-					continue
-				}
-				if e.stamp <= n.recipThreshold(r, av) {
-					e.safe[i] = true
-				} else {
-					all = false
-				}
+		for i, r := range e.recips {
+			if e.safe[i] {
+				continue
 			}
-		} else {
-			was := c.unsafe
-			for m := was; m != 0; m &= m - 1 {
-				j := bits.TrailingZeros64(m)
-				rt := c.rt[j]
-				if !rt.ok || rt.about != av {
-					rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), av, true
-				}
-				if c.stamp <= rt.th {
-					c.unsafe &^= 1 << j
-				}
+			t, ok := th[r]
+			if !ok {
+				t = n.recipThreshold(r)
+				th[r] = t
 			}
-			if c.unsafe != 0 {
-				// Still queued: the recipients found safe now are written
-				// to the entry (sendEntry skips them). An entry safe for
-				// all is only marked purged: it leaves the queue, and its
-				// flags are read no more.
+			if e.stamp <= t {
+				e.safe[i] = true
+			} else {
 				all = false
-				for m := was &^ c.unsafe; m != 0; m &= m - 1 {
-					e.safe[bits.TrailingZeros64(m)] = true
-				}
 			}
 		}
 		if all {
 			e.purged = true
-			removed = true
 			n.queueLen--
 			n.discDirty = true
 			n.counters.Purged++
 			continue
 		}
 		kept = append(kept, e)
-		if k != i {
-			qc[k] = *c
-		}
-		k++
 	}
-	for i := len(kept); i < len(n.queue); i++ {
-		n.queue[i] = nil
-		qc[i] = purgeEntry{}
-	}
+	clear(n.queue[len(kept):])
 	n.queue = kept
-	n.qcache = qc[:k]
-	n.purgedOK, n.purgedAbout, n.purgedLen = true, av, len(kept)
-	if removed {
-		// A removal may raise the lowest queued stamps: recomputed from
-		// the copy (updateDiscarded reads them).
-		n.minqFromCache(n.qcache)
+}
+
+// recipThreshold is dack.Threshold over the tree path to r without this
+// broker (0 when r is unknown or this broker).
+func (n *Node) recipThreshold(r message.BrokerID) uint64 {
+	path := n.pathTo(r)
+	if len(path) <= 1 {
+		return 0
 	}
+	return dack.Threshold(path[1:], n.store.About)
 }
 
 // updateDiscarded sets this broker's discarded watermark about each
 // upstream broker U: every publication received with a U-stamp up to it
-// is no longer queued here.
+// is no longer queued here (nor held by a duplicate, dupHolds).
 func (n *Node) updateDiscarded() {
-	// The lowest queued U-stamp per (B, E). The queue can hold tens of
-	// thousands of publications under load and this runs every DACK
-	// period, while the distinct (B, E) are a handful (the brokers within
-	// δ+1 hops): a small slice searched from where the previous stamp of
-	// the same position was found beats hashing every stamp into a map.
-	//
-	// Kept between calls (minqOK): accept merges each queued entry's
-	// stamps in (mergeMinq), and a purge that removes an entry recomputes
-	// it from its dense copy of the queue (minqFromCache: a minimum
-	// cannot be updated by a removal); the scan below runs only before
-	// the first of those. The scan keeps the (B, E) already known where they are (minqIn
-	// says which have a queued stamp), so that the join below holds
-	// until a new pair comes (minqLay).
-	if !n.minqOK {
-		minq := n.minqBuf
-		clear(n.minqIn)
-		var hint [8]int // per stamp position: where its (B, E) was last found
-		for _, e := range n.queue {
-			if e.purged {
-				continue
-			}
-			for i, s := range e.pub.Stamps[1:] {
-				j := -1
-				if i < len(hint) {
-					if h := hint[i]; h < len(minq) && minq[h].B == s.B && minq[h].E == s.E {
-						j = h
-					}
-				}
-				if j < 0 {
-					j = findStamp(minq, s)
-				}
-				switch {
-				case j < 0:
-					j = len(minq)
-					minq = append(minq, s)
-					n.minqIn = append(n.minqIn, true)
-					n.minqLay++
-				case !n.minqIn[j]:
-					minq[j].S, n.minqIn[j] = s.S, true
-				case s.S < minq[j].S:
-					minq[j].S = s.S
-				}
-				if i < len(hint) {
-					hint[i] = j
-				}
+	type pair struct {
+		b message.BrokerID
+		e uint64
+	}
+	low := map[pair]uint64{} // the lowest queued U-stamp per (B, E)
+	for _, e := range n.queue {
+		if e.purged {
+			continue
+		}
+		for _, s := range e.pub.Stamps[1:] {
+			k := pair{s.B, s.E}
+			if v, ok := low[k]; !ok || s.S < v {
+				low[k] = s.S
 			}
 		}
-		n.minqBuf, n.minqOK = minq, true
-		n.compactMinq()
 	}
-	// The join of the own watermarks (OwnKeys' order) with minq, kept
-	// while neither side's pairs changed: per own pair, the index of its
-	// lowest queued stamp in minq (-1: none).
-	st := n.store
-	if ov := st.OwnVersion(); !n.joinOK || ov != n.joinOwn || n.minqLay != n.joinLay {
-		n.join = n.join[:0]
-		for i, k := 0, st.OwnLen(); i < k; i++ {
-			n.join = append(n.join, findStamp(n.minqBuf, st.OwnAt(i)))
+	caps := map[pair]uint64{} // discarded stays below these
+	for k, s := range low {
+		caps[k] = s - 1 // wraps for S = 0: no cap
+	}
+	holds := n.dupHolds[:0]
+	for _, d := range n.dupHolds {
+		if d.e.purged {
+			continue // the queued copy left: the hold is released
 		}
-		n.joinOK, n.joinOwn, n.joinLay = true, ov, n.minqLay
-	}
-	caps := n.capBuf[:0]
-	for _, j := range n.join {
-		c := ^uint64(0) // none queued: discarded up to arrived
-		if j >= 0 && n.minqIn[j] {
-			c = n.minqBuf[j].S - 1 // wraps for S = 0, as SetDiscarded's comparison did
+		holds = append(holds, d)
+		k := pair{d.s.B, d.s.E}
+		c, ok := caps[k]
+		if !ok {
+			c = ^uint64(0)
 		}
-		caps = append(caps, c)
+		caps[k] = min(c, d.s.S-1)
 	}
-	if len(n.dupHolds) > 0 {
-		h := n.dupHolds[:0]
-		for _, d := range n.dupHolds {
-			if d.e.purged {
-				continue // the queued copy left: the hold is released
-			}
-			h = append(h, d)
-			for i, k := 0, st.OwnLen(); i < k; i++ {
-				if o := st.OwnAt(i); o.B == d.s.B && o.E == d.s.E {
-					caps[i] = min(caps[i], d.s.S-1)
-					break
-				}
-			}
+	clear(n.dupHolds[len(holds):])
+	n.dupHolds = holds
+	for _, o := range n.store.OwnKeys() {
+		c, ok := caps[pair{o.B, o.E}]
+		if !ok {
+			c = ^uint64(0) // none queued: discarded up to arrived
 		}
-		clear(n.dupHolds[len(h):])
-		n.dupHolds = h
-	}
-	n.capBuf = caps
-	st.LowerDiscarded(caps)
-}
-
-// compactMinq drops from minq the pairs no queued stamp has once they
-// outnumber the others (restarted upstream brokers leave pairs behind).
-func (n *Node) compactMinq() {
-	in := 0
-	for _, b := range n.minqIn {
-		if b {
-			in++
-		}
-	}
-	if len(n.minqBuf) <= 2*in+16 {
-		return
-	}
-	k := 0
-	for j, s := range n.minqBuf {
-		if n.minqIn[j] {
-			n.minqBuf[k], n.minqIn[k] = s, true
-			k++
-		}
-	}
-	clear(n.minqBuf[k:])
-	n.minqBuf, n.minqIn = n.minqBuf[:k], n.minqIn[:k]
-	n.minqLay++
-	// purge's copy of the queue names pairs by index: rebuilt.
-	clear(n.qcache)
-	n.qcache = n.qcache[:0]
-}
-
-// findStamp returns the index of the stamp of (s.B, s.E) in minq, or -1.
-func findStamp(minq []message.Stamp, s message.Stamp) int {
-	for k := range minq {
-		if minq[k].B == s.B && minq[k].E == s.E {
-			return k
-		}
-	}
-	return -1
-}
-
-// mergeMinq lowers the kept lowest queued stamps by those of a newly
-// queued entry (what updateDiscarded's scan would find with it queued).
-func (n *Node) mergeMinq(stamps []message.Stamp) {
-	for u := range stamps {
-		s := &stamps[u]
-		if u < len(n.minqHint) {
-			// The common case: the pair is where this position's pair
-			// was found last (consecutive publications mostly come the
-			// same way), and has a queued stamp no higher.
-			if h := n.minqHint[u]; h < len(n.minqBuf) && h < len(n.minqIn) {
-				if q := &n.minqBuf[h]; q.E == s.E && q.B == s.B {
-					if !n.minqIn[h] {
-						q.S, n.minqIn[h] = s.S, true
-					} else if s.S < q.S {
-						q.S = s.S
-					}
-					continue
-				}
-			}
-		}
-		n.mergeMinqAt(u, *s)
-	}
-	// Called as an entry is queued: purge's copy of the queue takes it
-	// now, while its data is at hand, when that copy is current (the map
-	// unchanged since the last purge, no recipients changed) and aligned.
-	if n.rthOK && n.rthTopo == n.topo.Version() && !n.purgeDirty && len(n.qcache) < len(n.queue) {
-		n.cacheTail()
-	}
-}
-
-// mergeMinqAt is mergeMinq for the stamp s at position u whose pair is
-// not where the hint says.
-func (n *Node) mergeMinqAt(u int, s message.Stamp) {
-	j := findStamp(n.minqBuf, s)
-	if u < len(n.minqHint) && j >= 0 {
-		n.minqHint[u] = j
-	}
-	switch {
-	case j < 0:
-		n.minqBuf = append(n.minqBuf, s)
-		n.minqIn = append(n.minqIn, true)
-		n.minqLay++
-	case !n.minqIn[j]:
-		n.minqBuf[j].S, n.minqIn[j] = s.S, true
-	case s.S < n.minqBuf[j].S:
-		n.minqBuf[j].S = s.S
+		n.store.SetDiscarded(o.B, o.E, c)
 	}
 }
 
@@ -1033,7 +801,6 @@ func (n *Node) releaseRecipients() {
 		}
 		e.recips, e.safe = recips, safe
 	}
-	n.purgeDirty = true // recipients changed: purge rebuilds its entry cache
 	n.purge()
 }
 
