@@ -138,16 +138,6 @@ type Node struct {
 	peerPs   []*peer
 	peerPsOf []message.BrokerID
 
-	// heartbeat (owner): the last heartbeat built, and a scratch list.
-	hbLast     *message.Heartbeat
-	hbSuspects []message.BrokerID
-	// heartbeat (owner, hbNeighbours): the tree neighbours' peers and
-	// names, for the map version hbNbTopo and the peer set hbNbOf.
-	hbNbPs   []*peer
-	hbNbIDs  []message.BrokerID
-	hbNbTopo uint64
-	hbNbOf   []message.BrokerID
-	hbNbOK   bool
 	// Tick (owner): the peers of the sortedPeers slice tickPsOf.
 	tickPs   []*peer
 	tickPsOf []message.BrokerID
@@ -495,47 +485,14 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 
 // heartbeat builds this broker's heartbeat: epoch, joined, and the tree
 // neighbours it suspects.
-//
-// The message is shared by the heartbeats that say the same (it is never
-// modified once sent): a new one only when what it says changed.
 func (n *Node) heartbeat() *message.Heartbeat {
-	joined := n.joined && !n.leaving // a leaver is not routed through
-	sus := n.hbSuspects[:0]
-	for i, p := range n.hbNeighbours() {
-		if p != nil && p.suspected {
-			sus = append(sus, n.hbNbIDs[i])
+	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined && !n.leaving} // a leaver is not routed through
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if p := n.peers[nb]; p != nil && p.suspected {
+			hb.Suspects = append(hb.Suspects, nb)
 		}
 	}
-	n.hbSuspects = sus
-	if hb := n.hbLast; hb != nil && hb.Epoch == n.cfg.Epoch && hb.Joined == joined && slices.Equal(hb.Suspects, sus) {
-		return hb
-	}
-	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: joined}
-	if len(sus) > 0 {
-		hb.Suspects = slices.Clone(sus)
-	}
-	n.hbLast = hb
 	return hb
-}
-
-// hbNeighbours returns the peers of this broker's tree neighbours
-// (topo.Neighbours, in its order, names in hbNbIDs; nil: no peer by that
-// name), kept while the map version and the peer set (the sortedPeers
-// slice) are unchanged: a heartbeat goes out on every idle link every
-// HeartbeatTicks, and looking its neighbours up by name each time cost
-// more than the rest of the tick.
-func (n *Node) hbNeighbours() []*peer {
-	ids, tv := n.sortedPeers(), n.topo.Version()
-	if n.hbNbOK && n.hbNbTopo == tv && samePeerIDs(n.hbNbOf, ids) {
-		return n.hbNbPs
-	}
-	nbs := n.topo.Neighbours(n.cfg.ID)
-	ps := n.hbNbPs[:0]
-	for _, nb := range nbs {
-		ps = append(ps, n.peers[nb])
-	}
-	n.hbNbPs, n.hbNbIDs, n.hbNbTopo, n.hbNbOf, n.hbNbOK = ps, nbs, tv, ids, true
-	return ps
 }
 
 func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
