@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -60,8 +61,6 @@ type Node struct {
 	table *routing.Table
 	store *dack.Store
 	peers map[message.BrokerID]*peer
-	// peerIDs caches sortedPeers (nil: stale).
-	peerIDs []message.BrokerID
 
 	// Membership.
 	member          bool // has a map (bootstrapped, or a JoinReply arrived)
@@ -134,21 +133,9 @@ type Node struct {
 	counters Counters
 	rng      *rand.Rand // seeded from Config.Seed: the backoffs' jitter (retry.go)
 
-	// peerPs caches the peers of peerPsOf (a sortedPeers slice), in order.
-	peerPs   []*peer
-	peerPsOf []message.BrokerID
-
-	// Tick (owner): the peers of the sortedPeers slice tickPsOf.
-	tickPs   []*peer
-	tickPsOf []message.BrokerID
 	// Pools, scratch and caches of the flood hot paths (flood_fast.go:
 	// newFlood, freeFlood, floodMsg, floodTargets, subConfirm).
 	fl floodState
-
-	// ctrlSent counts the control messages sent, by type (countControl,
-	// controlCounts: send counts into it, Status reads
-	// counters.Control through it).
-	ctrlSent []uint64
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -239,13 +226,8 @@ func (n *Node) Tick() {
 		n.checkRecovery()
 	}
 	changed := false
-	ids := n.sortedPeers()
-	ps := n.tickPeers(ids)
-	for i, id := range ids {
-		p := ps[i]
-		if !samePeerIDs(n.peerIDs, ids) {
-			p = n.peers[id] // the peer set changed during this loop: by name, as before
-		}
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
 		if p.dialWait > 0 {
 			p.dialWait--
 		}
@@ -295,25 +277,6 @@ func (n *Node) Tick() {
 	if n.leaving && !n.left {
 		n.leaveTick()
 	}
-}
-
-// tickPeers returns the peers of ids (a sortedPeers slice), in order,
-// for Tick's loop: kept while the peer set is unchanged, and a new slice
-// when it changes (so a loop over the old one keeps it).
-func (n *Node) tickPeers(ids []message.BrokerID) []*peer {
-	if !samePeerIDs(n.tickPsOf, ids) {
-		ps := make([]*peer, len(ids))
-		for i, id := range ids {
-			ps[i] = n.peers[id]
-		}
-		n.tickPs, n.tickPsOf = ps, ids
-	}
-	return n.tickPs
-}
-
-// samePeerIDs reports whether a and b are the same sortedPeers slice.
-func samePeerIDs(a, b []message.BrokerID) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // monitored reports whether silence from id counts toward a suspicion:
@@ -713,41 +676,19 @@ func (n *Node) peer(id message.BrokerID) *peer {
 			p.epoch = e.Epoch
 		}
 		n.peers[id] = p
-		n.peerIDs = nil
 		n.rtGen++
 	}
 	return p
 }
 
-// sortedPeers returns the peers' names, sorted. The slice is cached until
-// the peer set changes (every tick walks it) and must not be modified; a
-// change allocates a new one, so a caller that adds peers while ranging
-// over it keeps a consistent copy.
+// sortedPeers returns the peers' names, sorted.
 func (n *Node) sortedPeers() []message.BrokerID {
-	if n.peerIDs == nil {
-		ids := make([]message.BrokerID, 0, len(n.peers))
-		for id := range n.peers {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		n.peerIDs = ids
+	ids := make([]message.BrokerID, 0, len(n.peers))
+	for id := range n.peers {
+		ids = append(ids, id)
 	}
-	return n.peerIDs
-}
-
-// sortedPeerPtrs is sortedPeers' peers, in the same order, for the loops
-// that run every tick (no lookup by name per peer). Rebuilt whenever
-// sortedPeers' slice is (the peer set changed); must not be modified.
-func (n *Node) sortedPeerPtrs() []*peer {
-	ids := n.sortedPeers()
-	if len(n.peerPs) != len(ids) || (len(ids) > 0 && &n.peerPsOf[0] != &ids[0]) {
-		n.peerPs = n.peerPs[:0]
-		for _, id := range ids {
-			n.peerPs = append(n.peerPs, n.peers[id])
-		}
-		n.peerPsOf = ids
-	}
-	return n.peerPs
+	slices.Sort(ids)
+	return ids
 }
 
 func (n *Node) sortedClients() []message.ClientID {
@@ -777,7 +718,7 @@ func (n *Node) sendP(p *peer, to message.BrokerID, m message.Message) {
 	if _, isPub := m.(*message.Pub); isPub {
 		n.counters.PubsOut++
 	} else {
-		n.countControl(m.Type())
+		n.counters.Control[m.Type().String()]++
 	}
 	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
 }
@@ -790,27 +731,6 @@ func (n *Node) sendPub(p *peer, to message.BrokerID, m *message.Pub) {
 	p.idle = 0
 	n.counters.PubsOut++
 	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
-}
-
-// typeNames caches message.Type.String (a map lookup) for send's
-// counters, indexed by type; types registered after this package's
-// initialisation fall back to String.
-var typeNames = func() []string {
-	var names []string
-	for _, t := range message.Types() {
-		for int(t) >= len(names) {
-			names = append(names, "")
-		}
-		names[t] = t.String()
-	}
-	return names
-}()
-
-func typeName(t message.Type) string {
-	if int(t) < len(typeNames) && typeNames[t] != "" {
-		return typeNames[t]
-	}
-	return t.String()
 }
 
 func (n *Node) toClient(c message.ClientID, m message.Message) {
@@ -865,7 +785,7 @@ func (n *Node) Status() Status {
 		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
 		Counters: n.counters,
 	}
-	st.Counters.Control = n.controlCounts()
+	st.Counters.Control = maps.Clone(n.counters.Control)
 	nb := map[message.BrokerID]bool{}
 	for _, id := range n.topo.Neighbours(n.cfg.ID) {
 		nb[id] = true
@@ -910,34 +830,3 @@ func (n *Node) Joined() bool { return n.joined }
 // Parent is this broker's parent in the tree ("" for the root or before
 // it joined).
 func (n *Node) Parent() message.BrokerID { return n.self.Parent }
-
-// countControl counts a control message of type t sent: by type in
-// ctrlSent (an index, not a map update by name per message), in
-// counters.Control for a type beyond it.
-func (n *Node) countControl(t message.Type) {
-	if int(t) < maxCountedType {
-		if int(t) >= len(n.ctrlSent) {
-			n.ctrlSent = append(n.ctrlSent, make([]uint64, int(t)+1-len(n.ctrlSent))...)
-		}
-		n.ctrlSent[t]++
-		return
-	}
-	n.counters.Control[typeName(t)]++
-}
-
-// maxCountedType bounds the types counted in ctrlSent.
-const maxCountedType = 256
-
-// controlCounts is the control messages sent by type name (a new map).
-func (n *Node) controlCounts() map[string]uint64 {
-	m := make(map[string]uint64, len(n.counters.Control)+len(n.ctrlSent))
-	for k, v := range n.counters.Control {
-		m[k] += v
-	}
-	for t, v := range n.ctrlSent {
-		if v > 0 {
-			m[typeName(message.Type(t))] += v
-		}
-	}
-	return m
-}
