@@ -99,8 +99,6 @@ type Node struct {
 	seen       map[message.Source]*srcState
 	seenOrder  []message.Source
 	hops       map[message.BrokerID]hopInfo
-	routeVer   uint64
-	hopsVer    uint64
 	geoVer     uint64
 	side       map[message.BrokerID]message.BrokerID
 	dist       map[message.BrokerID]int

@@ -129,7 +129,6 @@ func (n *Node) geometry() {
 			n.side[id] = n.topo.Direction(id)
 		}
 	}
-	n.routeVer++
 	n.rtGen++
 }
 
@@ -153,7 +152,6 @@ func (n *Node) routesChanged() { n.reroute("") }
 // reroute is routesChanged; it reports whether it retransmitted to peer
 // linked (a next hop it gained).
 func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
-	n.routeVer++
 	n.rtGen++
 	n.geometry()
 	gained := map[message.BrokerID]bool{}
@@ -172,7 +170,6 @@ func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
 			n.notice(NoticeBypassDown, old.to, "no longer next hop toward "+string(r))
 		}
 	}
-	n.hopsVer = n.routeVer
 	tos := make([]message.BrokerID, 0, len(gained))
 	for t := range gained {
 		tos = append(tos, t)
