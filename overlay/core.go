@@ -680,14 +680,7 @@ func (n *Node) peer(id message.BrokerID) *peer {
 }
 
 // sortedPeers returns the peers' names, sorted.
-func (n *Node) sortedPeers() []message.BrokerID {
-	ids := make([]message.BrokerID, 0, len(n.peers))
-	for id := range n.peers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+func (n *Node) sortedPeers() []message.BrokerID { return sortedIDs(n.peers) }
 
 func (n *Node) sortedClients() []message.ClientID {
 	ids := make([]message.ClientID, 0, len(n.clients))

@@ -1,6 +1,8 @@
 package overlay
 
 import (
+	"slices"
+
 	"github.com/deltapub/deltapub/dack"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -812,13 +814,7 @@ func sortedIDs[V any](m map[message.BrokerID]V) []message.BrokerID {
 	return ids
 }
 
-func sortIDs(ids []message.BrokerID) {
-	for i := 1; i < len(ids); i++ {
-		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
-			ids[j], ids[j-1] = ids[j-1], ids[j]
-		}
-	}
-}
+func sortIDs(ids []message.BrokerID) { slices.Sort(ids) }
 
 func uitoa(v uint64) string {
 	if v == 0 {
