@@ -120,10 +120,9 @@ func TestBuildAggregation(t *testing.T) {
 	}
 }
 
-// TestBuildFollowsChanges checks the version-ordered list that Build walks
-// against a brute-force scan of the whole store, under random puts,
-// arrivals, discards and forgets: Build(since) must return exactly the
-// entries changed after since.
+// TestBuildFollowsChanges checks, under random puts, arrivals, discards
+// and forgets, that Build(since) returns exactly the entries changed after
+// since (each entry's last change tracked here on its own).
 func TestBuildFollowsChanges(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	names := []BrokerID{"A", "B", "C", "D", "E", "self"}
@@ -181,4 +180,51 @@ func TestBuildFollowsChanges(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestForgetThenPut checks that a pair forgotten and put again is a new
+// entry, and that entries of other pairs are still found and raised.
+func TestForgetThenPut(t *testing.T) {
+	s := NewStore("R", 1)
+	s.Put(message.DAckEntry{Reporter: "D", RE: 1, About: "R", AE: 1, Arrived: 9, Discarded: 9})
+	s.Put(message.DAckEntry{Reporter: "E", RE: 1, About: "R", AE: 1, Arrived: 4})
+	s.Forget("D", 2)
+	if !s.Put(message.DAckEntry{Reporter: "D", RE: 2, About: "R", AE: 1, Arrived: 1}) {
+		t.Fatal("D's new incarnation after Forget was not stored")
+	}
+	if r, ok := s.About("D"); !ok || r.Arrived != 1 || r.Discarded != 0 || s.Len() != 2 {
+		t.Fatalf("after Forget and Put: %+v %v, %d entries", r, ok, s.Len())
+	}
+	if s.Put(message.DAckEntry{Reporter: "E", RE: 1, About: "R", AE: 1, Arrived: 3}) {
+		t.Error("a lower report of E changed the store")
+	}
+	if !s.Put(message.DAckEntry{Reporter: "E", RE: 1, About: "R", AE: 1, Arrived: 5}) || s.Len() != 2 {
+		t.Error("E's entry was not found and raised")
+	}
+}
+
+// TestThresholdFollowsReports checks a path's threshold over the store's
+// reports about this broker as they come, grow, and are forgotten.
+func TestThresholdFollowsReports(t *testing.T) {
+	s := NewStore("R", 1)
+	path := []BrokerID{"A", "B"}
+	check := func(what string, want uint64) {
+		t.Helper()
+		if th := Threshold(path, s.About); th != want {
+			t.Fatalf("%s: threshold %d, want %d", what, th, want)
+		}
+	}
+	check("no reports", 0)
+	s.Put(message.DAckEntry{Reporter: "A", RE: 1, About: "R", AE: 1, Arrived: 5})
+	check("B silent", 0)
+	s.Put(message.DAckEntry{Reporter: "B", RE: 1, About: "R", AE: 1, Arrived: 7, Discarded: 2})
+	check("both reported", 5)
+	s.Put(message.DAckEntry{Reporter: "B", RE: 1, About: "R", AE: 1, Arrived: 7, Discarded: 6})
+	check("B discarded 6", 6)
+	s.Forget("B", 2) // B restarted: its report is gone
+	check("B forgotten", 0)
+	s.Put(message.DAckEntry{Reporter: "B", RE: 2, About: "R", AE: 1, Arrived: 9})
+	check("B's new incarnation reported", 5)
+	s.Put(message.DAckEntry{Reporter: "A", RE: 1, About: "R", AE: 2, Arrived: 9})
+	check("A reports about another incarnation of R", 0)
 }

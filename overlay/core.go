@@ -2,12 +2,12 @@ package overlay
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
 
 	"github.com/deltapub/deltapub/dack"
-	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
 	"github.com/deltapub/deltapub/topology"
@@ -38,11 +38,6 @@ type peer struct {
 	dackSent  uint64 // store version covered by the last DACK on this link
 	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
 	dackIn    int64  // tick of the last DACK received from it (0: none)
-
-	// dackLinks (owner): the link's side (sideIndex) for the map version
-	// dackSideGeo-1 (0: not known).
-	dackSide    uint32
-	dackSideGeo uint64
 }
 
 // clientState is one local client session.
@@ -66,8 +61,6 @@ type Node struct {
 	table *routing.Table
 	store *dack.Store
 	peers map[message.BrokerID]*peer
-	// peerIDs caches sortedPeers (nil: stale).
-	peerIDs []message.BrokerID
 
 	// Membership.
 	member          bool // has a map (bootstrapped, or a JoinReply arrived)
@@ -95,7 +88,7 @@ type Node struct {
 	// Publication forwarding.
 	queue      []*qentry
 	queueLen   int
-	purgeDirty bool // reports about us changed since the last purge
+	purgeDirty bool // queued recipients changed (leave.go): a purge pass is due
 	discDirty  bool // own discarded watermarks may be stale (queue or arrivals changed)
 	// dupHolds: the upstream stamps of duplicate copies of publications
 	// still queued here (received under other stamps on another path):
@@ -106,17 +99,9 @@ type Node struct {
 	seen       map[message.Source]*srcState
 	seenOrder  []message.Source
 	hops       map[message.BrokerID]hopInfo
-	routeVer   uint64
-	hopsVer    uint64
 	geoVer     uint64
 	side       map[message.BrokerID]message.BrokerID
 	dist       map[message.BrokerID]int
-	recipBuf   []message.BrokerID
-	pubBuf     matching.Publication      // the publication being matched (onPub: no allocation per hop)
-	delivBuf   []message.Deliver         // newDeliver's current chunk
-	delivUsed  int                       // how many of delivBuf are handed out
-	delivReuse bool                      // RecycleDelivers was called: chunks grow
-	minqBuf    []message.Stamp           // updateDiscarded's scratch (lowest queued stamp per B, E)
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
 	gapSeq     uint64
@@ -124,18 +109,10 @@ type Node struct {
 	heldAsked  map[message.BrokerID]bool               // senders of held floods asked for a resync on the current link (flood.go askUnplaced)
 	gapSeen    map[gapKey]bool
 	gapOrder   []gapKey
-	// The publication path's caches (forward.go): route slots by broker
-	// name (slot; valid for the generation rtGen) and n.seen's entries by
-	// source (seenOf).
-	// The tables are allocated apart: inside the node they would spread
-	// its hot fields over more cache sets.
-	rtGen   uint64
-	rtab    *[rtSlots]routeSlot
-	seenTab *[seenSlots]seenSlot
-	// fslots: route data by the routing table's interned from-pointer
-	// index (sendNew), for its numbering fslotsOf.
-	fslots   []fromSlot
-	fslotsOf uint32
+	// rtGen increases whenever n.side, n.hops (other than hop adding a
+	// missing entry) or the peer set changes: flood_fast.go's caches
+	// hold for one generation.
+	rtGen uint64
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
 	floods     map[floodKey]*flood    // pending, by key
@@ -153,69 +130,6 @@ type Node struct {
 	counters Counters
 	rng      *rand.Rand // seeded from Config.Seed: the backoffs' jitter (retry.go)
 
-	// Scratch and caches of the hot paths (forward.go). dackLinks: the
-	// due links, and the store entries one DACK carries (dense indices).
-	dueBuf  []dueLink
-	dackSel []int32
-	// minqOK: minqBuf holds the lowest stamp per upstream (B, E) over the
-	// queue (updateDiscarded). The queue changes only in forward.go:
-	// accept appends (and merges), purge removes (and recomputes it,
-	// minqFromCache).
-	minqOK bool
-	// peerPs caches the peers of peerPsOf (a sortedPeers slice), in order.
-	peerPs   []*peer
-	peerPsOf []message.BrokerID
-
-	// DACK pass and purge caches (dack_cache.go; owners dackLinks and
-	// purge). sideIdx: relayOf's interned side names. dackSlab,
-	// dackMsgs: where DACKs are carved from. rth: purge's per-recipient
-	// thresholds, their paths valid for the map version rthTopo (rthOK:
-	// set); qcache: purge's dense copy of the queue.
-	sideIdx    map[message.BrokerID]uint32 // sideIndex's table, for the map version sideIdxGeo
-	sideIdxGeo uint64
-	dackSlab   []message.DAckEntry
-	dackMsgs   []message.DAck
-	rth        map[message.BrokerID]*recipTh
-	rthTopo    uint64
-	rthOK      bool
-	qcache     []purgeEntry // purge's dense copy of the queue (purgeCache)
-	rtSlab     []*recipTh   // where cacheTail carves its entries' thresholds from
-	rtTab      [64]rtSlot   // recipThCached's table
-	rthSlab    []recipTh    // where recipTh carves thresholds from
-	// purge (owner): the last pass left purgedLen entries for the
-	// store's AboutVersion purgedAbout (purgedOK: there was one).
-	purgedOK    bool
-	purgedAbout uint64
-	purgedLen   int
-	// heartbeat (owner): the last heartbeat built, and a scratch list.
-	hbLast     *message.Heartbeat
-	hbSuspects []message.BrokerID
-	// heartbeat (owner, hbNeighbours): the tree neighbours' peers and
-	// names, for the map version hbNbTopo and the peer set hbNbOf.
-	hbNbPs   []*peer
-	hbNbIDs  []message.BrokerID
-	hbNbTopo uint64
-	hbNbOf   []message.BrokerID
-	hbNbOK   bool
-	// Tick (owner): the peers of the sortedPeers slice tickPsOf.
-	tickPs   []*peer
-	tickPsOf []message.BrokerID
-	// updateDiscarded (owner): minqIn[j] says whether minqBuf[j]'s pair
-	// has a queued stamp; minqLay increases when minqBuf's pairs move;
-	// join maps the store's own pairs to minqBuf (for OwnVersion joinOwn
-	// and minqLay joinLay); capBuf is the caps handed to the store.
-	minqIn   []bool
-	minqHint [4]int // per upstream stamp position: where its pair was found last
-	minqLay  uint64
-	join     []int
-	joinOwn  uint64
-	joinLay  uint64
-	joinOK   bool
-	capBuf   []uint64
-	// ctrlSent counts the control messages sent, by type (countControl,
-	// controlCounts: send counts into it, Status reads
-	// counters.Control through it).
-	ctrlSent []uint64
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -251,8 +165,6 @@ func NewNode(cfg Config) (*Node, error) {
 		admitting:    map[message.BrokerID]uint64{},
 		pendingState: map[message.BrokerID]bool{},
 		rng:          rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Epoch))),
-		rtab:         new([rtSlots]routeSlot),
-		seenTab:      new([seenSlots]seenSlot),
 	}
 	n.counters.Control = map[string]uint64{}
 	n.geoVer = ^uint64(0)
@@ -309,13 +221,8 @@ func (n *Node) Tick() {
 		n.checkRecovery()
 	}
 	changed := false
-	ids := n.sortedPeers()
-	ps := n.tickPeers(ids)
-	for i, id := range ids {
-		p := ps[i]
-		if !samePeerIDs(n.peerIDs, ids) {
-			p = n.peers[id] // the peer set changed during this loop: by name, as before
-		}
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
 		if p.dialWait > 0 {
 			p.dialWait--
 		}
@@ -365,25 +272,6 @@ func (n *Node) Tick() {
 	if n.leaving && !n.left {
 		n.leaveTick()
 	}
-}
-
-// tickPeers returns the peers of ids (a sortedPeers slice), in order,
-// for Tick's loop: kept while the peer set is unchanged, and a new slice
-// when it changes (so a loop over the old one keeps it).
-func (n *Node) tickPeers(ids []message.BrokerID) []*peer {
-	if !samePeerIDs(n.tickPsOf, ids) {
-		ps := make([]*peer, len(ids))
-		for i, id := range ids {
-			ps[i] = n.peers[id]
-		}
-		n.tickPs, n.tickPsOf = ps, ids
-	}
-	return n.tickPs
-}
-
-// samePeerIDs reports whether a and b are the same sortedPeers slice.
-func samePeerIDs(a, b []message.BrokerID) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // monitored reports whether silence from id counts toward a suspicion:
@@ -481,10 +369,7 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 	if n.left || from == n.cfg.ID || m == nil {
 		return
 	}
-	p := n.slot(from).p
-	if p == nil {
-		p = n.peer(from)
-	}
+	p := n.peer(from)
 	p.silent = 0
 	if pm, ok := m.(*message.Pub); ok && !p.suspected {
 		// The common case first: a publication (never in parts) from an
@@ -558,47 +443,14 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 
 // heartbeat builds this broker's heartbeat: epoch, joined, and the tree
 // neighbours it suspects.
-//
-// The message is shared by the heartbeats that say the same (it is never
-// modified once sent): a new one only when what it says changed.
 func (n *Node) heartbeat() *message.Heartbeat {
-	joined := n.joined && !n.leaving // a leaver is not routed through
-	sus := n.hbSuspects[:0]
-	for i, p := range n.hbNeighbours() {
-		if p != nil && p.suspected {
-			sus = append(sus, n.hbNbIDs[i])
+	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined && !n.leaving} // a leaver is not routed through
+	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
+		if p := n.peers[nb]; p != nil && p.suspected {
+			hb.Suspects = append(hb.Suspects, nb)
 		}
 	}
-	n.hbSuspects = sus
-	if hb := n.hbLast; hb != nil && hb.Epoch == n.cfg.Epoch && hb.Joined == joined && slices.Equal(hb.Suspects, sus) {
-		return hb
-	}
-	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: joined}
-	if len(sus) > 0 {
-		hb.Suspects = slices.Clone(sus)
-	}
-	n.hbLast = hb
 	return hb
-}
-
-// hbNeighbours returns the peers of this broker's tree neighbours
-// (topo.Neighbours, in its order, names in hbNbIDs; nil: no peer by that
-// name), kept while the map version and the peer set (the sortedPeers
-// slice) are unchanged: a heartbeat goes out on every idle link every
-// HeartbeatTicks, and looking its neighbours up by name each time cost
-// more than the rest of the tick.
-func (n *Node) hbNeighbours() []*peer {
-	ids, tv := n.sortedPeers(), n.topo.Version()
-	if n.hbNbOK && n.hbNbTopo == tv && samePeerIDs(n.hbNbOf, ids) {
-		return n.hbNbPs
-	}
-	nbs := n.topo.Neighbours(n.cfg.ID)
-	ps := n.hbNbPs[:0]
-	for _, nb := range nbs {
-		ps = append(ps, n.peers[nb])
-	}
-	n.hbNbPs, n.hbNbIDs, n.hbNbTopo, n.hbNbOf, n.hbNbOK = ps, nbs, tv, ids, true
-	return ps
 }
 
 func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
@@ -819,42 +671,13 @@ func (n *Node) peer(id message.BrokerID) *peer {
 			p.epoch = e.Epoch
 		}
 		n.peers[id] = p
-		n.peerIDs = nil
 		n.rtGen++
 	}
 	return p
 }
 
-// sortedPeers returns the peers' names, sorted. The slice is cached until
-// the peer set changes (every tick walks it) and must not be modified; a
-// change allocates a new one, so a caller that adds peers while ranging
-// over it keeps a consistent copy.
-func (n *Node) sortedPeers() []message.BrokerID {
-	if n.peerIDs == nil {
-		ids := make([]message.BrokerID, 0, len(n.peers))
-		for id := range n.peers {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		n.peerIDs = ids
-	}
-	return n.peerIDs
-}
-
-// sortedPeerPtrs is sortedPeers' peers, in the same order, for the loops
-// that run every tick (no lookup by name per peer). Rebuilt whenever
-// sortedPeers' slice is (the peer set changed); must not be modified.
-func (n *Node) sortedPeerPtrs() []*peer {
-	ids := n.sortedPeers()
-	if len(n.peerPs) != len(ids) || (len(ids) > 0 && &n.peerPsOf[0] != &ids[0]) {
-		n.peerPs = n.peerPs[:0]
-		for _, id := range ids {
-			n.peerPs = append(n.peerPs, n.peers[id])
-		}
-		n.peerPsOf = ids
-	}
-	return n.peerPs
-}
+// sortedPeers returns the peers' names, sorted.
+func (n *Node) sortedPeers() []message.BrokerID { return sortedIDs(n.peers) }
 
 func (n *Node) sortedClients() []message.ClientID {
 	ids := make([]message.ClientID, 0, len(n.clients))
@@ -883,7 +706,7 @@ func (n *Node) sendP(p *peer, to message.BrokerID, m message.Message) {
 	if _, isPub := m.(*message.Pub); isPub {
 		n.counters.PubsOut++
 	} else {
-		n.countControl(m.Type())
+		n.counters.Control[m.Type().String()]++
 	}
 	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
 }
@@ -896,27 +719,6 @@ func (n *Node) sendPub(p *peer, to message.BrokerID, m *message.Pub) {
 	p.idle = 0
 	n.counters.PubsOut++
 	n.out.Messages = append(n.out.Messages, Envelope{To: to, Msg: m})
-}
-
-// typeNames caches message.Type.String (a map lookup) for send's
-// counters, indexed by type; types registered after this package's
-// initialisation fall back to String.
-var typeNames = func() []string {
-	var names []string
-	for _, t := range message.Types() {
-		for int(t) >= len(names) {
-			names = append(names, "")
-		}
-		names[t] = t.String()
-	}
-	return names
-}()
-
-func typeName(t message.Type) string {
-	if int(t) < len(typeNames) && typeNames[t] != "" {
-		return typeNames[t]
-	}
-	return t.String()
 }
 
 func (n *Node) toClient(c message.ClientID, m message.Message) {
@@ -971,7 +773,7 @@ func (n *Node) Status() Status {
 		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
 		Counters: n.counters,
 	}
-	st.Counters.Control = n.controlCounts()
+	st.Counters.Control = maps.Clone(n.counters.Control)
 	nb := map[message.BrokerID]bool{}
 	for _, id := range n.topo.Neighbours(n.cfg.ID) {
 		nb[id] = true
@@ -1016,34 +818,3 @@ func (n *Node) Joined() bool { return n.joined }
 // Parent is this broker's parent in the tree ("" for the root or before
 // it joined).
 func (n *Node) Parent() message.BrokerID { return n.self.Parent }
-
-// countControl counts a control message of type t sent: by type in
-// ctrlSent (an index, not a map update by name per message), in
-// counters.Control for a type beyond it.
-func (n *Node) countControl(t message.Type) {
-	if int(t) < maxCountedType {
-		if int(t) >= len(n.ctrlSent) {
-			n.ctrlSent = append(n.ctrlSent, make([]uint64, int(t)+1-len(n.ctrlSent))...)
-		}
-		n.ctrlSent[t]++
-		return
-	}
-	n.counters.Control[typeName(t)]++
-}
-
-// maxCountedType bounds the types counted in ctrlSent.
-const maxCountedType = 256
-
-// controlCounts is the control messages sent by type name (a new map).
-func (n *Node) controlCounts() map[string]uint64 {
-	m := make(map[string]uint64, len(n.counters.Control)+len(n.ctrlSent))
-	for k, v := range n.counters.Control {
-		m[k] += v
-	}
-	for t, v := range n.ctrlSent {
-		if v > 0 {
-			m[typeName(message.Type(t))] += v
-		}
-	}
-	return m
-}

@@ -258,3 +258,23 @@ func TestDuplicateOfQueuedHoldsDiscarded(t *testing.T) {
 		t.Fatalf("discarded about H = %d after the copy left, want 4", r.Discarded)
 	}
 }
+
+// A heartbeat says whether the broker is routable (not while it leaves)
+// and which of its tree neighbours it suspects (no other broker).
+func TestHeartbeatSaysJoinedAndSuspects(t *testing.T) {
+	n := chainNode(t, 3)
+	linked(n, "B")
+	linked(n, "C")
+	if hb := n.heartbeat(); !hb.Joined || len(hb.Suspects) != 0 {
+		t.Fatalf("heartbeat = %+v", hb)
+	}
+	n.peer("B").suspected = true
+	n.peer("C").suspected = true // not a tree neighbour of A
+	if hb := n.heartbeat(); !hb.Joined || len(hb.Suspects) != 1 || hb.Suspects[0] != "B" {
+		t.Fatalf("after B's and C's suspicion: %+v", hb)
+	}
+	n.leaving = true
+	if hb := n.heartbeat(); hb.Joined || len(hb.Suspects) != 1 {
+		t.Fatalf("leaving: %+v", hb)
+	}
+}

@@ -1,10 +1,9 @@
 package overlay
 
 import (
-	"cmp"
-	"math/bits"
 	"slices"
 
+	"github.com/deltapub/deltapub/dack"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
@@ -132,7 +131,6 @@ func (n *Node) geometry() {
 			n.side[id] = n.topo.Direction(id)
 		}
 	}
-	n.routeVer++
 	n.rtGen++
 }
 
@@ -156,7 +154,6 @@ func (n *Node) routesChanged() { n.reroute("") }
 // reroute is routesChanged; it reports whether it retransmitted to peer
 // linked (a next hop it gained).
 func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
-	n.routeVer++
 	n.rtGen++
 	n.geometry()
 	gained := map[message.BrokerID]bool{}
@@ -175,7 +172,6 @@ func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
 			n.notice(NoticeBypassDown, old.to, "no longer next hop toward "+string(r))
 		}
 	}
-	n.hopsVer = n.routeVer
 	tos := make([]message.BrokerID, 0, len(gained))
 	for t := range gained {
 		tos = append(tos, t)
@@ -281,66 +277,6 @@ func (n *Node) hop(r message.BrokerID) hopInfo {
 	return h
 }
 
-// routeSlot caches, for one broker name, what a publication hop asks
-// about it: its direction (n.side), its peer, and whether there is a next
-// hop toward it (n.hops) with that hop's peer. Valid while n.rtGen is
-// gen: rtGen increases whenever n.side, n.hops (other than hop adding a
-// missing entry) or the peer set changes. 64 bytes.
-type routeSlot struct {
-	id     message.BrokerID
-	gen    uint64
-	side   message.BrokerID // n.side[id] (as geometry last left it)
-	p      *peer            // n.peers[id] (nil: none)
-	hopP   *peer            // n.peers[n.hops[id].to] (nil: none), when hasHop
-	hopOK  bool             // n.hops[id].ok, when hasHop
-	hasHop bool
-}
-
-// rtSlots is the size of Node.rtab (a power of two).
-const rtSlots = 256
-
-// nameHash is a cheap hash of a name (its length and last two bytes) for
-// the direct-mapped caches of the publication path.
-func nameHash(a string) uint32 {
-	if len(a) < 2 {
-		return uint32(len(a))
-	}
-	h := uint32(len(a))*0x9e3779b1 ^ uint32(a[len(a)-1])*0x85ebca6b ^ uint32(a[len(a)-2])*0xc2b2ae35
-	return h ^ h>>16
-}
-
-// slot returns id's route slot, filled from the maps when stale. It does
-// not bring the geometry up to date (callers that read side do first).
-func (n *Node) slot(id message.BrokerID) *routeSlot {
-	s := &n.rtab[nameHash(string(id))&(rtSlots-1)]
-	if s.gen != n.rtGen || s.id != id {
-		n.fillSlot(s, id)
-	}
-	return s
-}
-
-//go:noinline
-func (n *Node) fillSlot(s *routeSlot, id message.BrokerID) {
-	*s = routeSlot{id: id, gen: n.rtGen, side: n.side[id], p: n.peers[id]}
-}
-
-// hopSlot is slot(r) with the next hop toward r (hop(r): computed, and
-// dialled, when unknown).
-func (n *Node) hopSlot(r message.BrokerID) *routeSlot {
-	s := n.slot(r)
-	if !s.hasHop {
-		s = n.fillHop(r)
-	}
-	return s
-}
-
-func (n *Node) fillHop(r message.BrokerID) *routeSlot {
-	h := n.hop(r) // may add a peer (a new generation)
-	s := n.slot(r)
-	s.hopOK, s.hopP, s.hasHop = h.ok, n.peers[h.to], true
-	return s
-}
-
 // prefetchDials dials, when the next hop toward r is not linked yet, the
 // brokers behind it on the path to r as well: if the hop turns out dead,
 // the next candidate is already linked (F7: one dial timeout, not k).
@@ -375,9 +311,8 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 	n.store.Arrive(m.Stamps)
 	n.discDirty = true
 	src := m.ID.Source()
-	st := n.seenOf(src)
-	n.geometry()
-	except := n.slot(from).side
+	st := n.seen[src]
+	except := n.direction(from)
 	if except == "" {
 		except = from
 	}
@@ -441,19 +376,17 @@ func (n *Node) holdDuplicate(m *message.Pub) {
 func (n *Node) acceptOlder(st *srcState, m *message.Pub, except message.BrokerID) bool {
 	seq := m.ID.Seq
 	st.mark(except, seq) // never sent back that way by a later copy
-	n.pubBuf.Attrs = m.Attrs
-	recips := n.table.Recipients(&n.pubBuf, except, n.recipBuf[:0], nil)
+	recips := n.table.Recipients(&matching.Publication{Attrs: m.Attrs}, except, nil, nil)
 	keep := recips[:0]
 	for _, r := range recips {
 		if d := n.direction(r); d != "" && st.sentToward(d) < seq {
 			keep = append(keep, r)
 		}
 	}
-	n.recipBuf = keep
 	if len(keep) == 0 {
 		return false
 	}
-	n.enqueue(m, except, st, nil) // marks every recipient's direction
+	n.enqueue(m, except, st, keep) // marks every recipient's direction
 	return true
 }
 
@@ -470,61 +403,26 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 			// Config.MaxSources for the consequence).
 			old := n.seenOrder[0]
 			delete(n.seen, old)
-			if sl := &n.seenTab[sourceHash(old)&(seenSlots-1)]; sl.st != nil && sl.src == old {
-				*sl = seenSlot{}
-			}
 			n.seenOrder = n.seenOrder[1:]
 		}
 	}
 	st.seq, st.dir = m.ID.Seq, except
-	n.pubBuf.Attrs = m.Attrs
-	n.recipBuf = n.table.Recipients(&n.pubBuf, except, n.recipBuf[:0], func(e *routing.Entry) {
+	recips := n.table.Recipients(&matching.Publication{Attrs: m.Attrs}, except, nil, func(e *routing.Entry) {
 		n.counters.Delivered++
-		n.toClient(e.Client, n.newDeliver(message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}))
+		n.toClient(e.Client, &message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time})
 	})
 	st.mark(except, m.ID.Seq)
-	if len(n.recipBuf) == 0 {
+	if len(recips) == 0 {
 		return // delivered locally (or nowhere): nothing to keep
 	}
-	n.enqueue(m, except, st, n.table.RecipientIndices()) // marks every recipient's direction
+	n.enqueue(m, except, st, recips) // marks every recipient's direction
 }
 
-// seenSlot caches one entry of n.seen (a source's state) by a cheap hash
-// of the source, so that a hop rarely hashes the publisher's name.
-type seenSlot struct {
-	src message.Source
-	st  *srcState
-}
-
-// seenSlots is the size of Node.seenTab (a power of two).
-const seenSlots = 128
-
-func sourceHash(s message.Source) uint32 {
-	return nameHash(s.Publisher) ^ uint32(s.Epoch)*0x9e3779b1
-}
-
-// seenOf returns n.seen[src] (nil: none), through seenTab. An entry
-// leaves n.seen only in acceptSeen, which clears its slot.
-func (n *Node) seenOf(src message.Source) *srcState {
-	sl := &n.seenTab[sourceHash(src)&(seenSlots-1)]
-	if sl.st != nil && sl.src == src {
-		return sl.st
-	}
-	st := n.seen[src]
-	if st != nil {
-		sl.src, sl.st = src, st
-	}
-	return st
-}
-
-// enqueue stamps m, queues it for the recipients in n.recipBuf, marks
-// their directions in st (the source's state) and sends it to their next
-// hops. idx, when not nil, holds the recipients' interned indices in the
-// routing table (Table.RecipientIndices: n.recipBuf as Recipients
-// returned it).
-func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, idx []uint64) {
+// enqueue stamps m, queues it for recips, marks their directions in st
+// (the source's state) and sends it to their next hops.
+func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, recips []message.BrokerID) {
 	n.stampSeq++
-	e := newQentry(len(n.recipBuf))
+	e := newQentry(len(recips))
 	k := n.cfg.Delta + 1
 	stamps := e.stampBuf[:0]
 	if k > len(e.stampBuf) {
@@ -538,49 +436,24 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, id
 	}
 	e.pub = message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
 	e.stamp, e.except = n.stampSeq, except
-	copy(e.recips, n.recipBuf)
+	copy(e.recips, recips)
 	n.queue = append(n.queue, e)
 	n.queueLen++
-	if n.minqOK {
-		n.mergeMinq(e.pub.Stamps[1:])
-	}
-	n.sendNew(e, st, idx)
+	n.sendNew(e, st)
 }
 
 // sendNew is sendEntry(e, "") for a new entry, which also marks each
-// recipient's direction in st first (each recipient's route is looked up
-// once for both). With idx (idx[i] names e.recips[i] by its interned
-// index in the routing table) the route data is read from a dense array
-// by index instead of the route slots by name: no hashing, no name
-// comparisons while the generation holds.
-func (n *Node) sendNew(e *qentry, st *srcState, idx []uint64) {
+// recipient's direction in st first.
+func (n *Node) sendNew(e *qentry, st *srcState) {
 	n.geometry()
-	if idx != nil {
-		if g := n.table.FromsGen(); g != n.fslotsOf {
-			clear(n.fslots)
-			n.fslotsOf = g
-		}
-	}
 	seq := e.pub.ID.Seq
 	var sent [8]*peer
 	done := sent[:0]
-	var last message.BrokerID
-	for i, r := range e.recips {
-		var f fromSlot
-		if idx != nil {
-			f = n.fromSlotOf(idx[i], r)
-		} else {
-			s := n.hopSlot(r)
-			f = fromSlot{side: s.side, hopP: s.hopP, hopOK: s.hopOK}
-		}
-		// Recipients in one direction mostly come together: marking the
-		// same direction again with the same number changes nothing.
-		if d := f.side; i == 0 || d != last {
-			st.mark(d, seq)
-			last = d
-		}
-		p := f.hopP
-		if !f.hopOK || p == nil || !p.up {
+	for _, r := range e.recips {
+		h := n.hop(r)
+		st.mark(n.side[r], seq)
+		p := n.peers[h.to]
+		if !h.ok || p == nil || !p.up {
 			continue
 		}
 		var first bool
@@ -588,29 +461,6 @@ func (n *Node) sendNew(e *qentry, st *srcState, idx []uint64) {
 			n.sendPub(p, p.id, &e.pub)
 		}
 	}
-}
-
-// fromSlot is hopSlot's answer (side, next hop's peer, whether there is
-// a next hop) for the routing table's from-pointer of one interned index
-// (n.fslots), valid while n.rtGen+1 is gen.
-type fromSlot struct {
-	gen   uint64
-	side  message.BrokerID
-	hopP  *peer
-	hopOK bool
-}
-
-// fromSlotOf returns the fromSlot of interned index x, naming r.
-func (n *Node) fromSlotOf(x uint64, r message.BrokerID) fromSlot {
-	if x >= uint64(len(n.fslots)) {
-		n.fslots = append(n.fslots, make([]fromSlot, x+1-uint64(len(n.fslots)))...)
-	}
-	f := &n.fslots[x]
-	if f.gen != n.rtGen+1 {
-		s := n.hopSlot(r) // may start a new generation
-		*f = fromSlot{gen: n.rtGen + 1, side: s.side, hopP: s.hopP, hopOK: s.hopOK}
-	}
-	return *f
 }
 
 // addOnce appends p to done unless it is already there, and reports
@@ -623,34 +473,6 @@ func addOnce(done []*peer, p *peer) ([]*peer, bool) {
 		}
 	}
 	return append(done, p), true
-}
-
-// deliverChunk is how many Delivers newDeliver allocates at once, and
-// maxDeliverChunk the most once RecycleDelivers reuses them.
-const (
-	deliverChunk    = 32
-	maxDeliverChunk = 256
-)
-
-// newDeliver returns a heap copy of d carved from a chunk: one allocation
-// per deliverChunk deliveries instead of one each (100 local subscribers
-// meant 100 allocations per publication). A chunk is reused from its
-// start only by RecycleDelivers (its caller keeps none of them); Recycle
-// leaves what was handed out to the caller for good, and the GC frees a
-// chunk once none of its deliveries is referenced.
-func (n *Node) newDeliver(d message.Deliver) *message.Deliver {
-	if n.delivUsed == len(n.delivBuf) {
-		size := deliverChunk
-		if n.delivReuse {
-			// Reused chunks grow to hold a whole flush's deliveries.
-			size = min(max(deliverChunk, 2*len(n.delivBuf)), maxDeliverChunk)
-		}
-		n.delivBuf, n.delivUsed = make([]message.Deliver, size), 0
-	}
-	p := &n.delivBuf[n.delivUsed]
-	n.delivUsed++
-	*p = d
-	return p
 }
 
 // sendEntry sends e once over each of its current next hops with an up
@@ -666,9 +488,9 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 		if e.safe[i] {
 			continue
 		}
-		s := n.hopSlot(r)
-		p := s.hopP
-		if !s.hopOK || p == nil || !p.up || (only != "" && p.id != only) {
+		h := n.hop(r)
+		p := n.peers[h.to]
+		if !h.ok || p == nil || !p.up || (only != "" && p.id != only) {
 			continue
 		}
 		var first bool
@@ -743,7 +565,7 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 func (n *Node) dackLinks() {
 	ver := n.store.Version()
 	due := false
-	for _, p := range n.sortedPeerPtrs() {
+	for _, p := range n.peers {
 		if p.up && (p.dackSent != ver || n.discDirty) && n.dackDue(p) {
 			due = true
 			break
@@ -757,70 +579,26 @@ func (n *Node) dackLinks() {
 		n.updateDiscarded()
 	}
 	n.geometry()
-	// The due links first (dackDue reads only other links' dackIn, which
-	// this pass does not change, and the link's own dackAt, so deciding
-	// them all up front decides as the link-by-link loop did), then per
-	// link one walk over the store's changes since its last DACK, newest
-	// first, with each entry's sides as relayOf keeps them.
-	links := n.dueBuf[:0]
-	for _, p := range n.sortedPeerPtrs() {
-		if !p.up || !n.dackDue(p) {
-			continue
-		}
-		if p.dackSideGeo != n.geoVer+1 {
-			pside := n.side[p.id]
-			if pside == "" {
-				pside = p.id
-			}
-			p.dackSide, p.dackSideGeo = n.sideIndex(pside), n.geoVer+1
-		}
-		links = append(links, dueLink{id: p.id, p: p, side: p.dackSide})
-	}
-	n.dueBuf = links[:0]
 	ver = n.store.Version()
-	// What changed since a link's last DACK is found by a scan of the
-	// store's dense versions; the relay verdicts are dense too (Aux), so
-	// only the entries carried are read, then put newest change first.
-	vers, auxs, geo := n.store.Versions(), n.store.Auxes(), n.geoVer+1
-	for j := range links {
-		d := &links[j]
-		since := d.p.dackSent
-		if since == ver {
-			continue // nothing changed since its last DACK
-		}
-		sel := n.dackSel[:0]
-		for i, v := range vers {
-			if v <= since {
-				continue
-			}
-			r := auxs[i][1] // relayOf's verdict, when current
-			if auxs[i][0] != geo {
-				r = n.relayOf(n.store.At(i))
-			}
-			if carries(r, d.side) {
-				sel = append(sel, int32(i))
-			}
-		}
-		n.dackSel = sel[:0]
-		d.p.dackSent = ver
-		if len(sel) == 0 {
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
+		if !p.up || !n.dackDue(p) || p.dackSent == ver {
 			continue
 		}
-		slices.SortFunc(sel, func(a, b int32) int { return cmp.Compare(vers[b], vers[a]) })
-		entries := n.dackBuf()
-		for _, i := range sel {
-			entries = append(entries, *n.store.At(int(i)).Entry())
+		pside := n.side[id]
+		if pside == "" {
+			pside = id
 		}
-		d.p.dackAt = n.now
-		n.send(d.id, n.takeDAck(entries))
+		entries := n.store.Build(p.dackSent, func(reporter, about message.BrokerID) bool {
+			return n.dackRelays(reporter, about, pside)
+		})
+		p.dackSent = ver
+		if len(entries) == 0 {
+			continue
+		}
+		p.dackAt = n.now
+		n.send(id, &message.DAck{Entries: entries})
 	}
-}
-
-// dueLink is a link whose DACK goes out in this dackLinks pass.
-type dueLink struct {
-	id   message.BrokerID
-	p    *peer
-	side uint32 // the tree side it leads to (sideIndex)
 }
 
 // dackRelays reports whether the DACK on the link toward side pside
@@ -868,7 +646,7 @@ func (n *Node) dackDue(p *peer) bool {
 	if late != 0 {
 		return late > 0
 	}
-	for _, k := range n.sortedPeerPtrs() {
+	for _, k := range n.peers {
 		if k != p && k.up && k.dackIn > 0 && k.dackIn == p.dackAt {
 			return false
 		}
@@ -906,278 +684,96 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 // recipients (dack.Safe along the tree path to each), and compacts the
 // queue.
 func (n *Node) purge() {
-	dirty := n.purgeDirty // recipients changed (leave.go): the entry cache is stale
 	n.purgeDirty = false
 	// One threshold per recipient (dack.Threshold ≡ dack.Safe for every
-	// stamp at once), then one comparison per queued recipient. A
-	// threshold depends only on the reports about this broker and the
-	// tree path: kept while neither changed (recipThreshold; its paths
-	// while the map is unchanged).
-	if tv := n.topo.Version(); !n.rthOK || tv != n.rthTopo {
-		n.rth = map[message.BrokerID]*recipTh{}
-		n.rthOK, n.rthTopo = true, tv
-		n.rtTab = [64]rtSlot{}
-		dirty = true
-	}
-	av := n.store.AboutVersion()
-	if !dirty && n.purgedOK && av == n.purgedAbout && len(n.queue) == n.purgedLen {
-		// Nothing changed since the last pass (the same thresholds, no
-		// entry queued: only purge removes one): it would mark nothing.
-		return
-	}
-	// The pass runs over purgeCache's dense copy of the queue (each
-	// entry's stamp, unsafe recipients and their thresholds), not over
-	// the entries themselves; an entry is written only when a recipient
-	// becomes safe.
-	qc := n.purgeCache(dirty)
+	// stamp at once), then one comparison per queued recipient.
+	th := map[message.BrokerID]uint64{}
 	kept := n.queue[:0]
-	k := 0
-	removed := false
-	// A queued entry is never marked purged: purge drops it from the
-	// queue in the pass that marks it (so e.purged is not read here).
-	for i := range qc {
-		c := &qc[i]
-		e := c.e
+	for _, e := range n.queue {
 		all := true
-		if c.rt == nil {
-			for i, r := range e.recips {
-				if e.safe[i] {
-					continue
-				}
-				if e.stamp <= n.recipThreshold(r, av) {
-					e.safe[i] = true
-				} else {
-					all = false
-				}
+		for i, r := range e.recips {
+			if e.safe[i] {
+				continue
 			}
-		} else {
-			was := c.unsafe
-			for m := was; m != 0; m &= m - 1 {
-				j := bits.TrailingZeros64(m)
-				rt := c.rt[j]
-				if !rt.ok || rt.about != av {
-					rt.th, rt.about, rt.ok = n.store.PathThreshold(&rt.path), av, true
-				}
-				if c.stamp <= rt.th {
-					c.unsafe &^= 1 << j
-				}
+			t, ok := th[r]
+			if !ok {
+				t = n.recipThreshold(r)
+				th[r] = t
 			}
-			if c.unsafe != 0 {
-				// Still queued: the recipients found safe now are written
-				// to the entry (sendEntry skips them). An entry safe for
-				// all is only marked purged: it leaves the queue, and its
-				// flags are read no more.
+			if e.stamp <= t {
+				e.safe[i] = true
+			} else {
 				all = false
-				for m := was &^ c.unsafe; m != 0; m &= m - 1 {
-					e.safe[bits.TrailingZeros64(m)] = true
-				}
 			}
 		}
 		if all {
 			e.purged = true
-			removed = true
 			n.queueLen--
 			n.discDirty = true
 			n.counters.Purged++
 			continue
 		}
 		kept = append(kept, e)
-		if k != i {
-			qc[k] = *c
-		}
-		k++
 	}
-	for i := len(kept); i < len(n.queue); i++ {
-		n.queue[i] = nil
-		qc[i] = purgeEntry{}
-	}
+	clear(n.queue[len(kept):])
 	n.queue = kept
-	n.qcache = qc[:k]
-	n.purgedOK, n.purgedAbout, n.purgedLen = true, av, len(kept)
-	if removed {
-		// A removal may raise the lowest queued stamps: recomputed from
-		// the copy (updateDiscarded reads them).
-		n.minqFromCache(n.qcache)
+}
+
+// recipThreshold is dack.Threshold over the tree path to r without this
+// broker (0 when r is unknown or this broker).
+func (n *Node) recipThreshold(r message.BrokerID) uint64 {
+	path := n.pathTo(r)
+	if len(path) <= 1 {
+		return 0
 	}
+	return dack.Threshold(path[1:], n.store.About)
 }
 
 // updateDiscarded sets this broker's discarded watermark about each
 // upstream broker U: every publication received with a U-stamp up to it
-// is no longer queued here.
+// is no longer queued here (nor held by a duplicate, dupHolds).
 func (n *Node) updateDiscarded() {
-	// The lowest queued U-stamp per (B, E). The queue can hold tens of
-	// thousands of publications under load and this runs every DACK
-	// period, while the distinct (B, E) are a handful (the brokers within
-	// δ+1 hops): a small slice searched from where the previous stamp of
-	// the same position was found beats hashing every stamp into a map.
-	//
-	// Kept between calls (minqOK): accept merges each queued entry's
-	// stamps in (mergeMinq), and a purge that removes an entry recomputes
-	// it from its dense copy of the queue (minqFromCache: a minimum
-	// cannot be updated by a removal); the scan below runs only before
-	// the first of those. The scan keeps the (B, E) already known where they are (minqIn
-	// says which have a queued stamp), so that the join below holds
-	// until a new pair comes (minqLay).
-	if !n.minqOK {
-		minq := n.minqBuf
-		clear(n.minqIn)
-		var hint [8]int // per stamp position: where its (B, E) was last found
-		for _, e := range n.queue {
-			if e.purged {
-				continue
-			}
-			for i, s := range e.pub.Stamps[1:] {
-				j := -1
-				if i < len(hint) {
-					if h := hint[i]; h < len(minq) && minq[h].B == s.B && minq[h].E == s.E {
-						j = h
-					}
-				}
-				if j < 0 {
-					j = findStamp(minq, s)
-				}
-				switch {
-				case j < 0:
-					j = len(minq)
-					minq = append(minq, s)
-					n.minqIn = append(n.minqIn, true)
-					n.minqLay++
-				case !n.minqIn[j]:
-					minq[j].S, n.minqIn[j] = s.S, true
-				case s.S < minq[j].S:
-					minq[j].S = s.S
-				}
-				if i < len(hint) {
-					hint[i] = j
-				}
+	type pair struct {
+		b message.BrokerID
+		e uint64
+	}
+	low := map[pair]uint64{} // the lowest queued U-stamp per (B, E)
+	for _, e := range n.queue {
+		if e.purged {
+			continue
+		}
+		for _, s := range e.pub.Stamps[1:] {
+			k := pair{s.B, s.E}
+			if v, ok := low[k]; !ok || s.S < v {
+				low[k] = s.S
 			}
 		}
-		n.minqBuf, n.minqOK = minq, true
-		n.compactMinq()
 	}
-	// The join of the own watermarks (OwnKeys' order) with minq, kept
-	// while neither side's pairs changed: per own pair, the index of its
-	// lowest queued stamp in minq (-1: none).
-	st := n.store
-	if ov := st.OwnVersion(); !n.joinOK || ov != n.joinOwn || n.minqLay != n.joinLay {
-		n.join = n.join[:0]
-		for i, k := 0, st.OwnLen(); i < k; i++ {
-			n.join = append(n.join, findStamp(n.minqBuf, st.OwnAt(i)))
+	caps := map[pair]uint64{} // discarded stays below these
+	for k, s := range low {
+		caps[k] = s - 1 // wraps for S = 0: no cap
+	}
+	holds := n.dupHolds[:0]
+	for _, d := range n.dupHolds {
+		if d.e.purged {
+			continue // the queued copy left: the hold is released
 		}
-		n.joinOK, n.joinOwn, n.joinLay = true, ov, n.minqLay
-	}
-	caps := n.capBuf[:0]
-	for _, j := range n.join {
-		c := ^uint64(0) // none queued: discarded up to arrived
-		if j >= 0 && n.minqIn[j] {
-			c = n.minqBuf[j].S - 1 // wraps for S = 0, as SetDiscarded's comparison did
+		holds = append(holds, d)
+		k := pair{d.s.B, d.s.E}
+		c, ok := caps[k]
+		if !ok {
+			c = ^uint64(0)
 		}
-		caps = append(caps, c)
+		caps[k] = min(c, d.s.S-1)
 	}
-	if len(n.dupHolds) > 0 {
-		h := n.dupHolds[:0]
-		for _, d := range n.dupHolds {
-			if d.e.purged {
-				continue // the queued copy left: the hold is released
-			}
-			h = append(h, d)
-			for i, k := 0, st.OwnLen(); i < k; i++ {
-				if o := st.OwnAt(i); o.B == d.s.B && o.E == d.s.E {
-					caps[i] = min(caps[i], d.s.S-1)
-					break
-				}
-			}
+	clear(n.dupHolds[len(holds):])
+	n.dupHolds = holds
+	for _, o := range n.store.OwnKeys() {
+		c, ok := caps[pair{o.B, o.E}]
+		if !ok {
+			c = ^uint64(0) // none queued: discarded up to arrived
 		}
-		clear(n.dupHolds[len(h):])
-		n.dupHolds = h
-	}
-	n.capBuf = caps
-	st.LowerDiscarded(caps)
-}
-
-// compactMinq drops from minq the pairs no queued stamp has once they
-// outnumber the others (restarted upstream brokers leave pairs behind).
-func (n *Node) compactMinq() {
-	in := 0
-	for _, b := range n.minqIn {
-		if b {
-			in++
-		}
-	}
-	if len(n.minqBuf) <= 2*in+16 {
-		return
-	}
-	k := 0
-	for j, s := range n.minqBuf {
-		if n.minqIn[j] {
-			n.minqBuf[k], n.minqIn[k] = s, true
-			k++
-		}
-	}
-	clear(n.minqBuf[k:])
-	n.minqBuf, n.minqIn = n.minqBuf[:k], n.minqIn[:k]
-	n.minqLay++
-	// purge's copy of the queue names pairs by index: rebuilt.
-	clear(n.qcache)
-	n.qcache = n.qcache[:0]
-}
-
-// findStamp returns the index of the stamp of (s.B, s.E) in minq, or -1.
-func findStamp(minq []message.Stamp, s message.Stamp) int {
-	for k := range minq {
-		if minq[k].B == s.B && minq[k].E == s.E {
-			return k
-		}
-	}
-	return -1
-}
-
-// mergeMinq lowers the kept lowest queued stamps by those of a newly
-// queued entry (what updateDiscarded's scan would find with it queued).
-func (n *Node) mergeMinq(stamps []message.Stamp) {
-	for u := range stamps {
-		s := &stamps[u]
-		if u < len(n.minqHint) {
-			// The common case: the pair is where this position's pair
-			// was found last (consecutive publications mostly come the
-			// same way), and has a queued stamp no higher.
-			if h := n.minqHint[u]; h < len(n.minqBuf) && h < len(n.minqIn) {
-				if q := &n.minqBuf[h]; q.E == s.E && q.B == s.B {
-					if !n.minqIn[h] {
-						q.S, n.minqIn[h] = s.S, true
-					} else if s.S < q.S {
-						q.S = s.S
-					}
-					continue
-				}
-			}
-		}
-		n.mergeMinqAt(u, *s)
-	}
-	// Called as an entry is queued: purge's copy of the queue takes it
-	// now, while its data is at hand, when that copy is current (the map
-	// unchanged since the last purge, no recipients changed) and aligned.
-	if n.rthOK && n.rthTopo == n.topo.Version() && !n.purgeDirty && len(n.qcache) < len(n.queue) {
-		n.cacheTail()
-	}
-}
-
-// mergeMinqAt is mergeMinq for the stamp s at position u whose pair is
-// not where the hint says.
-func (n *Node) mergeMinqAt(u int, s message.Stamp) {
-	j := findStamp(n.minqBuf, s)
-	if u < len(n.minqHint) && j >= 0 {
-		n.minqHint[u] = j
-	}
-	switch {
-	case j < 0:
-		n.minqBuf = append(n.minqBuf, s)
-		n.minqIn = append(n.minqIn, true)
-		n.minqLay++
-	case !n.minqIn[j]:
-		n.minqBuf[j].S, n.minqIn[j] = s.S, true
-	case s.S < n.minqBuf[j].S:
-		n.minqBuf[j].S = s.S
+		n.store.SetDiscarded(o.B, o.E, c)
 	}
 }
 
@@ -1204,7 +800,6 @@ func (n *Node) releaseRecipients() {
 		}
 		e.recips, e.safe = recips, safe
 	}
-	n.purgeDirty = true // recipients changed: purge rebuilds its entry cache
 	n.purge()
 }
 
@@ -1219,13 +814,7 @@ func sortedIDs[V any](m map[message.BrokerID]V) []message.BrokerID {
 	return ids
 }
 
-func sortIDs(ids []message.BrokerID) {
-	for i := 1; i < len(ids); i++ {
-		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
-			ids[j], ids[j-1] = ids[j-1], ids[j]
-		}
-	}
-}
+func sortIDs(ids []message.BrokerID) { slices.Sort(ids) }
 
 func uitoa(v uint64) string {
 	if v == 0 {

@@ -709,10 +709,9 @@ func (n *Node) removeMember(id message.BrokerID) {
 			n.out.Closes = append(n.out.Closes, id)
 		}
 		delete(n.peers, id)
-		n.peerIDs = nil
 	}
 	delete(n.hops, id)
-	n.rtGen++ // route slots (forward.go)
+	n.rtGen++ // flood_fast.go's caches
 	n.releaseRecipients()
 }
 

@@ -189,69 +189,10 @@ func (n *Node) Ready() Ready {
 	return r
 }
 
-// Pending reports whether Ready has anything to return (a caller that
-// polls after every input skips an empty Ready and Recycle).
+// Pending reports whether Ready has anything to return.
 func (n *Node) Pending() bool {
 	o := &n.out
 	return len(o.Messages)+len(o.ToClients)+len(o.Notices)+len(o.Dials)+len(o.Closes) > 0
-}
-
-// Recycle hands back a Ready the caller has finished with (it keeps
-// nothing of its slices): they are cleared and reused for the next
-// outputs, instead of growing fresh slices after every Ready. Optional; a
-// slice already holding new outputs is left alone.
-func (n *Node) Recycle(r Ready) {
-	// The Delivers handed out so far stay the caller's.
-	n.delivBuf, n.delivUsed = n.delivBuf[n.delivUsed:], 0
-	n.recycle(&r)
-}
-
-// RecycleDelivers is Recycle for a caller that also keeps none of the
-// messages of r.ToClients (nor of any earlier Ready it did not hand back):
-// the Delivers among them are reused for the next deliveries instead of
-// fresh ones being carved (the simulator copies what it records). r is
-// read only (a pointer: the simulator hands back a Ready per event).
-func (n *Node) RecycleDelivers(r *Ready) {
-	n.delivReuse = true
-	if n.out.ToClients == nil {
-		// Nothing new since Ready: every Deliver of the current chunk was
-		// in a Ready handed back here.
-		n.delivUsed = 0
-	}
-	n.recycle(r)
-}
-
-// recycle is Recycle's reuse of the slices; an empty slice (most of them
-// after most events) costs no clear.
-func (n *Node) recycle(r *Ready) {
-	o := &n.out
-	if o.Dials == nil {
-		if len(r.Dials) > 0 {
-			clear(r.Dials)
-		}
-		o.Dials = r.Dials[:0]
-	}
-	if o.Closes == nil {
-		o.Closes = r.Closes[:0]
-	}
-	if o.Messages == nil {
-		if len(r.Messages) > 0 {
-			clear(r.Messages)
-		}
-		o.Messages = r.Messages[:0]
-	}
-	if o.ToClients == nil {
-		if len(r.ToClients) > 0 {
-			clear(r.ToClients)
-		}
-		o.ToClients = r.ToClients[:0]
-	}
-	if o.Notices == nil {
-		if len(r.Notices) > 0 {
-			clear(r.Notices)
-		}
-		o.Notices = r.Notices[:0]
-	}
 }
 
 // LinkStatus describes one link of the node.

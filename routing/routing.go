@@ -99,20 +99,12 @@ type Table struct {
 	exSkip  [4]uint64
 	exIdx   [4]int32
 	byRank  []message.BrokerID
-	// byRankIdx: the interned indices in rank order (RecipientIndices
-	// of the fast path).
-	byRankIdx []uint64
-	m         Matcher
-	routes    []route
+	m       Matcher
+	routes  []route
 	// froms interns the from-pointers so that Recipients deduplicates
 	// with a generation mark instead of a scan or a map per publication.
 	froms []fromInfo
 	gen   uint32
-	// npicked is how many recipients the last Recipients call found
-	// (their interned indices lead buf: RecipientIndices); fromsGen
-	// increases whenever interned indices are given anew (reset).
-	npicked  int
-	fromsGen uint32
 
 	// ids finds an entry's slot by its Sub (see wordIndex).
 	ids wordIndex
@@ -400,10 +392,9 @@ func (t *Table) intern(b message.BrokerID) int32 {
 		for r, i := range order {
 			t.froms[i].rank = int32(r)
 		}
-		t.byRank, t.byRankIdx = t.byRank[:0], t.byRankIdx[:0]
+		t.byRank = t.byRank[:0]
 		for _, i := range order {
 			t.byRank = append(t.byRank, t.froms[i].name)
-			t.byRankIdx = append(t.byRankIdx, uint64(i))
 		}
 		for i := range t.routes {
 			t.rrank[i] = uint8(t.froms[t.routes[i].from].rank)
@@ -869,9 +860,7 @@ func (t *Table) reset() {
 	t.slots, t.free = t.slots[:0], t.free[:0]
 	clear(t.fromIdx)
 	t.froms = t.froms[:0]
-	t.fromsGen++
-	t.npicked = 0
-	t.byRank, t.byRankIdx = t.byRank[:0], t.byRankIdx[:0]
+	t.byRank = t.byRank[:0]
 	t.rrank = t.rrank[:0]
 	clear(t.routeIdx)
 	t.routes = t.routes[:0]
@@ -1006,16 +995,9 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 			}
 			set |= 1 << t.rrank[ri]
 		}
-		// The keys are read: buf now holds the recipients' interned
-		// indices (RecipientIndices), at most one per key.
-		n := 0
 		for ; set != 0; set &= set - 1 {
-			r := bits.TrailingZeros64(set)
-			dst = append(dst, t.byRank[r])
-			t.buf[n] = t.byRankIdx[r]
-			n++
+			dst = append(dst, t.byRank[bits.TrailingZeros64(set)])
 		}
-		t.npicked = n
 		return dst
 	}
 	ex := int32(-2) // matches no dir
@@ -1071,19 +1053,8 @@ func (t *Table) Recipients(p *matching.Publication, except message.BrokerID, dst
 	for _, f := range picked {
 		dst = append(dst, t.froms[f].name)
 	}
-	t.npicked = len(picked)
 	return dst
 }
-
-// RecipientIndices returns the interned indices of the recipients the
-// last Recipients call appended, in the same order: small integers below
-// the number of from-pointers ever interned, the same for the same name
-// while FromsGen is unchanged. Valid until the table's next call.
-func (t *Table) RecipientIndices() []uint64 { return t.buf[:t.npicked] }
-
-// FromsGen changes whenever RecipientIndices' numbering of names may
-// change.
-func (t *Table) FromsGen() uint32 { return t.fromsGen }
 
 // repeatsName reports whether two attributes have the same name.
 func repeatsName(attrs []matching.Attr) bool {

@@ -106,11 +106,6 @@ func (s *Sim) toClient(b *broker, env overlay.ClientEnvelope) {
 		}
 		return
 	}
-	if d, ok := m.(*message.Deliver); ok {
-		// The node reuses the Deliver (Node.RecycleDelivers): a copy for later.
-		cp := *d
-		m = &cp
-	}
 	c := s.clients[env.To]
 	inc := b.inc
 	s.schedule(s.now+s.cfg.ClientDelay, func() {

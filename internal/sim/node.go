@@ -31,11 +31,8 @@ type Node interface {
 	Pending() bool
 	// Ready returns the outputs produced since the last call and clears
 	// them; the simulator acts on them in order (notices, dials, closes,
-	// messages, messages to clients) and then hands them back with
-	// RecycleDelivers: it keeps nothing of them, not even a Deliver (it
-	// copies what it records), so the node may reuse all of it.
+	// messages, messages to clients).
 	Ready() overlay.Ready
-	RecycleDelivers(r *overlay.Ready)
 
 	// What the checkers and the fuzzer read: cheap accessors, called
 	// often. Parent is the tree parent it joined under ("": none, or not
@@ -82,31 +79,6 @@ func (b *nodeBase) Ready() overlay.Ready {
 	r := b.out
 	b.out = overlay.Ready{}
 	return r
-}
-
-// RecycleDelivers takes r's slices back for the next outputs.
-func (b *nodeBase) RecycleDelivers(r *overlay.Ready) {
-	clear(r.Dials)
-	clear(r.Closes)
-	clear(r.Messages)
-	clear(r.ToClients)
-	clear(r.Notices)
-	o := &b.out
-	if o.Dials == nil {
-		o.Dials = r.Dials[:0]
-	}
-	if o.Closes == nil {
-		o.Closes = r.Closes[:0]
-	}
-	if o.Messages == nil {
-		o.Messages = r.Messages[:0]
-	}
-	if o.ToClients == nil {
-		o.ToClients = r.ToClients[:0]
-	}
-	if o.Notices == nil {
-		o.Notices = r.Notices[:0]
-	}
 }
 
 func (*nodeBase) Leave()                   {}

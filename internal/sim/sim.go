@@ -501,8 +501,7 @@ func (s *Sim) run(e *event) {
 	s.flush(b)
 }
 
-// flush takes the outputs of b's node and acts on them, in order, and
-// hands them back (Node.RecycleDelivers: toClient keeps no Deliver).
+// flush takes the outputs of b's node and acts on them, in order.
 func (s *Sim) flush(b *broker) {
 	n := b.node
 	if n == nil || !n.Pending() {
@@ -526,7 +525,6 @@ func (s *Sim) flush(b *broker) {
 	for _, c := range r.ToClients {
 		s.toClient(b, c)
 	}
-	n.RecycleDelivers(&r)
 }
 
 func (s *Sim) notice(b *broker, n overlay.Notice) {

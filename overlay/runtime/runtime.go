@@ -871,7 +871,6 @@ func (r *Runtime) drain() {
 	for round := 0; round < 8; round++ {
 		rd := r.node.Ready()
 		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices) == 0 {
-			r.node.Recycle(rd) // keep the (empty) slices for the next drain
 			return
 		}
 		for _, n := range rd.Notices {
@@ -892,7 +891,6 @@ func (r *Runtime) drain() {
 		}
 		r.coalesceAcks(rd.ToClients)
 		r.sendClients(rd.ToClients)
-		r.node.Recycle(rd) // everything above is encoded or done: reuse the slices
 		// Inputs fed to the core while carrying out (LinkUp of a link
 		// already there, LinkDown of a slow link, ClientClose of a slow
 		// client) produced more outputs: another round, bounded because
