@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/message"
-	"github.com/rs/zerolog"
 )
 
 // startWithStore is startTestBroker for a broker with a data directory.
@@ -21,23 +19,7 @@ func startWithStore(t *testing.T, net *MemNetwork, id, addr string, join []strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := NewRuntime(cfg, epoch, zerolog.Nop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.KeepState(st)
-	ep, err := ListenMem(net, &cfg, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &testBroker{rt: rt, ep: ep, stop: cancel, done: make(chan error, 1)}
-	go func() {
-		err := rt.Run(ctx, ep)
-		ep.Close()
-		b.done <- err
-	}()
-	return b
+	return runTestBroker(t, net, cfg, epoch, st)
 }
 
 func waitJoined(t *testing.T, b *testBroker, what string) {

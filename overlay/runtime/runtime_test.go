@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
@@ -32,13 +33,23 @@ func startTestBroker(t *testing.T, net *MemNetwork, id, addr string, join []stri
 	if edit != nil {
 		edit(&cfg)
 	}
+	return runTestBroker(t, net, cfg, 1, nil)
+}
+
+// runTestBroker starts the runtime of cfg with epoch (and the store st,
+// nil: none) on net.
+func runTestBroker(t *testing.T, net *MemNetwork, cfg BrokerConfig, epoch uint64, st storage.Store) *testBroker {
+	t.Helper()
 	log := zerolog.Nop()
 	if os.Getenv("DELTAPUB_TEST_LOG") != "" {
-		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).With().Str("broker", id).Logger().Level(zerolog.TraceLevel)
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true}).With().Str("broker", cfg.ID).Logger().Level(zerolog.TraceLevel)
 	}
-	rt, err := NewRuntime(cfg, 1, log, nil)
+	rt, err := NewRuntime(cfg, epoch, log, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st != nil {
+		rt.KeepState(st)
 	}
 	ep, err := ListenMem(net, &cfg, rt)
 	if err != nil {
