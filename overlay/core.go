@@ -109,10 +109,6 @@ type Node struct {
 	heldAsked  map[message.BrokerID]bool               // senders of held floods asked for a resync on the current link (flood.go askUnplaced)
 	gapSeen    map[gapKey]bool
 	gapOrder   []gapKey
-	// rtGen increases whenever n.side, n.hops (other than hop adding a
-	// missing entry) or the peer set changes: flood_fast.go's caches
-	// hold for one generation.
-	rtGen uint64
 
 	// Floods (subscriptions, unsubscriptions, topology changes).
 	floods     map[floodKey]*flood    // pending, by key
@@ -671,7 +667,6 @@ func (n *Node) peer(id message.BrokerID) *peer {
 			p.epoch = e.Epoch
 		}
 		n.peers[id] = p
-		n.rtGen++
 	}
 	return p
 }

@@ -131,7 +131,6 @@ func (n *Node) geometry() {
 			n.side[id] = n.topo.Direction(id)
 		}
 	}
-	n.rtGen++
 }
 
 // pathTo returns the tree path from this broker to r (both included;
@@ -154,7 +153,6 @@ func (n *Node) routesChanged() { n.reroute("") }
 // reroute is routesChanged; it reports whether it retransmitted to peer
 // linked (a next hop it gained).
 func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
-	n.rtGen++
 	n.geometry()
 	gained := map[message.BrokerID]bool{}
 	ids := sortedIDs(n.hops)

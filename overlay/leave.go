@@ -262,7 +262,6 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		p.gone, p.joined, p.heardHB, p.suspected = true, false, true, false
 	}
 	delete(n.hops, x)
-	n.rtGen++ // flood_fast.go's caches
 	if known && m.Origin == x {
 		n.notice(NoticeMemberLeft, x, "")
 	} else if known {

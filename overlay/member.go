@@ -711,7 +711,6 @@ func (n *Node) removeMember(id message.BrokerID) {
 		delete(n.peers, id)
 	}
 	delete(n.hops, id)
-	n.rtGen++ // flood_fast.go's caches
 	n.releaseRecipients()
 }
 
