@@ -37,6 +37,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		failure     = fs.Duration("failure-timeout", 0, "silence after which a peer is suspected")
 		dack        = fs.Duration("dack-period", 0, "DACK `period`")
 		goneAfter   = fs.Duration("gone-after", 0, "suspicion after which a peer is declared gone")
+		wsListen    = fs.String("ws-listen", "", "TCP `address` of the WebSocket listener for web clients (path /v1/ws; docs/websocket.md)")
 		admin       = fs.String("admin", "", "admin HTTP `address` (/healthz /metrics /state /debug/pprof/)")
 		secretFile  = fs.String("secret-file", "", "overlay secret `file`: only brokers with the same secret may link")
 		tokenFile   = fs.String("client-token-file", "", "`file` with the token clients must present")
@@ -88,6 +89,8 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 				cfg.DACKPeriod = *dack
 			case "gone-after":
 				cfg.GoneAfter = *goneAfter
+			case "ws-listen":
+				cfg.WSListen = *wsListen
 			case "admin":
 				cfg.Admin = *admin
 			case "secret-file":

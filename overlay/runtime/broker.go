@@ -20,6 +20,7 @@ type Broker struct {
 	cfg     BrokerConfig
 	log     zerolog.Logger
 	tr      *QUICTransport
+	ws      *WSListener // nil without ws_listen
 	admin   *admin.Server
 	epoch   uint64
 }
@@ -57,6 +58,12 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.WSListen != "" {
+		if b.ws, err = ListenWS(&cfg, epoch, string(token), rt, log); err != nil {
+			b.tr.Close()
+			return nil, err
+		}
+	}
 	if cfg.Admin != "" {
 		b.admin, err = admin.Start(admin.Options{
 			Addr:     cfg.Admin,
@@ -70,10 +77,11 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 		})
 		if err != nil {
 			b.tr.Close()
+			b.closeWS()
 			return nil, fmt.Errorf("runtime: admin endpoint: %w", err)
 		}
 	}
-	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("admin", b.AdminAddr()).
+	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("ws_listen", b.WSAddr()).Str("admin", b.AdminAddr()).
 		Int("delta", cfg.Delta).Str("heartbeat", cfg.Heartbeat.String()).Str("failure_timeout", cfg.FailureTimeout.String()).
 		Msg("broker started")
 	return b, nil
@@ -90,10 +98,25 @@ func (b *Broker) AdminAddr() string {
 	return b.admin.Addr()
 }
 
+// WSAddr is the WebSocket listener's address ("" without one).
+func (b *Broker) WSAddr() string {
+	if b.ws == nil {
+		return ""
+	}
+	return b.ws.Addr()
+}
+
+func (b *Broker) closeWS() {
+	if b.ws != nil {
+		b.ws.Close()
+	}
+}
+
 // Run runs the broker until ctx ends, leaves the overlay gracefully, and
 // closes the transport and the admin endpoint.
 func (b *Broker) Run(ctx context.Context) error {
 	err := b.Runtime.Run(ctx, b.tr)
+	b.closeWS()
 	if b.admin != nil {
 		b.admin.Close()
 	}

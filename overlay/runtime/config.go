@@ -83,6 +83,11 @@ type BrokerConfig struct {
 	// Admin is the HTTP address of /healthz, /metrics, /state and
 	// /debug/pprof/. Empty: no admin endpoint.
 	Admin string `toml:"admin"`
+	// WSListen is the TCP address of the WebSocket listener for web
+	// clients (path /v1/ws, docs/websocket.md); empty: none. With
+	// tls.cert_file and tls.key_file set it serves wss with that
+	// certificate.
+	WSListen string `toml:"ws_listen"`
 
 	TLS    TLSConfig    `toml:"tls"`
 	Limits LimitsConfig `toml:"limits"`
@@ -132,6 +137,10 @@ type LimitsConfig struct {
 	// link had buffered. When full, the transport's readers wait, which
 	// pushes back on the senders through QUIC flow control.
 	InputQueue int `toml:"input_queue"`
+	// WSHandshakes bounds new WebSocket sessions per second (burst: one
+	// second's worth); a handshake over it is answered 429 and the client
+	// retries later (the JS client backs off).
+	WSHandshakes int `toml:"ws_handshakes_per_s"`
 }
 
 // LogConfig chooses the log level and format.
@@ -172,6 +181,7 @@ func DefaultBrokerConfig() BrokerConfig {
 			SendQueueBytes:   4 << 20, // 4 MiB: ~14,000 publications of 300 B
 			LinkBlock:        500 * time.Millisecond,
 			InputQueue:       1_024,
+			WSHandshakes:     2_000,
 		},
 		Log: LogConfig{Level: "info", Format: "json"},
 	}
@@ -341,6 +351,11 @@ func (c *BrokerConfig) Validate() error {
 			return bad("admin", "%v", err)
 		}
 	}
+	if c.WSListen != "" {
+		if err := checkHostPort(c.WSListen); err != nil {
+			return bad("ws_listen", "%v", err)
+		}
+	}
 	l := &c.Limits
 	for _, f := range []struct {
 		field     string
@@ -353,6 +368,7 @@ func (c *BrokerConfig) Validate() error {
 		{"limits.send_queue", l.SendQueue, 1, 1 << 20},
 		{"limits.send_queue_bytes", l.SendQueueBytes, 64 << 10, 1 << 30},
 		{"limits.input_queue", l.InputQueue, 1, 1 << 20},
+		{"limits.ws_handshakes_per_s", l.WSHandshakes, 1, 1 << 20},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return bad(f.field, "%d out of range [%d, %d]", f.v, f.lo, f.hi)

@@ -1,0 +1,104 @@
+package webproto
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/deltapub/deltapub/message"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestDecodeFrames(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // message type, "hello", or the error code
+	}{
+		{`{"type":"hello","token":"x","publisher":"p","epoch":3}`, "hello"},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'STOCK'],[price,>,100]"}`, "Subscribe"},
+		{`{"type":"subscribe","id":1,"filter":[["class","eq","STOCK"],["price",">",100.5]]}`, "Subscribe"},
+		{`{"type":"subscribe","id":1,"filter":[["class","eq"]]}`, CodeBadFilter},
+		{`{"type":"subscribe","id":1,"filter":[["class","like","A"]]}`, CodeBadFilter},
+		{`{"type":"subscribe","id":1}`, CodeBadFilter},
+		{`{"type":"unsubscribe","sub":"B1/7/3"}`, "Unsubscribe"},
+		{`{"type":"unsubscribe","sub":"B1-7-3"}`, CodeBadFrame},
+		{`{"type":"publish","seq":1,"attrs":{"class":"A","n":1},"payload":"hi"}`, "Publish"},
+		{`{"type":"publish","seq":0,"attrs":{"class":"A"}}`, CodeBadFrame},
+		{`{"type":"publish","seq":1,"attrs":{"n":1}}`, CodeBadPub},
+		{`{"type":"publish","seq":1,"attrs":{"class":true}}`, CodeBadPub},
+		{`{"type":"publish","seq":1,"attrs":{"class":"A","n":99999999999999999999}}`, CodeBadPub},
+		{`{"type":"nope"}`, CodeBadFrame},
+		{`{"type":"hello","extra":1}`, CodeBadFrame},
+		{`{"type":"hello"} {}`, CodeBadFrame},
+		{`[]`, CodeBadFrame},
+	} {
+		hello, m, err := Decode([]byte(tc.in), false)
+		got := ""
+		var pe *Error
+		switch {
+		case errors.As(err, &pe):
+			got = pe.Code
+		case err != nil:
+			t.Errorf("%s: error %v is not an *Error", tc.in, err)
+		case hello != nil:
+			got = "hello"
+		default:
+			got = m.Type().String()
+		}
+		if got != tc.want {
+			t.Errorf("%s: got %s (%v), want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestDecodeMsgpackPublishKeepsKindsAndBytes(t *testing.T) {
+	b, _ := msgpack.Marshal(map[string]any{"type": "publish", "seq": 2, "attrs": map[string]any{"class": "A", "i": 3, "f": 2.5}, "payload": []byte{0xff, 0}})
+	_, m, err := Decode(b, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.(*message.Publish)
+	if p.Seq != 2 || string(p.Payload) != "\xff\x00" || len(p.Attrs) != 3 {
+		t.Fatalf("%+v", p)
+	}
+	out, _ := Codec{}.Encode(&message.Deliver{Pub: message.PubID{Publisher: "x", Epoch: 1, Seq: 2}, Attrs: p.Attrs, Payload: p.Payload})
+	if want := `{"type":"deliver","sub":"/0/0","publisher":"x","epoch":1,"seq":2,"attrs":{"class":"A","f":2.5,"i":3},"payload_base64":"/wA="}`; string(out) != want {
+		t.Errorf("JSON delivery of a binary payload:\n got %s\nwant %s", out, want)
+	}
+}
+
+// FuzzDecode: no input crashes the decoder, every failure is an *Error with
+// a code and a close code.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"hello","token":"x","publisher":"p","epoch":3}`,
+		`{"type":"subscribe","id":1,"filter":"[class,eq,'STOCK'],[price,>,100]"}`,
+		`{"type":"subscribe","id":1,"filter":[["class","eq","STOCK"],["price",">",1e3]]}`,
+		`{"type":"unsubscribe","sub":"B1/7/3"}`,
+		`{"type":"publish","seq":1,"attrs":{"class":"A","n":-1},"payload":"hi"}`,
+	} {
+		f.Add([]byte(s), false)
+		f.Add(msgpackFromJSON(s), true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, binary bool) {
+		hello, m, err := Decode(data, binary)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Code == "" || pe.Close == 0 {
+				t.Fatalf("error %v: want an *Error with codes", err)
+			}
+			return
+		}
+		if hello == nil && m == nil {
+			t.Fatal("no error and nothing decoded")
+		}
+	})
+}
+
+// msgpackFromJSON is the msgpack frame with the same keys as a JSON one.
+func msgpackFromJSON(s string) []byte {
+	var v map[string]any
+	_ = json.Unmarshal([]byte(s), &v)
+	b, _ := msgpack.Marshal(v)
+	return b
+}

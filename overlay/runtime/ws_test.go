@@ -1,0 +1,240 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/deltapub/deltapub/internal/webproto"
+	"github.com/rs/zerolog"
+)
+
+// wsBroker is one runtime (alone on a MemNetwork) with a WebSocket listener
+// on 127.0.0.1.
+func wsBroker(t *testing.T, edit func(*BrokerConfig)) (*WSListener, func()) {
+	t.Helper()
+	cfg := TestbedBrokerConfig()
+	cfg.ID, cfg.Listen, cfg.WSListen = "B1", "127.0.0.1:1", "127.0.0.1:0"
+	if edit != nil {
+		edit(&cfg)
+	}
+	b := runTestBroker(t, NewMemNetwork(), cfg, 7, nil)
+	l, err := ListenWS(&cfg, 7, "t0ken-t0ken", b.rt, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, func() { l.Close(); b.stop(); <-b.done }
+}
+
+type wsClient struct {
+	t *testing.T
+	c *websocket.Conn
+}
+
+func wsDial(t *testing.T, addr string, opts *websocket.DialOptions) *wsClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+WSPath, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(8 << 20)
+	return &wsClient{t, c}
+}
+
+func (w *wsClient) send(s string) {
+	w.t.Helper()
+	if err := w.c.Write(w.t.Context(), websocket.MessageText, []byte(s)); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// next reads the next frame as a JSON object (or returns the close error).
+func (w *wsClient) next() (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(w.t.Context(), 10*time.Second)
+	defer cancel()
+	_, data, err := w.c.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		w.t.Fatalf("frame %q: %v", data, err)
+	}
+	return m, nil
+}
+
+// until reads frames until one of type typ.
+func (w *wsClient) until(typ string) map[string]any {
+	w.t.Helper()
+	for {
+		m, err := w.next()
+		if err != nil {
+			w.t.Fatalf("waiting for %s: %v", typ, err)
+		}
+		if m["type"] == typ {
+			return m
+		}
+	}
+}
+
+func (w *wsClient) hello(publisher string) {
+	w.t.Helper()
+	w.send(fmt.Sprintf(`{"type":"hello","token":"t0ken-t0ken","publisher":%q,"epoch":1}`, publisher))
+	if m := w.until("welcome"); m["broker"] != "B1" {
+		w.t.Fatalf("welcome %v", m)
+	}
+}
+
+func TestWSSubscribePublishDeliver(t *testing.T) {
+	l, stop := wsBroker(t, nil)
+	defer stop()
+	text := wsDial(t, l.Addr(), nil)
+	text.hello("")
+	text.send(`{"type":"subscribe","id":1,"filter":"[class,eq,'STOCK'],[price,>,100]"}`)
+	text.until("suback")
+	form := wsDial(t, l.Addr(), nil)
+	form.hello("")
+	form.send(`{"type":"subscribe","id":9,"filter":[["class","eq","STOCK"],["price","<",100]]}`)
+	if a := form.until("suback"); a["id"] != 9.0 || a["code"] != nil {
+		t.Fatalf("suback %v", a)
+	}
+	pub := wsDial(t, l.Addr(), nil)
+	pub.hello("web-pub")
+	for i, price := range []int{120, 50, 130} {
+		pub.send(fmt.Sprintf(`{"type":"publish","seq":%d,"attrs":{"class":"STOCK","price":%d},"payload":"p%d"}`, i+1, price, i+1))
+	}
+	if a := pub.until("puback"); a["seq"] != 1.0 && a["seq"] != 2.0 && a["seq"] != 3.0 {
+		t.Fatalf("puback %v", a)
+	}
+	for _, seq := range []float64{1, 3} {
+		d := text.until("deliver")
+		if d["publisher"] != "web-pub" || d["epoch"] != 1.0 || d["seq"] != seq || d["payload"] != fmt.Sprintf("p%d", int(seq)) {
+			t.Fatalf("delivery %v, want seq %v", d, seq)
+		}
+		if attrs, _ := d["attrs"].(map[string]any); attrs["class"] != "STOCK" {
+			t.Fatalf("delivery attrs %v", d["attrs"])
+		}
+	}
+	if d := form.until("deliver"); d["seq"] != 2.0 {
+		t.Fatalf("JSON-form subscription got %v, want seq 2", d)
+	}
+}
+
+// closeCodeOf waits for the connection to end and returns its close code.
+func closeCodeOf(t *testing.T, w *wsClient) (errFrame map[string]any, code websocket.StatusCode) {
+	t.Helper()
+	for {
+		m, err := w.next()
+		if err != nil {
+			return errFrame, websocket.CloseStatus(err)
+		}
+		if m["type"] == "error" {
+			errFrame = m
+		}
+	}
+}
+
+func TestWSBadClientsGetAnErrorFrameAndACloseCode(t *testing.T) {
+	l, stop := wsBroker(t, func(c *BrokerConfig) { c.Limits.MaxFrame = 4096 })
+	defer stop()
+	for _, tc := range []struct {
+		name   string
+		frames []string
+		code   string
+		close  websocket.StatusCode
+	}{
+		{"not JSON", []string{`{"type":`}, webproto.CodeBadFrame, webproto.CloseBadData},
+		{"before hello", []string{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']"}`}, webproto.CodeNoHello, webproto.ClosePolicy},
+		{"wrong token", []string{`{"type":"hello","token":"nope"}`}, webproto.CodeUnauthorized, webproto.ClosePolicy},
+		{"bad filter", []string{`{"type":"hello","token":"t0ken-t0ken"}`, `{"type":"subscribe","id":1,"filter":"[class,eq"}`}, webproto.CodeBadFilter, webproto.CloseBadData},
+		{"too large", []string{`{"type":"hello","token":"t0ken-t0ken"}`, `{"type":"publish","seq":1,"attrs":{"class":"A"},"payload":"` + strings.Repeat("x", 5000) + `"}`}, webproto.CodeTooLarge, webproto.CloseTooBig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := wsDial(t, l.Addr(), nil)
+			for _, f := range tc.frames {
+				w.send(f)
+			}
+			e, code := closeCodeOf(t, w)
+			if e == nil || e["code"] != tc.code || e["message"] == "" {
+				t.Errorf("error frame %v, want code %s", e, tc.code)
+			}
+			if code != tc.close {
+				t.Errorf("close code %d, want %d", code, tc.close)
+			}
+		})
+	}
+	// The broker still serves.
+	w := wsDial(t, l.Addr(), nil)
+	w.hello("")
+}
+
+func TestWSHandshakesAreRateLimited(t *testing.T) {
+	l, stop := wsBroker(t, func(c *BrokerConfig) { c.Limits.WSHandshakes = 2 })
+	defer stop()
+	var refused int
+	for range 4 {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		c, resp, err := websocket.Dial(ctx, "ws://"+l.Addr()+WSPath, nil)
+		cancel()
+		switch {
+		case err == nil:
+			c.CloseNow()
+		case resp != nil && resp.StatusCode == http.StatusTooManyRequests:
+			refused++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if refused < 1 {
+		t.Errorf("4 handshakes at once with a limit of 2 per second: none refused")
+	}
+}
+
+func TestWSSlowConsumerIsDisconnectedWithItsCode(t *testing.T) {
+	l, stop := wsBroker(t, func(c *BrokerConfig) { c.Limits.SendQueueBytes = 64 << 10 })
+	defer stop()
+	// A subscriber that does not read, with a small receive buffer so the
+	// kernel takes little of what the broker queues.
+	d := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	slow := wsDial(t, l.Addr(), &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}})
+	slow.hello("")
+	slow.send(`{"type":"subscribe","id":1,"filter":"[class,eq,'A']"}`)
+	slow.until("suback")
+	pub := wsDial(t, l.Addr(), nil)
+	pub.hello("p")
+	payload := strings.Repeat("x", 2000)
+	// At most 4,000 publications of 2 kB: far more than the 64 kB queue and
+	// the kernel's buffers together.
+	deadline := time.Now().Add(30 * time.Second)
+	seq := 0
+	for ; seq < 4000 && time.Now().Before(deadline); seq++ {
+		pub.send(fmt.Sprintf(`{"type":"publish","seq":%d,"attrs":{"class":"A"},"payload":%q}`, seq+1, payload))
+		if seq%200 == 199 {
+			// Let acknowledgements flow (the publisher reads).
+			for {
+				a := pub.until("puback")
+				if a["seq"] == float64(seq+1) || a["code"] != nil {
+					break
+				}
+			}
+		}
+	}
+	e, code := closeCodeOf(t, slow)
+	if code != webproto.CloseSlowConsumer {
+		t.Fatalf("slow subscriber: close code %d (error frame %v), want %d", code, e, webproto.CloseSlowConsumer)
+	}
+	if e != nil && e["code"] != webproto.CodeSlow {
+		t.Errorf("error frame %v, want %s", e, webproto.CodeSlow)
+	}
+}
