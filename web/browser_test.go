@@ -1,0 +1,169 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/internal/benchcompare"
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/overlay/runtime"
+	"github.com/rs/zerolog"
+)
+
+const chromium = "/usr/bin/chromium"
+
+// delivery is what both clients are compared on.
+type delivery struct {
+	Publisher string         `json:"publisher"`
+	Epoch     uint64         `json:"epoch"`
+	Seq       uint64         `json:"seq"`
+	Attrs     map[string]any `json:"attrs"`
+	Payload   string         `json:"payload"`
+}
+
+// startBroker runs a real broker (QUIC, and WebSocket when ws) in this
+// process until the test ends.
+func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, string) {
+	t.Helper()
+	cfg, _ := runtime.Preset("testbed")
+	listen, err := benchcompare.FreeUDP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ID, cfg.Listen = id, listen
+	if join != "" {
+		cfg.Join = []string{join}
+	}
+	if ws {
+		cfg.WSListen = "127.0.0.1:0"
+	}
+	b, err := runtime.NewBroker(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return b, listen
+}
+
+// TestBrowserPageShowsExactlyTheMatchingDeliveries runs the example page in
+// headless Chromium against real brokers: the page (on B2, over WebSocket)
+// and a Go client (on B2, over QUIC) subscribe with the same filter, a Go
+// publisher on B1 publishes, and both must get exactly the matching
+// publications, identical, in order.
+func TestBrowserPageShowsExactlyTheMatchingDeliveries(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skip("no " + chromium + " on this machine (apt-get install chromium; .ci/run installs it)")
+	}
+	script, _ := filepath.Abs("testdata/browser.mjs")
+	if _, err := os.Stat("testdata/node_modules/playwright-core"); err != nil {
+		t.Fatal("playwright-core is not installed: run npm install in web/testdata (.ci/run does)")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
+	defer cancel()
+	_, addr1 := startBroker(t, "B1", "", false)
+	b2, addr2 := startBroker(t, "B2", addr1, true)
+
+	const filterText = "[class,eq,'STOCK'],[price,>,100]"
+	filter, err := matching.ParseFilter(filterText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The publications: every other one matches, the last one matches and
+	// tells both subscribers they have everything (per-publisher FIFO).
+	var pubs []matching.Publication
+	want := 0
+	for i := range 11 {
+		price := 95 + 3*i
+		p, err := matching.ParsePublication(fmt.Sprintf("[class,'STOCK'],[price,%d],[n,%d],[ratio,%d.5]", price, i, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Payload = []byte(fmt.Sprintf("payload %d é", i))
+		pubs = append(pubs, p)
+		if price > 100 {
+			want++
+		}
+	}
+	other, _ := matching.ParsePublication("[class,'BOND'],[price,500]")
+	pubs = append(pubs[:3], append([]matching.Publication{other}, pubs[3:]...)...)
+
+	page := fmt.Sprintf("http://%s/index.html", b2.WSAddr())
+	cmd := exec.CommandContext(ctx, "node", script, page, filterText, fmt.Sprint(want), "30000")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	lines := bufio.NewScanner(out)
+	lines.Buffer(nil, 1<<20)
+	if !lines.Scan() || lines.Text() != "READY" {
+		t.Fatalf("the page did not get its subscription confirmed: %q", lines.Text())
+	}
+
+	sub, err := client.Connect(ctx, addr2, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	s, err := sub.Subscribe(ctx, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitConfirmed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := client.Connect(ctx, addr1, client.Options{Publisher: "go-pub", Epoch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for _, p := range pubs {
+		if err := pub.Publish(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var fromGo []delivery
+	for len(fromGo) < want {
+		select {
+		case d := <-s.C:
+			var attrs map[string]any
+			_ = json.Unmarshal(matching.Publication{Attrs: d.Attrs}.JSON(), &attrs)
+			fromGo = append(fromGo, delivery{d.Pub.Publisher, d.Pub.Epoch, d.Pub.Seq, attrs, string(d.Payload)})
+		case <-ctx.Done():
+			t.Fatalf("Go subscriber: %d of %d deliveries", len(fromGo), want)
+		}
+	}
+	if !lines.Scan() {
+		t.Fatal("the page did not show its deliveries")
+	}
+	var fromJS []delivery
+	if err := json.Unmarshal(lines.Bytes(), &fromJS); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fromJS, fromGo) {
+		t.Errorf("deliveries differ:\n JS %v\n Go %v", fromJS, fromGo)
+	}
+	for i, d := range fromGo {
+		if price := d.Attrs["price"].(float64); price <= 100 || d.Publisher != "go-pub" || !strings.HasPrefix(d.Payload, "payload ") {
+			t.Errorf("delivery %d %v does not match the filter", i, d)
+		}
+	}
+}
