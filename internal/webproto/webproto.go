@@ -91,6 +91,9 @@ type inFrame struct {
 func Decode(data []byte, binary bool) (*Hello, message.Message, error) {
 	var f inFrame
 	if binary {
+		if err := checkMsgpack(data); err != nil {
+			return nil, nil, bad(CodeBadFrame, "invalid msgpack: %v", err)
+		}
 		if err := msgpack.Unmarshal(data, &f); err != nil {
 			return nil, nil, bad(CodeBadFrame, "invalid msgpack: %v", err)
 		}
