@@ -30,6 +30,36 @@ type outFrame struct {
 	Reason     string `json:"reason,omitempty" msgpack:"reason,omitempty"`
 	Code       string `json:"code,omitempty" msgpack:"code,omitempty"`
 	Message    string `json:"message,omitempty" msgpack:"message,omitempty"`
+	Session    string `json:"session,omitempty" msgpack:"session,omitempty"`
+	// Resumed, Recovered and Gaps answer a hello with "resume"; pointers so
+	// that false is written, not omitted.
+	Resumed   *bool    `json:"resumed,omitempty" msgpack:"resumed,omitempty"`
+	Recovered *bool    `json:"recovered,omitempty" msgpack:"recovered,omitempty"`
+	Gaps      []outGap `json:"gaps,omitempty" msgpack:"gaps,omitempty"`
+}
+
+type outGap struct {
+	Sub       string `json:"sub" msgpack:"sub"`
+	Publisher string `json:"publisher" msgpack:"publisher"`
+	Epoch     uint64 `json:"epoch" msgpack:"epoch"`
+	From      uint64 `json:"from" msgpack:"from"`
+	To        uint64 `json:"to" msgpack:"to"`
+}
+
+// Gap is a range of one subscription's deliveries from one publisher
+// stream that a resumed session could not recover.
+type Gap struct {
+	Sub      message.SubID
+	Source   message.Source
+	From, To uint64
+}
+
+// Resume is how a hello's "resume" went.
+type Resume struct {
+	Tried     bool // the hello asked to resume
+	Resumed   bool // the session continues (its subscriptions are kept)
+	Recovered bool // and every delivery after the positions follows
+	Gaps      []Gap
 }
 
 // Codec encodes the broker's frames for one session.
@@ -45,9 +75,17 @@ func (c Codec) marshal(f *outFrame) []byte {
 	return b
 }
 
-// Welcome answers a good hello.
-func (c Codec) Welcome(broker message.BrokerID, epoch uint64) []byte {
-	return c.marshal(&outFrame{Type: "welcome", Broker: string(broker), Epoch: epoch})
+// Welcome answers a good hello: session names the session for a later
+// resume.
+func (c Codec) Welcome(broker message.BrokerID, epoch uint64, session string, r Resume) []byte {
+	f := &outFrame{Type: "welcome", Broker: string(broker), Epoch: epoch, Session: session}
+	if r.Tried {
+		f.Resumed, f.Recovered = &r.Resumed, &r.Recovered
+		for _, g := range r.Gaps {
+			f.Gaps = append(f.Gaps, outGap{Sub: g.Sub.String(), Publisher: g.Source.Publisher, Epoch: g.Source.Epoch, From: g.From, To: g.To})
+		}
+	}
+	return c.marshal(f)
 }
 
 // Error is an error frame.

@@ -64,26 +64,52 @@ func bad(code, format string, args ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), Close: CloseBadData}
 }
 
-// Hello is the first frame of a session.
+// Hello is the first frame of a connection.
 type Hello struct {
 	Token     string
 	Publisher string // the client's publishing stream (empty: does not publish)
 	Epoch     uint64
+	// Resume names the session (its welcome's "session") this connection
+	// continues; Positions are the last deliveries the client got, per
+	// subscription and publisher stream.
+	Resume    string
+	Positions []Position
+}
+
+// Position is the last delivery a client got for one subscription from one
+// publisher stream.
+type Position struct {
+	Sub       message.SubID
+	Publisher string
+	Epoch     uint64
+	Seq       uint64
+}
+
+// MaxPositions bounds the positions of a hello.
+const MaxPositions = 4096
+
+type inPosition struct {
+	Sub       string `json:"sub" msgpack:"sub"`
+	Publisher string `json:"publisher" msgpack:"publisher"`
+	Epoch     uint64 `json:"epoch" msgpack:"epoch"`
+	Seq       uint64 `json:"seq" msgpack:"seq"`
 }
 
 // inFrame is every field a client frame may have; Type says which apply.
 type inFrame struct {
-	Type      string `json:"type" msgpack:"type"`
-	Token     string `json:"token" msgpack:"token"`
-	Publisher string `json:"publisher" msgpack:"publisher"`
-	Epoch     uint64 `json:"epoch" msgpack:"epoch"`
-	ID        uint64 `json:"id" msgpack:"id"`
-	Filter    any    `json:"filter" msgpack:"filter"`
-	Sub       string `json:"sub" msgpack:"sub"`
-	Seq       uint64 `json:"seq" msgpack:"seq"`
-	Attrs     any    `json:"attrs" msgpack:"attrs"`
-	Payload   any    `json:"payload" msgpack:"payload"`
-	Time      int64  `json:"time" msgpack:"time"`
+	Type      string       `json:"type" msgpack:"type"`
+	Token     string       `json:"token" msgpack:"token"`
+	Publisher string       `json:"publisher" msgpack:"publisher"`
+	Epoch     uint64       `json:"epoch" msgpack:"epoch"`
+	ID        uint64       `json:"id" msgpack:"id"`
+	Filter    any          `json:"filter" msgpack:"filter"`
+	Sub       string       `json:"sub" msgpack:"sub"`
+	Seq       uint64       `json:"seq" msgpack:"seq"`
+	Attrs     any          `json:"attrs" msgpack:"attrs"`
+	Payload   any          `json:"payload" msgpack:"payload"`
+	Time      int64        `json:"time" msgpack:"time"`
+	Resume    string       `json:"resume" msgpack:"resume"`
+	Positions []inPosition `json:"positions" msgpack:"positions"`
 }
 
 // Decode reads one client frame: JSON when binary is false, msgpack when
@@ -113,7 +139,18 @@ func Decode(data []byte, binary bool) (*Hello, message.Message, error) {
 	}
 	switch f.Type {
 	case "hello":
-		return &Hello{Token: f.Token, Publisher: f.Publisher, Epoch: f.Epoch}, nil, nil
+		h := &Hello{Token: f.Token, Publisher: f.Publisher, Epoch: f.Epoch, Resume: f.Resume}
+		if len(f.Positions) > MaxPositions {
+			return nil, nil, bad(CodeBadFrame, "hello: %d positions, at most %d", len(f.Positions), MaxPositions)
+		}
+		for i, p := range f.Positions {
+			id, err := ParseSubID(p.Sub)
+			if err != nil {
+				return nil, nil, bad(CodeBadFrame, "positions[%d].sub: %v", i, err)
+			}
+			h.Positions = append(h.Positions, Position{Sub: id, Publisher: p.Publisher, Epoch: p.Epoch, Seq: p.Seq})
+		}
+		return h, nil, nil
 	case "subscribe":
 		flt, err := decodeFilter(f.Filter)
 		if err != nil {

@@ -141,6 +141,15 @@ type LimitsConfig struct {
 	// second's worth); a handshake over it is answered 429 and the client
 	// retries later (the JS client backs off).
 	WSHandshakes int `toml:"ws_handshakes_per_s"`
+	// WSResumeGrace is how long a web session outlives a lost connection,
+	// waiting for the client to resume it (its subscriptions stay, its
+	// deliveries go to its history); after it the session ends.
+	WSResumeGrace time.Duration `toml:"ws_resume_grace"`
+	// WSHistory and WSHistoryAge bound a web session's recent deliveries,
+	// kept for a resume: the oldest go first. A resume past them reports
+	// recovered: false with the ranges lost.
+	WSHistory    int           `toml:"ws_history"`
+	WSHistoryAge time.Duration `toml:"ws_history_age"`
 }
 
 // LogConfig chooses the log level and format.
@@ -182,6 +191,9 @@ func DefaultBrokerConfig() BrokerConfig {
 			LinkBlock:        500 * time.Millisecond,
 			InputQueue:       1_024,
 			WSHandshakes:     2_000,
+			WSResumeGrace:    30 * time.Second,
+			WSHistory:        256,
+			WSHistoryAge:     time.Minute,
 		},
 		Log: LogConfig{Level: "info", Format: "json"},
 	}
@@ -369,10 +381,17 @@ func (c *BrokerConfig) Validate() error {
 		{"limits.send_queue_bytes", l.SendQueueBytes, 64 << 10, 1 << 30},
 		{"limits.input_queue", l.InputQueue, 1, 1 << 20},
 		{"limits.ws_handshakes_per_s", l.WSHandshakes, 1, 1 << 20},
+		{"limits.ws_history", l.WSHistory, 1, 1 << 16},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return bad(f.field, "%d out of range [%d, %d]", f.v, f.lo, f.hi)
 		}
+	}
+	if l.WSResumeGrace < 0 || l.WSResumeGrace > time.Hour {
+		return bad("limits.ws_resume_grace", "%v out of range [0, 1h]", l.WSResumeGrace)
+	}
+	if l.WSHistoryAge < time.Second || l.WSHistoryAge > time.Hour {
+		return bad("limits.ws_history_age", "%v out of range [1s, 1h]", l.WSHistoryAge)
 	}
 	if l.LinkBlock < 0 || l.LinkBlock > c.FailureTimeout {
 		return bad("limits.link_block", "%v out of range [0, failure_timeout = %v]", l.LinkBlock, c.FailureTimeout)

@@ -57,9 +57,10 @@ type WSListener struct {
 	srv    *http.Server   // wss
 	ln     net.Listener
 
-	mu    sync.Mutex
-	conns map[*nbio.Conn]*wsSession // plain sessions, for the written-bytes count
-	done  chan struct{}
+	mu       sync.Mutex
+	conns    map[*nbio.Conn]*wsConn // plain connections, for the written-bytes count
+	sessions map[string]*wsSession  // by token, until they end
+	done     chan struct{}
 }
 
 // ListenWS starts the WebSocket listener of cfg (cfg.WSListen) for rt. token
@@ -67,11 +68,12 @@ type WSListener struct {
 func ListenWS(cfg *BrokerConfig, epoch uint64, token string, rt *Runtime, log zerolog.Logger) (*WSListener, error) {
 	l := &WSListener{
 		rt: rt, id: message.BrokerID(cfg.ID), epoch: epoch, token: token, limits: cfg.Limits,
-		log:     log.With().Str("transport", "ws").Logger(),
-		limiter: newTokenBucket(float64(cfg.Limits.WSHandshakes), time.Now),
-		writers: make(chan *wsSession, cfg.Limits.MaxClients+1024),
-		conns:   map[*nbio.Conn]*wsSession{},
-		done:    make(chan struct{}),
+		log:      log.With().Str("transport", "ws").Logger(),
+		limiter:  newTokenBucket(float64(cfg.Limits.WSHandshakes), time.Now),
+		writers:  make(chan *wsSession, cfg.Limits.MaxClients+1024),
+		conns:    map[*nbio.Conn]*wsConn{},
+		sessions: map[string]*wsSession{},
+		done:     make(chan struct{}),
 	}
 	up := websocket.NewUpgrader()
 	// Frames up to max_frame are read and answered with an error frame if
@@ -160,33 +162,30 @@ func (l *WSListener) upgrade(w http.ResponseWriter, r *http.Request) {
 }
 
 func (l *WSListener) open(c *websocket.Conn) {
-	s := &wsSession{l: l, c: c, codec: webproto.Codec{Binary: c.Subprotocol() == webproto.SubprotocolMsgpack}}
+	wc := &wsConn{l: l, c: c, codec: webproto.Codec{Binary: c.Subprotocol() == webproto.SubprotocolMsgpack}}
 	if nc, ok := c.UnderlayerConn().(*nbio.Conn); ok {
 		l.mu.Lock()
-		l.conns[nc] = s
+		l.conns[nc] = wc
 		l.mu.Unlock()
-		s.nc = nc
+		wc.nc = nc
 	} else {
-		s.blocking = true
+		wc.blocking = true
 	}
-	c.SetSession(s)
-	s.helloTimer = time.AfterFunc(helloTimeout, func() {
-		s.mu.Lock()
-		hello := s.up
-		s.mu.Unlock()
-		if !hello {
-			s.fail(&webproto.Error{Code: webproto.CodeNoHello, Msg: fmt.Sprintf("no hello within %v", helloTimeout), Close: webproto.ClosePolicy})
+	c.SetSession(wc)
+	wc.helloTimer = time.AfterFunc(helloTimeout, func() {
+		if wc.session() == nil {
+			wc.fail(&webproto.Error{Code: webproto.CodeNoHello, Msg: fmt.Sprintf("no hello within %v", helloTimeout), Close: webproto.ClosePolicy})
 		}
 	})
 }
 
 func (l *WSListener) message(c *websocket.Conn, mt websocket.MessageType, data []byte) {
-	s, _ := c.Session().(*wsSession)
-	if s == nil {
+	wc, _ := c.Session().(*wsConn)
+	if wc == nil {
 		return
 	}
 	if len(data) > l.limits.MaxFrame {
-		s.fail(&webproto.Error{Code: webproto.CodeTooLarge, Msg: fmt.Sprintf("frame of %d bytes, at most %d", len(data), l.limits.MaxFrame), Close: webproto.CloseTooBig})
+		wc.fail(&webproto.Error{Code: webproto.CodeTooLarge, Msg: fmt.Sprintf("frame of %d bytes, at most %d", len(data), l.limits.MaxFrame), Close: webproto.CloseTooBig})
 		return
 	}
 	hello, m, err := webproto.Decode(data, mt == websocket.BinaryMessage)
@@ -195,65 +194,87 @@ func (l *WSListener) message(c *websocket.Conn, mt websocket.MessageType, data [
 		if !errors.As(err, &pe) {
 			pe = &webproto.Error{Code: webproto.CodeBadFrame, Msg: err.Error(), Close: webproto.CloseBadData}
 		}
-		s.fail(pe)
+		wc.fail(pe)
 		return
 	}
-	s.mu.Lock()
-	up := s.up
-	s.mu.Unlock()
+	s := wc.session()
 	switch {
-	case hello != nil && up, hello == nil && !up:
-		s.fail(&webproto.Error{Code: webproto.CodeNoHello, Msg: "hello comes first, and once", Close: webproto.ClosePolicy})
+	case hello != nil && s != nil, hello == nil && s == nil:
+		wc.fail(&webproto.Error{Code: webproto.CodeNoHello, Msg: "hello comes first, and once", Close: webproto.ClosePolicy})
 	case hello != nil:
-		if l.token != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(l.token)) != 1 {
-			s.fail(&webproto.Error{Code: webproto.CodeUnauthorized, Msg: "wrong or missing token", Close: webproto.ClosePolicy})
-			return
-		}
-		s.helloTimer.Stop()
-		s.mu.Lock()
-		s.up = true
-		s.mu.Unlock()
-		s.direct(s.codec.Welcome(l.id, l.epoch))
-		l.rt.ClientUp(s)
-		l.rt.ClientMessages(s, []message.Message{&message.ClientHello{Publisher: hello.Publisher, Epoch: hello.Epoch}})
+		l.hello(wc, hello)
 	default:
 		l.rt.ClientMessages(s, []message.Message{m})
 	}
 }
 
-func (l *WSListener) closed(c *websocket.Conn, err error) {
-	s, _ := c.Session().(*wsSession)
-	if s == nil {
+// hello authenticates the connection, then resumes the session it names or
+// opens a new one.
+func (l *WSListener) hello(wc *wsConn, h *webproto.Hello) {
+	if l.token != "" && subtle.ConstantTimeCompare([]byte(h.Token), []byte(l.token)) != 1 {
+		wc.fail(&webproto.Error{Code: webproto.CodeUnauthorized, Msg: "wrong or missing token", Close: webproto.ClosePolicy})
 		return
 	}
-	if s.nc != nil {
+	wc.helloTimer.Stop()
+	if h.Resume != "" {
 		l.mu.Lock()
-		delete(l.conns, s.nc)
+		old := l.sessions[h.Resume]
+		l.mu.Unlock()
+		if old != nil && old.resume(wc, h.Positions) {
+			return
+		}
+	}
+	s := &wsSession{l: l, token: newToken(), conn: wc}
+	l.mu.Lock()
+	l.sessions[s.token] = s
+	l.mu.Unlock()
+	wc.mu.Lock()
+	wc.sess = s
+	wc.mu.Unlock()
+	// Not resumed: the client subscribes again, and knows it missed what
+	// came meanwhile.
+	wc.direct(wc.codec.Welcome(l.id, l.epoch, s.token, webproto.Resume{Tried: h.Resume != ""}))
+	l.rt.ClientUp(s)
+	l.rt.ClientMessages(s, []message.Message{&message.ClientHello{Publisher: h.Publisher, Epoch: h.Epoch}})
+}
+
+func (l *WSListener) closed(c *websocket.Conn, err error) {
+	wc, _ := c.Session().(*wsConn)
+	if wc == nil {
+		return
+	}
+	if wc.nc != nil {
+		l.mu.Lock()
+		delete(l.conns, wc.nc)
 		l.mu.Unlock()
 	}
-	s.helloTimer.Stop()
-	s.mu.Lock()
-	up := s.up
-	s.closed = true
-	s.pending = nil
-	s.mu.Unlock()
-	if up {
-		if err == nil {
-			err = errors.New("closed")
-		}
-		l.rt.ClientDown(s, fmt.Errorf("runtime: ws: client session: %w", err))
+	wc.helloTimer.Stop()
+	if err == nil {
+		err = errors.New("closed")
+	}
+	if s := wc.session(); s != nil {
+		s.detach(wc, fmt.Errorf("runtime: ws: client session: %w", err))
 	}
 }
 
-// written counts the bytes nbio wrote to a plain session's socket.
+// forget drops an ended session's token.
+func (l *WSListener) forget(s *wsSession) {
+	l.mu.Lock()
+	if l.sessions[s.token] == s {
+		delete(l.sessions, s.token)
+	}
+	l.mu.Unlock()
+}
+
+// written counts the bytes nbio wrote to a plain connection's socket.
 func (l *WSListener) written(nc *nbio.Conn, _ []byte, n int) {
 	l.mu.Lock()
-	s := l.conns[nc]
+	wc := l.conns[nc]
 	l.mu.Unlock()
-	if s != nil {
-		s.mu.Lock()
-		s.outstanding = max(0, s.outstanding-n)
-		s.mu.Unlock()
+	if wc != nil {
+		if s := wc.session(); s != nil {
+			s.written(wc, n)
+		}
 	}
 }
 

@@ -1,9 +1,11 @@
 package runtime
 
 import (
-	"time"
-
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/deltapub/deltapub/internal/webproto"
 	"github.com/deltapub/deltapub/message"
@@ -11,9 +13,72 @@ import (
 	"github.com/lesismal/nbio/nbhttp/websocket"
 )
 
+// wsConn is one WebSocket connection; after its hello it carries a
+// session (a new one, or one it resumes).
+type wsConn struct {
+	l          *WSListener
+	c          *websocket.Conn
+	nc         *nbio.Conn // plain connections
+	blocking   bool       // wss: WriteMessage blocks until the kernel has the bytes
+	codec      webproto.Codec
+	helloTimer *time.Timer
+
+	mu   sync.Mutex
+	sess *wsSession // nil until the hello
+	done bool       // closing: the broker ended it
+}
+
+func (wc *wsConn) session() *wsSession {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	return wc.sess
+}
+
+func (wc *wsConn) msgType() websocket.MessageType {
+	if wc.codec.Binary {
+		return websocket.BinaryMessage
+	}
+	return websocket.TextMessage
+}
+
+// direct writes a frame outside any queue (welcome, error frames).
+func (wc *wsConn) direct(frame []byte) { _ = wc.c.WriteMessage(wc.msgType(), frame) }
+
+// fail sends an error frame, then closes with the error's code; the
+// session, if any, ends with it (no resume after a protocol error).
+func (wc *wsConn) fail(e *webproto.Error) {
+	if s := wc.session(); s != nil {
+		s.end()
+	}
+	wc.direct(wc.codec.Error(e.Code, e.Msg))
+	wc.closeWith(e.Close, e.Msg)
+}
+
+func (wc *wsConn) closeWith(code int, reason string) {
+	wc.mu.Lock()
+	if wc.done {
+		wc.mu.Unlock()
+		return
+	}
+	wc.done = true
+	wc.mu.Unlock()
+	if len(reason) > 120 { // a close frame's reason fits in 123 bytes
+		reason = reason[:120]
+	}
+	_ = wc.c.WriteClose(code, reason)
+	// The peer answers the close frame and closes; one that does not is
+	// cut off shortly after.
+	c := wc.c
+	time.AfterFunc(time.Second, func() { _ = c.Close() })
+}
+
 // wsSession is a web client's session as the runtime sees it: a
 // ClientSession (and a holder: frames queued during a drain are written
-// after it, by a writer goroutine, never by the runtime's).
+// after it, by a writer goroutine, never by the runtime's). It outlives its
+// connection by Limits.WSResumeGrace: a client that reconnects within it
+// and presents the session's token continues it, subscriptions and all,
+// and gets the deliveries it missed from the session's recent history
+// (Limits.WSHistory entries, none older than Limits.WSHistoryAge).
 //
 // Its outgoing queue is bounded by Limits.SendQueue frames and
 // Limits.SendQueueBytes bytes not yet written to the socket (frames
@@ -21,24 +86,33 @@ import (
 // TrySend fail: the runtime disconnects it as a slow consumer, which the
 // client sees as close code 4008 after an error frame.
 type wsSession struct {
-	l        *WSListener
-	c        *websocket.Conn
-	nc       *nbio.Conn // plain sessions
-	blocking bool       // wss: WriteMessage blocks until the kernel has the bytes
-	codec    webproto.Codec
-
-	helloTimer *time.Timer
+	l     *WSListener
+	token string
 
 	mu          sync.Mutex
-	up          bool // hello accepted, the runtime knows the session
-	closed      bool
+	conn        *wsConn // nil while waiting for a resume
+	ended       bool
 	scheduled   bool // in the writers' channel, or being written
 	pending     [][]byte
 	outstanding int // bytes queued here or in nbio, not yet on the socket
+	recent      recentRing
+	owed        []message.Message // answers that came while disconnected (bounded)
+	owedLost    bool
+	grace       *time.Timer
 }
+
+// maxOwed bounds the answers (acknowledgements, gap notices) kept for a
+// disconnected session; beyond it its resume reports recovered: false.
+const maxOwed = 64
 
 var _ ClientSession = (*wsSession)(nil)
 var _ holder = (*wsSession)(nil)
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 func (s *wsSession) TrySend(m message.Message) bool {
 	if !s.Hold(m) {
@@ -48,15 +122,33 @@ func (s *wsSession) TrySend(m message.Message) bool {
 	return true
 }
 
-// Hold encodes m and queues it without waking a writer.
+// Hold queues m without waking a writer (and keeps deliveries in the
+// recent history).
 func (s *wsSession) Hold(m message.Message) bool {
-	frame, ok := s.codec.Encode(m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	lim := &s.l.limits
+	if d, ok := m.(*message.Deliver); ok {
+		s.recent.add(d, time.Now(), lim.WSHistory, lim.WSHistoryAge)
+	}
+	if s.conn == nil {
+		if _, ok := m.(*message.Deliver); !ok {
+			if len(s.owed) < maxOwed {
+				s.owed = append(s.owed, m)
+			} else {
+				s.owedLost = true
+			}
+		}
+		return true
+	}
+	frame, ok := s.conn.codec.Encode(m)
 	if !ok {
 		return true // nothing web clients get
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || len(s.pending) >= s.l.limits.SendQueue || s.outstanding+len(frame) > s.l.limits.SendQueueBytes {
+	if len(s.pending) >= lim.SendQueue || s.outstanding+len(frame) > lim.SendQueueBytes {
 		return false
 	}
 	s.pending = append(s.pending, frame)
@@ -67,13 +159,14 @@ func (s *wsSession) Hold(m message.Message) bool {
 // Flush hands the session to a writer if it has frames waiting.
 func (s *wsSession) Flush() {
 	s.mu.Lock()
-	if s.scheduled || len(s.pending) == 0 {
+	if s.scheduled || len(s.pending) == 0 || s.conn == nil {
 		s.mu.Unlock()
 		return
 	}
 	s.scheduled = true
+	blocking := s.conn.blocking
 	s.mu.Unlock()
-	if s.blocking {
+	if blocking {
 		go s.writeOut() // wss: a goroutine per connection anyway
 		return
 	}
@@ -86,29 +179,28 @@ func (s *wsSession) Flush() {
 
 // writeOut writes what is pending, until nothing is.
 func (s *wsSession) writeOut() {
-	mt := websocket.TextMessage
-	if s.codec.Binary {
-		mt = websocket.BinaryMessage
-	}
 	for {
 		s.mu.Lock()
-		frames := s.pending
+		frames, wc := s.pending, s.conn
 		s.pending = nil
-		if len(frames) == 0 || s.closed {
+		if len(frames) == 0 || wc == nil {
 			s.scheduled = false
 			s.mu.Unlock()
 			return
 		}
 		s.mu.Unlock()
 		for _, f := range frames {
-			if err := s.c.WriteMessage(mt, f); err != nil {
+			if err := wc.c.WriteMessage(wc.msgType(), f); err != nil {
 				s.mu.Lock()
-				s.closed, s.pending, s.scheduled = true, nil, false
+				s.scheduled = false
+				if s.conn == wc {
+					s.pending = nil
+				}
 				s.mu.Unlock()
-				_ = s.c.Close()
+				_ = wc.c.Close() // its close handler detaches the session
 				return
 			}
-			if s.blocking {
+			if wc.blocking {
 				s.mu.Lock()
 				s.outstanding = max(0, s.outstanding-len(f))
 				s.mu.Unlock()
@@ -117,52 +209,122 @@ func (s *wsSession) writeOut() {
 	}
 }
 
-// direct writes a frame outside the queue (welcome, error frames: before
-// the runtime knows the session, or as it ends).
-func (s *wsSession) direct(frame []byte) {
-	mt := websocket.TextMessage
-	if s.codec.Binary {
-		mt = websocket.BinaryMessage
+// written counts bytes nbio wrote to the session's socket.
+func (s *wsSession) written(wc *wsConn, n int) {
+	s.mu.Lock()
+	if s.conn == wc {
+		s.outstanding = max(0, s.outstanding-n)
 	}
-	_ = s.c.WriteMessage(mt, frame)
+	s.mu.Unlock()
 }
 
-// fail sends an error frame, then closes with the error's code.
-func (s *wsSession) fail(e *webproto.Error) {
-	s.direct(s.codec.Error(e.Code, e.Msg))
-	s.closeWith(e.Close, e.Msg)
+// detach is the end of wc, the session's connection: the session waits for
+// a resume (or ends, if the broker closed it).
+func (s *wsSession) detach(wc *wsConn, err error) {
+	s.mu.Lock()
+	if s.conn != wc {
+		s.mu.Unlock()
+		return
+	}
+	s.conn, s.pending, s.outstanding = nil, nil, 0
+	if s.ended {
+		s.mu.Unlock()
+		s.down(err)
+		return
+	}
+	s.grace = time.AfterFunc(s.l.limits.WSResumeGrace, s.expire)
+	s.mu.Unlock()
+}
+
+func (s *wsSession) expire() {
+	s.mu.Lock()
+	if s.conn != nil || s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	s.mu.Unlock()
+	s.down(errors.New("not resumed within ws_resume_grace"))
+}
+
+// end marks the session as not resumable.
+func (s *wsSession) end() {
+	s.mu.Lock()
+	s.ended = true
+	if s.grace != nil {
+		s.grace.Stop()
+	}
+	s.mu.Unlock()
+}
+
+func (s *wsSession) down(err error) {
+	s.l.forget(s)
+	s.l.rt.ClientDown(s, err)
+}
+
+// resume attaches wc to the session if it waits for one; the answer to
+// the hello, the missed deliveries and the owed answers are queued first.
+func (s *wsSession) resume(wc *wsConn, pos []webproto.Position) bool {
+	s.mu.Lock()
+	if s.ended || s.conn != nil {
+		s.mu.Unlock()
+		return false
+	}
+	if s.grace != nil {
+		s.grace.Stop()
+	}
+	lim := &s.l.limits
+	missed, gaps, complete := s.recent.since(pos, time.Now(), lim.WSHistoryAge)
+	r := webproto.Resume{Tried: true, Resumed: true, Recovered: complete && !s.owedLost, Gaps: gaps}
+	s.conn = wc
+	s.pending = append(s.pending[:0], wc.codec.Welcome(s.l.id, s.l.epoch, s.token, r))
+	for _, d := range missed {
+		f, _ := wc.codec.Encode(d)
+		s.pending = append(s.pending, f)
+	}
+	for _, m := range s.owed {
+		if f, ok := wc.codec.Encode(m); ok {
+			s.pending = append(s.pending, f)
+		}
+	}
+	s.owed, s.owedLost = nil, false
+	for _, f := range s.pending {
+		s.outstanding += len(f)
+	}
+	s.mu.Unlock()
+	wc.mu.Lock()
+	wc.sess = s
+	wc.mu.Unlock()
+	s.Flush()
+	return true
 }
 
 // Close is the runtime's: slow consumer, too many clients, broker leaving.
 func (s *wsSession) Close(reason string) {
+	s.mu.Lock()
+	wasEnded := s.ended
+	s.ended = true
+	wc := s.conn
+	if s.grace != nil {
+		s.grace.Stop()
+	}
+	s.mu.Unlock()
+	if wc == nil {
+		if !wasEnded {
+			go s.down(errors.New(reason)) // the runtime's goroutine must not wait
+		}
+		return
+	}
 	code := closeCode(reason)
 	end := func() {
 		if code == webproto.CloseSlowConsumer {
-			s.direct(s.codec.Error(webproto.CodeSlow, reason))
+			wc.direct(wc.codec.Error(webproto.CodeSlow, reason))
 		}
-		s.closeWith(code, reason)
+		wc.closeWith(code, reason)
 	}
-	if s.blocking {
+	if wc.blocking {
 		go end() // wss writes block; the runtime's goroutine must not
 		return
 	}
 	end()
-}
-
-func (s *wsSession) closeWith(code int, reason string) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.closed, s.pending = true, nil
-	s.mu.Unlock()
-	if len(reason) > 120 { // a close frame's reason fits in 123 bytes
-		reason = reason[:120]
-	}
-	_ = s.c.WriteClose(code, reason)
-	// The peer answers the close frame and closes; one that does not is
-	// cut off shortly after.
-	c := s.c
-	time.AfterFunc(time.Second, func() { _ = c.Close() })
 }

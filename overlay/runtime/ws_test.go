@@ -238,3 +238,68 @@ func TestWSSlowConsumerIsDisconnectedWithItsCode(t *testing.T) {
 		t.Errorf("error frame %v, want %s", e, webproto.CodeSlow)
 	}
 }
+
+func TestWSResumeGetsWhatWasMissedThenLive(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		history   int
+		missed    int
+		recovered bool
+	}{
+		{"within the history", 256, 3, true},
+		{"past the history", 2, 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, stop := wsBroker(t, func(c *BrokerConfig) { c.Limits.WSHistory = tc.history })
+			defer stop()
+			sub := wsDial(t, l.Addr(), nil)
+			sub.send(`{"type":"hello","token":"t0ken-t0ken"}`)
+			token := sub.until("welcome")["session"].(string)
+			sub.send(`{"type":"subscribe","id":1,"filter":"[class,eq,'A']"}`)
+			subID := sub.until("suback")["sub"].(string)
+			pub := wsDial(t, l.Addr(), nil)
+			pub.hello("p")
+			seq := 0
+			publish := func(n int) {
+				for range n {
+					seq++
+					pub.send(fmt.Sprintf(`{"type":"publish","seq":%d,"attrs":{"class":"A","n":%d}}`, seq, seq))
+				}
+				for pub.until("puback")["seq"] != float64(seq) {
+				}
+			}
+			publish(1)
+			if d := sub.until("deliver"); d["seq"] != 1.0 {
+				t.Fatalf("first delivery %v", d)
+			}
+			sub.c.CloseNow() // the connection is lost, not the session
+			publish(tc.missed)
+			again := wsDial(t, l.Addr(), nil)
+			again.send(fmt.Sprintf(`{"type":"hello","token":"t0ken-t0ken","resume":%q,"positions":[{"sub":%q,"publisher":"p","epoch":1,"seq":1}]}`, token, subID))
+			w := again.until("welcome")
+			if w["resumed"] != true || w["recovered"] != tc.recovered {
+				t.Fatalf("welcome %v, want resumed and recovered %v", w, tc.recovered)
+			}
+			first := 2
+			if !tc.recovered {
+				gaps, _ := w["gaps"].([]any)
+				if len(gaps) != 1 {
+					t.Fatalf("gaps %v, want one range", w["gaps"])
+				}
+				g := gaps[0].(map[string]any)
+				// The history held the last tc.history of 1+tc.missed.
+				lastLost := 1 + tc.missed - tc.history
+				if g["from"] != 2.0 || g["to"] != float64(lastLost) || g["sub"] != subID {
+					t.Fatalf("gap %v, want [2, %d]", g, lastLost)
+				}
+				first = lastLost + 1
+			}
+			publish(1) // live, after the resume
+			for want := first; want <= seq; want++ {
+				if d := again.until("deliver"); d["seq"] != float64(want) {
+					t.Fatalf("delivery %v, want seq %d", d, want)
+				}
+			}
+		})
+	}
+}

@@ -9,7 +9,9 @@
 // its resident memory is the server's alone; the parent dials the
 // connections from source addresses spread over 127.0.0.0/8 and asks the
 // child for its memory before and after (after a GC and returning freed
-// memory to the OS). The figures go to docs/websocket.md.
+// memory to the OS). The figures go to docs/websocket.md. With --lib
+// deltapub the server is a broker with its WebSocket listener, and each
+// connection is a subscribed web client session.
 package main
 
 import (
@@ -22,7 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
+	goruntime "runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -30,13 +32,15 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/deltapub/deltapub/overlay/runtime"
 	"github.com/lesismal/nbio/logging"
 	"github.com/lesismal/nbio/nbhttp"
 	nbws "github.com/lesismal/nbio/nbhttp/websocket"
+	"github.com/rs/zerolog"
 )
 
 func main() {
-	lib := flag.String("lib", "coder", "coder or nbio")
+	lib := flag.String("lib", "coder", "coder, nbio, or deltapub (a broker with ws_listen; each connection says hello and subscribes)")
 	conns := flag.Int("conns", 10000, "idle connections to open (at most 100000)")
 	serve := flag.Bool("serve", false, "internal: run the server (child process)")
 	flag.Parse()
@@ -102,8 +106,25 @@ func runServer(lib string) error {
 		}
 		fmt.Println(addr)
 		return answer()
+	case "deltapub":
+		udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		cfg := runtime.DefaultBrokerConfig()
+		cfg.ID, cfg.Listen, cfg.WSListen = "B1", udp.LocalAddr().String(), ln.Addr().String()
+		udp.Close()
+		ln.Close()
+		cfg.Limits.MaxClients = 200_000
+		b, err := runtime.NewBroker(cfg, zerolog.Nop())
+		if err != nil {
+			return err
+		}
+		go b.Run(context.Background())
+		fmt.Println(b.WSAddr())
+		return answer()
 	default:
-		return fmt.Errorf("unknown --lib %q (coder or nbio)", lib)
+		return fmt.Errorf("unknown --lib %q (coder, nbio or deltapub)", lib)
 	}
 	fmt.Println(ln.Addr().String())
 	return answer()
@@ -112,11 +133,11 @@ func runServer(lib string) error {
 func answer() error {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
-		runtime.GC()
+		goruntime.GC()
 		debug.FreeOSMemory()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		fmt.Printf("%d %d %d\n", rss(), ms.HeapInuse+ms.StackInuse, runtime.NumGoroutine())
+		var ms goruntime.MemStats
+		goruntime.ReadMemStats(&ms)
+		fmt.Printf("%d %d %d\n", rss(), ms.HeapInuse+ms.StackInuse, goruntime.NumGoroutine())
 	}
 	return sc.Err()
 }
@@ -169,13 +190,13 @@ func run(lib string, n int) error {
 	}
 	// A few connections first, so that the baseline includes what any
 	// first connection sets up (pools, the poller's goroutines).
-	warm := dialAll(addr, 10)
+	warm := dialAll(addr, 10, lib == "deltapub")
 	before, err := stat()
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	cs := dialAll(addr, n)
+	cs := dialAll(addr, n, lib == "deltapub")
 	took := time.Since(start)
 	if len(cs) < n {
 		return fmt.Errorf("only %d of %d connections opened", len(cs), n)
@@ -196,7 +217,7 @@ func run(lib string, n int) error {
 
 // dialAll opens n connections to addr, from source addresses 127.x.y.z
 // rotating over the whole loopback network, at most 64 at a time.
-func dialAll(addr string, n int) []*websocket.Conn {
+func dialAll(addr string, n int, subscribe bool) []*websocket.Conn {
 	type res struct {
 		c   *websocket.Conn
 		err error
@@ -207,7 +228,7 @@ func dialAll(addr string, n int) []*websocket.Conn {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			c, err := dialFrom(addr, i)
+			c, err := dialFrom(addr, i, subscribe)
 			results <- res{c, err}
 		}()
 	}
@@ -229,12 +250,34 @@ func dialAll(addr string, n int) []*websocket.Conn {
 	return cs
 }
 
-func dialFrom(addr string, i int) (*websocket.Conn, error) {
+func dialFrom(addr string, i int, subscribe bool) (*websocket.Conn, error) {
 	src := net.IPv4(127, byte(1+i/65000%254), byte(i/254%254+1), byte(i%254+1))
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 10 * time.Second}
 	hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/", &websocket.DialOptions{HTTPClient: hc})
-	return c, err
+	path := "/"
+	if subscribe {
+		path = runtime.WSPath
+	}
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+path, &websocket.DialOptions{HTTPClient: hc})
+	if err != nil || !subscribe {
+		return c, err
+	}
+	// A session as a web client opens it: hello, one subscription, and
+	// the broker's acknowledgement.
+	for _, f := range []string{`{"type":"hello"}`, fmt.Sprintf(`{"type":"subscribe","id":1,"filter":"[class,eq,'T'],[n,=,%d]"}`, i)} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(f)); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if strings.Contains(string(data), `"suback"`) {
+			return c, nil
+		}
+	}
 }
