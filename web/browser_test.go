@@ -62,7 +62,9 @@ func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, strin
 // headless Chromium against real brokers: the page (on B2, over WebSocket)
 // and a Go client (on B2, over QUIC) subscribe with the same filter, a Go
 // publisher on B1 publishes, and both must get exactly the matching
-// publications, identical, in order.
+// publications, identical, in order. Halfway the page loses its
+// connection; the second half is published while it reconnects, and it
+// must resume with nothing missed and nothing twice.
 func TestBrowserPageShowsExactlyTheMatchingDeliveries(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skip("no " + chromium + " on this machine (apt-get install chromium; .ci/run installs it)")
@@ -101,7 +103,16 @@ func TestBrowserPageShowsExactlyTheMatchingDeliveries(t *testing.T) {
 	pubs = append(pubs[:3], append([]matching.Publication{other}, pubs[3:]...)...)
 
 	page := fmt.Sprintf("http://%s/index.html", b2.WSAddr())
-	cmd := exec.CommandContext(ctx, "node", script, page, filterText, fmt.Sprint(want), "30000")
+	// The page drops its connection after the matching publications of
+	// the first half.
+	half := len(pubs) / 2
+	first := 0
+	for _, p := range pubs[:half] {
+		if filter.Match(&p) {
+			first++
+		}
+	}
+	cmd := exec.CommandContext(ctx, "node", script, page, filterText, fmt.Sprint(first), fmt.Sprint(want), "30000")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -134,7 +145,10 @@ func TestBrowserPageShowsExactlyTheMatchingDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	for _, p := range pubs {
+	for i, p := range pubs {
+		if i == half && (!lines.Scan() || lines.Text() != "DROPPED") {
+			t.Fatalf("the page did not show the first %d deliveries: %q", first, lines.Text())
+		}
 		if err := pub.Publish(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -157,6 +171,9 @@ func TestBrowserPageShowsExactlyTheMatchingDeliveries(t *testing.T) {
 	var fromJS []delivery
 	if err := json.Unmarshal(lines.Bytes(), &fromJS); err != nil {
 		t.Fatal(err)
+	}
+	if !lines.Scan() || !strings.Contains(lines.Text(), "reconnected to B2, nothing missed") {
+		t.Errorf("page status %q, want a resume with nothing missed", lines.Text())
 	}
 	if !reflect.DeepEqual(fromJS, fromGo) {
 		t.Errorf("deliveries differ:\n JS %v\n Go %v", fromJS, fromGo)

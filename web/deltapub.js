@@ -8,11 +8,15 @@
 //   await c.publish({ class: "STOCK", price: 120 }, "payload");
 //
 // After a lost connection the client reconnects with a paced, bounded
-// backoff (250 ms doubling to 5 s, at most maxAttempts tries in a row),
-// subscribes again to every filter and sends again every publication not
-// yet acknowledged (same publisher, epoch and seq: the broker drops what it
-// already has). Deliveries published while it was away are not replayed;
-// onStatus("reconnected") tells the application so.
+// backoff (250 ms doubling to 5 s, at most maxAttempts tries in a row) and
+// resumes its session: it presents the session's token and its last
+// position per subscription and publisher stream, and the broker sends
+// what it missed, then live; no delivery is shown twice. When the broker
+// cannot (the session expired, or its history no longer holds everything),
+// onStatus("reconnected", {recovered: false, gaps}) says so, and the
+// client subscribes again. Publications not yet acknowledged are sent
+// again (same publisher, epoch and seq: the broker drops what it already
+// has).
 
 export class Client {
   constructor(url, opts = {}) {
@@ -28,6 +32,7 @@ export class Client {
     this.subs = new Map(); // request id -> {filter, onDeliver, id, resolve, reject}
     this.bySubID = new Map(); // broker's sub id -> entry
     this.unacked = new Map(); // seq -> {frame, resolve, reject}
+    this.session = ""; // the broker's name for this session, for a resume
     this.closed = false;
     this.attempt = 0;
     this._ready = null;
@@ -47,14 +52,24 @@ export class Client {
     const ws = new WebSocket(this.url, ["deltapub.v1.json"]);
     this.ws = ws;
     ws.onopen = () => {
-      ws.send(JSON.stringify({ type: "hello", token: this.token, publisher: this.publisher, epoch: this.epoch }));
+      const hello = { type: "hello", token: this.token, publisher: this.publisher, epoch: this.epoch };
+      if (this.session) {
+        hello.resume = this.session;
+        hello.positions = [];
+        for (const s of this.subs.values()) {
+          if (!s.id) continue;
+          for (const [src, seq] of s.last) {
+            const [publisher, epoch] = JSON.parse(src);
+            hello.positions.push({ sub: s.id, publisher, epoch, seq });
+          }
+        }
+      }
+      ws.send(JSON.stringify(hello));
     };
     ws.onmessage = (ev) => this._frame(JSON.parse(ev.data));
     ws.onclose = (ev) => {
       if (this.ws !== ws) return;
       this.ws = null;
-      for (const s of this.subs.values()) s.id = null;
-      this.bySubID.clear();
       this.onStatus("disconnected", { code: ev.code, reason: ev.reason });
       if (this.closed) return;
       if (this.attempt >= this.maxAttempts) {
@@ -75,15 +90,29 @@ export class Client {
   _frame(f) {
     switch (f.type) {
       case "welcome": {
-        const again = this.attempt > 0 || this.welcomed;
+        const again = this.welcomed;
         this.welcomed = true;
         this.attempt = 0;
         this.broker = f.broker;
-        for (const [req, s] of this.subs) this._send({ type: "subscribe", id: req, filter: s.filter });
+        this.session = f.session;
+        if (!f.resumed) {
+          // A new session: subscribe again (new ids; positions start over).
+          this.bySubID.clear();
+          for (const [req, s] of this.subs) {
+            s.id = null;
+            s.last = new Map();
+            this._send({ type: "subscribe", id: req, filter: s.filter });
+          }
+        }
         for (const u of this.unacked.values()) this._send(u.frame);
         this._ready.settled = true;
         this._ready.resolve();
-        this.onStatus(again ? "reconnected" : "connected", { broker: f.broker });
+        const info = { broker: f.broker };
+        if (again) {
+          info.recovered = !!f.recovered;
+          info.gaps = f.gaps || [];
+        }
+        this.onStatus(again ? "reconnected" : "connected", info);
         break;
       }
       case "suback": {
@@ -104,7 +133,13 @@ export class Client {
       }
       case "deliver": {
         const s = this.bySubID.get(f.sub);
-        if (s) s.onDeliver({ publisher: f.publisher, epoch: f.epoch, seq: f.seq, attrs: f.attrs, payload: f.payload ?? "", time: f.time });
+        if (!s) break;
+        // Per subscription and publisher stream, sequence numbers only
+        // grow: anything at or below the last one is a replay already seen.
+        const src = JSON.stringify([f.publisher, f.epoch]);
+        if ((s.last.get(src) || 0) >= f.seq) break;
+        s.last.set(src, f.seq);
+        s.onDeliver({ publisher: f.publisher, epoch: f.epoch, seq: f.seq, attrs: f.attrs, payload: f.payload ?? "", time: f.time });
         break;
       }
       case "gap": {
@@ -139,7 +174,7 @@ export class Client {
   subscribe(filter, onDeliver, opts = {}) {
     const req = this.nextReq++;
     return new Promise((resolve, reject) => {
-      this.subs.set(req, { filter, onDeliver, onGap: opts.onGap, onConfirmed: opts.onConfirmed, id: null, resolve, reject, req });
+      this.subs.set(req, { filter, onDeliver, onGap: opts.onGap, onConfirmed: opts.onConfirmed, id: null, last: new Map(), resolve, reject, req });
       this._send({ type: "subscribe", id: req, filter });
     });
   }

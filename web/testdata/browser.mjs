@@ -1,10 +1,12 @@
 // Drives the example page in headless Chromium for web/browser_test.go:
-//   node browser.mjs PAGE_URL FILTER WANT TIMEOUT_MS
-// prints READY once the page's subscription is confirmed, then the page's
-// deliveries as one JSON array once it shows WANT of them.
+//   node browser.mjs PAGE_URL FILTER FIRST WANT TIMEOUT_MS
+// prints READY once the page's subscription is confirmed; once the page
+// shows FIRST deliveries it drops the page's connection and prints DROPPED;
+// once the page has resumed and shows WANT deliveries it prints them as one
+// JSON array, then the page's status line.
 import { chromium } from "playwright-core";
 
-const [pageURL, filter, want, timeoutMs] = process.argv.slice(2);
+const [pageURL, filter, first, want, timeoutMs] = process.argv.slice(2);
 const timeout = Number(timeoutMs);
 const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
 try {
@@ -17,11 +19,17 @@ try {
   await page.click("#subscribe");
   await status("confirmed");
   console.log("READY");
-  await page.waitForFunction((n) => document.querySelectorAll("#deliveries li").length >= n, Number(want), { timeout });
+  const shown = (n) => page.waitForFunction((n) => document.querySelectorAll("#deliveries li").length >= n, n, { timeout });
+  await shown(Number(first));
+  await page.evaluate(() => window.deltapubClient.ws.close());
+  console.log("DROPPED");
+  await status("reconnected");
+  await shown(Number(want));
   // A duplicate would come right after: give it a moment to show.
   await page.waitForTimeout(300);
   const ds = await page.$$eval("#deliveries li", (lis) => lis.map((li) => JSON.parse(li.dataset.delivery)));
   console.log(JSON.stringify(ds));
+  console.log(await page.$eval("#status", (e) => e.textContent));
 } finally {
   await browser.close();
 }
