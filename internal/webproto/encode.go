@@ -149,3 +149,32 @@ func (c Codec) body(f *outFrame, attrs []matching.Attr, payload []byte) {
 		f.PayloadB64 = payload
 	}
 }
+
+// deliverPrefix opens every JSON delivery frame.
+const deliverPrefix = `{"type":"deliver",`
+
+// DeliverBody is the JSON delivery frame of d without its subscription: the
+// same for every session that gets the publication, so a broker encodes it
+// once and builds each session's frame with DeliverFrame. Nil for msgpack
+// codecs (their frames are encoded whole).
+func (c Codec) DeliverBody(d *message.Deliver) []byte {
+	if c.Binary {
+		return nil
+	}
+	f := outFrame{Type: "deliver", Publisher: d.Pub.Publisher, Epoch: d.Pub.Epoch, Seq: d.Pub.Seq, Time: d.Time}
+	c.body(&f, d.Attrs, d.Payload)
+	return c.marshal(&f)
+}
+
+// DeliverFrame is the frame Encode makes of a delivery to sub whose
+// DeliverBody is body.
+func DeliverFrame(body []byte, sub message.SubID) []byte {
+	q, _ := json.Marshal(sub.String())
+	rest := body[len(deliverPrefix):]
+	out := make([]byte, 0, len(deliverPrefix)+7+len(q)+len(rest))
+	out = append(out, deliverPrefix...)
+	out = append(out, `"sub":`...)
+	out = append(out, q...)
+	out = append(out, ',')
+	return append(out, rest...)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -101,4 +102,17 @@ func msgpackFromJSON(s string) []byte {
 	_ = json.Unmarshal([]byte(s), &v)
 	b, _ := msgpack.Marshal(v)
 	return b
+}
+
+func TestDeliverFrameIsEncode(t *testing.T) {
+	attrs := []matching.Attr{{Name: "class", Value: matching.Str(`q"uote`)}, {Name: "x", Value: matching.Float(2)}}
+	for _, d := range []*message.Deliver{
+		{Sub: message.SubID{Edge: "B1", Epoch: 3, N: 4}, Pub: message.PubID{Publisher: "p", Epoch: 1, Seq: 9}, Attrs: attrs, Payload: []byte("x"), Time: 5},
+		{Sub: message.SubID{Edge: `B"2`, Epoch: 3, N: 4}, Pub: message.PubID{Seq: 1}, Attrs: attrs},
+	} {
+		want, _ := Codec{}.Encode(d)
+		if got := DeliverFrame(Codec{}.DeliverBody(d), d.Sub); string(got) != string(want) {
+			t.Errorf("shared encoding\n got %s\nwant %s", got, want)
+		}
+	}
 }

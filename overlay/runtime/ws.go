@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/internal/webproto"
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/web"
 	"github.com/lesismal/nbio"
@@ -56,6 +57,13 @@ type WSListener struct {
 	engine *nbhttp.Engine // plain ws
 	srv    *http.Server   // wss
 	ln     net.Listener
+
+	// The JSON body of the publication being delivered: the runtime hands
+	// one publication to every session in turn, each session's frame
+	// differs only in its subscription.
+	bodyMu  sync.Mutex
+	bodyKey bodyKey
+	body    []byte
 
 	mu       sync.Mutex
 	conns    map[*nbio.Conn]*wsConn // plain connections, for the written-bytes count
@@ -287,6 +295,26 @@ func (l *WSListener) writeLoop() {
 			return
 		}
 	}
+}
+
+type bodyKey struct {
+	pub   message.PubID
+	attrs *matching.Attr // the core shares one publication's attributes among its deliveries
+	time  int64
+}
+
+// deliverBody is d's JSON body, encoded once per publication.
+func (l *WSListener) deliverBody(d *message.Deliver) []byte {
+	k := bodyKey{pub: d.Pub, time: d.Time}
+	if len(d.Attrs) > 0 {
+		k.attrs = &d.Attrs[0]
+	}
+	l.bodyMu.Lock()
+	defer l.bodyMu.Unlock()
+	if l.body == nil || l.bodyKey != k {
+		l.bodyKey, l.body = k, webproto.Codec{}.DeliverBody(d)
+	}
+	return l.body
 }
 
 // tokenBucket is a rate limit: rate per second, bursts of one second's worth.

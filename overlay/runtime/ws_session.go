@@ -144,8 +144,10 @@ func (s *wsSession) Hold(m message.Message) bool {
 		}
 		return true
 	}
-	frame, ok := s.conn.codec.Encode(m)
-	if !ok {
+	var frame []byte
+	if d, ok := m.(*message.Deliver); ok && !s.conn.codec.Binary {
+		frame = webproto.DeliverFrame(s.l.deliverBody(d), d.Sub)
+	} else if frame, ok = s.conn.codec.Encode(m); !ok {
 		return true // nothing web clients get
 	}
 	if len(s.pending) >= lim.SendQueue || s.outstanding+len(frame) > lim.SendQueueBytes {
