@@ -264,16 +264,22 @@ func (s *wsSession) down(err error) {
 	s.l.rt.ClientDown(s, err)
 }
 
-// resume attaches wc to the session if it waits for one; the answer to
-// the hello, the missed deliveries and the owed answers are queued first.
+// resume attaches wc to the session; the answer to the hello, the missed
+// deliveries and the owed answers are queued first. A connection the
+// session still has is replaced: the client knows it is dead before the
+// broker does (the token is the client's alone).
 func (s *wsSession) resume(wc *wsConn, pos []webproto.Position) bool {
 	s.mu.Lock()
-	if s.ended || s.conn != nil {
+	if s.ended {
 		s.mu.Unlock()
 		return false
 	}
 	if s.grace != nil {
 		s.grace.Stop()
+	}
+	if old := s.conn; old != nil {
+		s.conn, s.pending, s.outstanding = nil, nil, 0
+		go old.closeWith(webproto.CloseNormal, "session resumed on another connection")
 	}
 	lim := &s.l.limits
 	missed, gaps, complete := s.recent.since(pos, time.Now(), lim.WSHistoryAge)

@@ -303,3 +303,29 @@ func TestWSResumeGetsWhatWasMissedThenLive(t *testing.T) {
 		})
 	}
 }
+
+func TestWSResumeTakesOverAConnectionTheBrokerStillHolds(t *testing.T) {
+	l, stop := wsBroker(t, nil)
+	defer stop()
+	old := wsDial(t, l.Addr(), nil)
+	old.send(`{"type":"hello","token":"t0ken-t0ken"}`)
+	token := old.until("welcome")["session"].(string)
+	old.send(`{"type":"subscribe","id":1,"filter":"[class,eq,'A']"}`)
+	subID := old.until("suback")["sub"].(string)
+	// The client gave up on old (say its network changed) without the
+	// broker noticing.
+	again := wsDial(t, l.Addr(), nil)
+	again.send(fmt.Sprintf(`{"type":"hello","token":"t0ken-t0ken","resume":%q}`, token))
+	if w := again.until("welcome"); w["resumed"] != true || w["recovered"] != true {
+		t.Fatalf("welcome %v, want resumed and recovered", w)
+	}
+	if _, code := closeCodeOf(t, old); code != webproto.CloseNormal {
+		t.Errorf("the replaced connection closed with %d, want %d", code, webproto.CloseNormal)
+	}
+	pub := wsDial(t, l.Addr(), nil)
+	pub.hello("p")
+	pub.send(`{"type":"publish","seq":1,"attrs":{"class":"A"}}`)
+	if d := again.until("deliver"); d["sub"] != subID || d["seq"] != 1.0 {
+		t.Fatalf("delivery %v", d)
+	}
+}
