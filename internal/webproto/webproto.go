@@ -15,6 +15,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/vmihailenco/msgpack/v5"
@@ -117,7 +118,7 @@ type inFrame struct {
 func Decode(data []byte, binary bool) (*Hello, message.Message, error) {
 	var f inFrame
 	if binary {
-		if err := checkMsgpack(data); err != nil {
+		if err := wire.Validate(data); err != nil {
 			return nil, nil, bad(CodeBadFrame, "invalid msgpack: %v", err)
 		}
 		if err := msgpack.Unmarshal(data, &f); err != nil {

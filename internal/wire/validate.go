@@ -11,7 +11,11 @@ import (
 // msgpack's own decoder trusts declared lengths (it preallocates up to a
 // million elements for an array header of 5 bytes); after validate it
 // cannot be made to.
-func validate(b []byte) error {
+func validate(b []byte) error { return Validate(b) }
+
+// Validate is validate for other decoders of msgpack from untrusted peers
+// (internal/webproto's binary frames).
+func Validate(b []byte) error {
 	budget := MaxFrameValues
 	end, err := skipValue(b, 0, 0, &budget)
 	if err != nil {
