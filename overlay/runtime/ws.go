@@ -92,6 +92,9 @@ func ListenWS(cfg *BrokerConfig, epoch uint64, token string, rt *Runtime, log ze
 	up.CheckOrigin = func(*http.Request) bool { return true }
 	up.Subprotocols = []string{webproto.SubprotocolJSON, webproto.SubprotocolMsgpack}
 	up.BlockingModAsyncWrite = false // wss: our writer goroutine does the blocking write
+	// wss: the reading goroutine starts after Upgrade (below), once OnOpen
+	// has set the connection's session.
+	up.BlockingModHandleRead = false
 	up.OnOpen(l.open)
 	up.OnMessage(l.message)
 	up.OnClose(l.closed)
@@ -164,8 +167,13 @@ func (l *WSListener) upgrade(w http.ResponseWriter, r *http.Request) {
 		l.rt.m.clientDisconnects.WithLabelValues("ws handshake rate").Inc()
 		return
 	}
-	if _, err := l.up.Upgrade(w, r, nil); err != nil {
+	c, err := l.up.Upgrade(w, r, nil)
+	if err != nil {
 		l.log.Debug().Err(err).Str("from", r.RemoteAddr).Msg("websocket upgrade failed")
+		return
+	}
+	if c.IsBlockingMod() {
+		go c.HandleRead(4096)
 	}
 }
 

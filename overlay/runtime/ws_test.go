@@ -329,3 +329,7 @@ func TestWSResumeTakesOverAConnectionTheBrokerStillHolds(t *testing.T) {
 		t.Fatalf("delivery %v", d)
 	}
 }
+
+func testCtx(t *testing.T) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), 10*time.Second)
+}
