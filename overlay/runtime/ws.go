@@ -6,7 +6,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	stdlog "log"
 	"net"
 	"net/http"
 	"strings"
@@ -117,7 +119,9 @@ func ListenWS(cfg *BrokerConfig, epoch uint64, token string, rt *Runtime, log ze
 			return nil, fmt.Errorf("runtime: ws_listen: %w", err)
 		}
 		l.ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+		// A client's failed TLS handshake is the client's business, not a
+		// line in the broker's log.
+		l.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: stdlog.New(io.Discard, "", 0)}
 		go l.srv.Serve(l.ln)
 		return l, nil
 	}

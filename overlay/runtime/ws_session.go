@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -82,9 +83,8 @@ func (wc *wsConn) closeWith(code int, reason string) {
 //
 // Its outgoing queue is bounded by Limits.SendQueue frames and
 // Limits.SendQueueBytes bytes not yet written to the socket (frames
-// waiting here and bytes nbio still buffers). A session at the bound makes
-// TrySend fail: the runtime disconnects it as a slow consumer, which the
-// client sees as close code 4008 after an error frame.
+// waiting here and bytes nbio still buffers). A session at the bound loses
+// its connection (see behind), not its subscriptions.
 type wsSession struct {
 	l     *WSListener
 	token string
@@ -135,13 +135,7 @@ func (s *wsSession) Hold(m message.Message) bool {
 		s.recent.add(d, time.Now(), lim.WSHistory, lim.WSHistoryAge)
 	}
 	if s.conn == nil {
-		if _, ok := m.(*message.Deliver); !ok {
-			if len(s.owed) < maxOwed {
-				s.owed = append(s.owed, m)
-			} else {
-				s.owedLost = true
-			}
-		}
+		s.owe(m)
 		return true
 	}
 	var frame []byte
@@ -151,11 +145,49 @@ func (s *wsSession) Hold(m message.Message) bool {
 		return true // nothing web clients get
 	}
 	if len(s.pending) >= lim.SendQueue || s.outstanding+len(frame) > lim.SendQueueBytes {
-		return false
+		s.behind(m)
+		return true
 	}
 	s.pending = append(s.pending, frame)
 	s.outstanding += len(frame)
 	return true
+}
+
+// behind disconnects a client that let its queue fill up (error frame
+// slow_consumer, close code 4008) without ending its session: it waits for
+// a resume like any session that lost its connection, its history going on,
+// so the client gets back its subscriptions and what the history still
+// holds. The runtime is not told: for the others nothing changed. m is
+// what did not fit. Called with s.mu held.
+func (s *wsSession) behind(m message.Message) {
+	wc := s.conn
+	s.conn, s.pending, s.outstanding = nil, nil, 0
+	s.owe(m)
+	s.grace = time.AfterFunc(s.l.limits.WSResumeGrace, s.expire)
+	s.l.rt.m.clientDisconnects.WithLabelValues("slow consumer").Inc()
+	reason := fmt.Sprintf("slow consumer: more than %d frames or %d bytes waiting", s.l.limits.SendQueue, s.l.limits.SendQueueBytes)
+	end := func() {
+		wc.direct(wc.codec.Error(webproto.CodeSlow, reason))
+		wc.closeWith(webproto.CloseSlowConsumer, reason)
+	}
+	if wc.blocking {
+		go end() // wss writes block; the runtime's goroutine must not
+		return
+	}
+	end()
+}
+
+// owe keeps an answer (not a delivery: those are in the history) for a
+// disconnected session. Called with s.mu held.
+func (s *wsSession) owe(m message.Message) {
+	if _, ok := m.(*message.Deliver); ok {
+		return
+	}
+	if len(s.owed) < maxOwed {
+		s.owed = append(s.owed, m)
+	} else {
+		s.owedLost = true
+	}
 }
 
 // Flush hands the session to a writer if it has frames waiting.

@@ -208,9 +208,10 @@ func TestWSSlowConsumerIsDisconnectedWithItsCode(t *testing.T) {
 		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
 	}}
 	slow := wsDial(t, l.Addr(), &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}})
-	slow.hello("")
+	slow.send(`{"type":"hello","token":"t0ken-t0ken"}`)
+	token := slow.until("welcome")["session"].(string)
 	slow.send(`{"type":"subscribe","id":1,"filter":"[class,eq,'A']"}`)
-	slow.until("suback")
+	subID := slow.until("suback")["sub"].(string)
 	pub := wsDial(t, l.Addr(), nil)
 	pub.hello("p")
 	payload := strings.Repeat("x", 2000)
@@ -236,6 +237,22 @@ func TestWSSlowConsumerIsDisconnectedWithItsCode(t *testing.T) {
 	}
 	if e != nil && e["code"] != webproto.CodeSlow {
 		t.Errorf("error frame %v, want %s", e, webproto.CodeSlow)
+	}
+	// The session, subscription included, is resumed; what the history
+	// no longer holds is a gap.
+	again := wsDial(t, l.Addr(), nil)
+	again.send(fmt.Sprintf(`{"type":"hello","token":"t0ken-t0ken","resume":%q}`, token))
+	w := again.until("welcome")
+	if w["resumed"] != true || w["recovered"] != false || w["gaps"] == nil {
+		t.Fatalf("welcome %v, want resumed with gaps", w)
+	}
+	last := 0.0
+	for last < float64(seq) {
+		d := again.until("deliver")
+		if d["sub"] != subID || d["seq"].(float64) <= last {
+			t.Fatalf("delivery %v after seq %v", d["seq"], last)
+		}
+		last = d["seq"].(float64)
 	}
 }
 
