@@ -19,6 +19,11 @@ import (
 // wsBroker is one runtime (alone on a MemNetwork) with a WebSocket listener
 // on 127.0.0.1.
 func wsBroker(t *testing.T, edit func(*BrokerConfig)) (*WSListener, func()) {
+	l, _, stop := wsTestBroker(t, edit)
+	return l, stop
+}
+
+func wsTestBroker(t *testing.T, edit func(*BrokerConfig)) (*WSListener, *testBroker, func()) {
 	t.Helper()
 	cfg := TestbedBrokerConfig()
 	cfg.ID, cfg.Listen, cfg.WSListen = "B1", "127.0.0.1:1", "127.0.0.1:0"
@@ -30,7 +35,7 @@ func wsBroker(t *testing.T, edit func(*BrokerConfig)) (*WSListener, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, func() { l.Close(); b.stop(); <-b.done }
+	return l, b, func() { l.Close(); b.stop(); <-b.done }
 }
 
 type wsClient struct {
@@ -349,4 +354,28 @@ func TestWSResumeTakesOverAConnectionTheBrokerStillHolds(t *testing.T) {
 
 func testCtx(t *testing.T) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(t.Context(), 10*time.Second)
+}
+
+func TestWSSessionEndsWhenNotResumedWithinTheGrace(t *testing.T) {
+	l, b, stop := wsTestBroker(t, func(c *BrokerConfig) { c.Limits.WSResumeGrace = 50 * time.Millisecond })
+	defer stop()
+	w := wsDial(t, l.Addr(), nil)
+	w.send(`{"type":"hello","token":"t0ken-t0ken"}`)
+	token := w.until("welcome")["session"].(string)
+	w.send(`{"type":"subscribe","id":1,"filter":"[class,eq,'A']"}`)
+	w.until("suback")
+	w.c.CloseNow()
+	// At most 10 s for the grace to pass and the runtime to drop the
+	// session (and its subscription).
+	for deadline := time.Now().Add(10 * time.Second); sessions(t, b) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions 10 s after a grace of 50 ms", sessions(t, b))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	again := wsDial(t, l.Addr(), nil)
+	again.send(fmt.Sprintf(`{"type":"hello","token":"t0ken-t0ken","resume":%q}`, token))
+	if m := again.until("welcome"); m["resumed"] != false || m["recovered"] != false || m["session"] == token {
+		t.Fatalf("welcome %v, want a new session, not resumed", m)
+	}
 }
