@@ -13,9 +13,9 @@ require (
 )
 
 require (
-	github.com/coder/websocket v1.8.15 // indirect
+	github.com/coder/websocket v1.8.15
 	github.com/lesismal/llib v1.2.2 // indirect
-	github.com/lesismal/nbio v1.6.8 // indirect
+	github.com/lesismal/nbio v1.6.8
 )
 
 require (
