@@ -156,6 +156,14 @@ func (l *WSListener) Close() error {
 	default:
 	}
 	close(l.done)
+	// No resume after this: the sessions end with their connections.
+	l.mu.Lock()
+	for _, s := range l.sessions {
+		if s.end() {
+			go s.down(errors.New("broker closing"))
+		}
+	}
+	l.mu.Unlock()
 	if l.srv != nil {
 		return l.srv.Close()
 	}

@@ -282,13 +282,17 @@ func (s *wsSession) expire() {
 }
 
 // end marks the session as not resumable.
-func (s *wsSession) end() {
+// It reports whether the session was waiting for a resume: no connection
+// will end it, the caller tells the runtime (down).
+func (s *wsSession) end() (waiting bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	waiting = !s.ended && s.conn == nil
 	s.ended = true
 	if s.grace != nil {
 		s.grace.Stop()
 	}
-	s.mu.Unlock()
+	return waiting
 }
 
 func (s *wsSession) down(err error) {
