@@ -61,8 +61,26 @@ type Node struct {
 	table *routing.Table
 	store *dack.Store
 	peers map[message.BrokerID]*peer
+	// assembling: heads whose parts are arriving, per peer (parts.go).
+	assembling map[message.BrokerID]*assembly
 
-	// Membership.
+	mem    membership
+	rec    recovery
+	fwd    forwarding
+	geo    geoCache
+	floods floodState
+	gaps   gapState
+
+	clients map[message.ClientID]*clientState
+	subN    uint64
+
+	counters Counters
+	rng      *rand.Rand // seeded from Config.Seed: the backoffs' jitter (retry.go)
+}
+
+// membership is where this broker stands in the overlay: joining, joined,
+// leaving, and what it does as a joinpoint for others.
+type membership struct {
 	member          bool // has a map (bootstrapped, or a JoinReply arrived)
 	joined          bool // full member: routable
 	leaving         bool
@@ -71,21 +89,29 @@ type Node struct {
 	lv              *leaveState // graceful leave in progress (leave.go)
 	jn              joining     // the walk over the joinpoints while not a member (retry.go)
 	rejoin          bool
-	stateWait       map[message.BrokerID]bool             // recovery: peers whose StateReply is awaited
-	admitting       map[message.BrokerID]uint64           // joinpoint: joiners admitted here (epoch), until confirmed
-	pendingState    map[message.BrokerID]bool             // StateRequests not answered yet (see answerStateRequests)
-	askedBehind     map[message.BrokerID]bool             // recovery: awaited peers whose back side was asked
-	askedFor        map[message.BrokerID]message.BrokerID // recovery: a broker asked behind an awaited one -> that one (member.go dropLeft)
-	stateless       map[message.BrokerID]bool             // recovery: peers that answered NotMember (no state to give)
-	namedBy         map[message.BrokerID]message.BrokerID // recovery: a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (member.go unplaced)
-	mapFrom         map[message.BrokerID]bool             // recovery: brokers whose map we merged (JoinReply, StateReply)
-	unjoinedSeen    map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (member.go unplaced)
-	stateWaitT      int
-	reaskAt         map[message.BrokerID]int64     // recovery: when an awaited peer is asked again (member.go reaskState)
-	reaskN          map[message.BrokerID]int       // recovery: how often it was asked again
-	assembling      map[message.BrokerID]*assembly // heads whose parts are arriving, per peer (parts.go)
+	admitting       map[message.BrokerID]uint64 // joinpoint: joiners admitted here (epoch), until confirmed
+	pendingState    map[message.BrokerID]bool   // StateRequests not answered yet (see answerStateRequests)
+}
 
-	// Publication forwarding.
+// recovery is a restarted (or rejoining) broker's collection of its
+// neighbours' state before it becomes routable again (member.go).
+type recovery struct {
+	stateWait    map[message.BrokerID]bool             // peers whose StateReply is awaited (nil: not recovering)
+	stateWaitT   int                                   // ticks spent recovering
+	askedBehind  map[message.BrokerID]bool             // awaited peers whose back side was asked
+	askedFor     map[message.BrokerID]message.BrokerID // a broker asked behind an awaited one -> that one (member.go dropLeft)
+	stateless    map[message.BrokerID]bool             // peers that answered NotMember (no state to give)
+	namedBy      map[message.BrokerID]message.BrokerID // a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (member.go unplaced)
+	mapFrom      map[message.BrokerID]bool             // brokers whose map we merged (JoinReply, StateReply)
+	unjoinedSeen map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (member.go unplaced)
+	reaskAt      map[message.BrokerID]int64            // when an awaited peer is asked again (member.go reaskState)
+	reaskN       map[message.BrokerID]int              // how often it was asked again
+}
+
+// forwarding is the publication path: the message queue, the stamps, the
+// per-source duplicate filter and the next hop toward each recipient
+// (forward.go).
+type forwarding struct {
 	queue      []*qentry
 	queueLen   int
 	purgeDirty bool // queued recipients changed (leave.go): a purge pass is due
@@ -94,38 +120,51 @@ type Node struct {
 	// still queued here (received under other stamps on another path):
 	// each caps the discarded watermark about its (B, E) below it until
 	// the queued copy leaves (updateDiscarded; docs/protocol.md §6).
-	dupHolds   []dupHold
-	stampSeq   uint64
-	seen       map[message.Source]*srcState
-	seenOrder  []message.Source
-	hops       map[message.BrokerID]hopInfo
-	geoVer     uint64
-	side       map[message.BrokerID]message.BrokerID
-	dist       map[message.BrokerID]int
-	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
-	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
-	gapSeq     uint64
-	heldFloods map[message.BrokerID][]message.SubFlood // floods from senders the map cannot place, until a StateReply does (flood.go holdUnplaced)
-	heldAsked  map[message.BrokerID]bool               // senders of held floods asked for a resync on the current link (flood.go askUnplaced)
-	gapSeen    map[gapKey]bool
-	gapOrder   []gapKey
+	dupHolds  []dupHold
+	stampSeq  uint64
+	seen      map[message.Source]*srcState
+	seenOrder []message.Source
+	hops      map[message.BrokerID]hopInfo
+}
 
-	// Floods (subscriptions, unsubscriptions, topology changes).
-	floods     map[floodKey]*flood    // pending, by key
+// geoCache caches, for the map version ver, the tree distance of every
+// broker in the map from this one and the tree neighbour toward it
+// (topology.Map Distances and Direction). It stays true because every
+// change to the map bumps its Version and every reader calls geometry()
+// first (itself or its caller), which recomputes both when the version
+// moved.
+type geoCache struct {
+	ver  uint64
+	side map[message.BrokerID]message.BrokerID
+	dist map[message.BrokerID]int
+}
+
+// floodState is the subscription, unsubscription and topology floods:
+// those pending here, what they left behind (tombstones, entries learned
+// by state transfer) and the duplicate filter of topology floods (flood.go,
+// topo_resend.go).
+type floodState struct {
+	pending    map[floodKey]*flood    // pending, by key
 	viaState   map[message.SubID]bool // entries learned by state transfer, not by a flood
 	tombstones map[message.SubID]bool
 	tombOrder  []message.SubID
+	heldFloods map[message.BrokerID][]message.SubFlood // floods from senders the map cannot place, until a StateReply does (flood.go holdUnplaced)
+	heldAsked  map[message.BrokerID]bool               // senders of held floods asked for a resync on the current link (flood.go askUnplaced)
 	topoSeq    uint64
 	topoSeen   map[floodKey]bool
 	topoOrder  []floodKey
 	recentTopo []recentTopo // topology floods started here lately (topo_resend.go)
+}
 
-	clients map[message.ClientID]*clientState
-	subN    uint64
-
-	counters Counters
-	rng      *rand.Rand // seeded from Config.Seed: the backoffs' jitter (retry.go)
-
+// gapState is the partitions beyond δ: the tree directions cut off now,
+// the gap floods seen, and the directions to re-learn subscriptions from
+// once they are reachable again (member.go checkHoles).
+type gapState struct {
+	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
+	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
+	seq        uint64                    // number of the last gap flood started here
+	seen       map[gapKey]bool
+	order      []gapKey
 }
 
 // NewNode validates cfg and returns a node that has not joined any overlay
@@ -136,60 +175,60 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	self := message.MapNode{ID: cfg.ID, Addr: cfg.Addr, Epoch: cfg.Epoch}
 	n := &Node{
-		cfg:          cfg,
-		self:         self,
-		topo:         topology.New(self, cfg.Delta),
-		table:        routing.New(newMatcher()),
-		store:        dack.NewStore(cfg.ID, cfg.Epoch),
-		peers:        map[message.BrokerID]*peer{},
-		seen:         map[message.Source]*srcState{},
-		hops:         map[message.BrokerID]hopInfo{},
-		holes:        map[message.BrokerID]bool{},
-		resyncDirs:   map[message.BrokerID]bool{},
-		gapSeen:      map[gapKey]bool{},
-		viaState:     map[message.SubID]bool{},
-		askedBehind:  map[message.BrokerID]bool{},
-		askedFor:     map[message.BrokerID]message.BrokerID{},
-		stateless:    map[message.BrokerID]bool{},
-		namedBy:      map[message.BrokerID]message.BrokerID{},
-		mapFrom:      map[message.BrokerID]bool{},
-		unjoinedSeen: map[message.BrokerID]bool{},
-		floods:       map[floodKey]*flood{},
-		tombstones:   map[message.SubID]bool{},
-		topoSeen:     map[floodKey]bool{},
-		clients:      map[message.ClientID]*clientState{},
-		admitting:    map[message.BrokerID]uint64{},
-		pendingState: map[message.BrokerID]bool{},
-		rng:          rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Epoch))),
+		cfg:     cfg,
+		self:    self,
+		topo:    topology.New(self, cfg.Delta),
+		table:   routing.New(newMatcher()),
+		store:   dack.NewStore(cfg.ID, cfg.Epoch),
+		peers:   map[message.BrokerID]*peer{},
+		clients: map[message.ClientID]*clientState{},
+		rng:     rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Epoch))),
 	}
+	n.mem.admitting = map[message.BrokerID]uint64{}
+	n.mem.pendingState = map[message.BrokerID]bool{}
+	n.rec.askedBehind = map[message.BrokerID]bool{}
+	n.rec.askedFor = map[message.BrokerID]message.BrokerID{}
+	n.rec.stateless = map[message.BrokerID]bool{}
+	n.rec.namedBy = map[message.BrokerID]message.BrokerID{}
+	n.rec.mapFrom = map[message.BrokerID]bool{}
+	n.rec.unjoinedSeen = map[message.BrokerID]bool{}
+	n.fwd.seen = map[message.Source]*srcState{}
+	n.fwd.hops = map[message.BrokerID]hopInfo{}
+	n.floods.pending = map[floodKey]*flood{}
+	n.floods.viaState = map[message.SubID]bool{}
+	n.floods.tombstones = map[message.SubID]bool{}
+	n.floods.topoSeen = map[floodKey]bool{}
+	n.gaps.holes = map[message.BrokerID]bool{}
+	n.gaps.resyncDirs = map[message.BrokerID]bool{}
+	n.gaps.seen = map[gapKey]bool{}
 	n.counters.Control = map[string]uint64{}
-	n.geoVer = ^uint64(0)
+	n.geo.ver = ^uint64(0)
 	// Topology and gap floods are named (origin, seq): a restarted broker
 	// numbers them above every number its earlier incarnations used, or
 	// the brokers that remember those would take its first floods for
 	// duplicates (a restarted joinpoint's join, or its leave's repair,
 	// never applied: scenario restart_then_leave_topo_numbering.txt).
-	n.topoSeq, n.gapSeq = cfg.Epoch<<32, cfg.Epoch<<32
+	n.floods.topoSeq, n.gaps.seq = cfg.Epoch<<32, cfg.Epoch<<32
 	return n, nil
 }
 
 // Bootstrap makes this broker the first broker (root) of a new overlay.
 func (n *Node) Bootstrap() {
-	if n.member {
+	if n.mem.member {
 		return
 	}
-	n.member = true
+	n.mem.member = true
 	n.becomeJoined()
 }
 
 func (n *Node) becomeJoined() {
-	if n.joined {
+	if n.mem.joined {
 		return
 	}
-	n.joined = true
-	clear(n.unjoinedSeen)
-	if n.leaveWhenJoined {
-		n.leaveWhenJoined = false
+	n.mem.joined = true
+	clear(n.rec.unjoinedSeen)
+	if n.mem.leaveWhenJoined {
+		n.mem.leaveWhenJoined = false
 		defer n.Leave() // after the joined heartbeats and the answers below
 	}
 	defer n.answerStateRequests()
@@ -199,7 +238,7 @@ func (n *Node) becomeJoined() {
 			n.send(id, n.heartbeat())
 		}
 	}
-	for _, id := range sortedIDs(n.heldFloods) {
+	for _, id := range sortedIDs(n.floods.heldFloods) {
 		n.askUnplaced(id) // floods held while we recovered (flood.go holdUnplaced)
 	}
 }
@@ -207,12 +246,12 @@ func (n *Node) becomeJoined() {
 // Tick tells the node that one unit of time passed.
 func (n *Node) Tick() {
 	n.now++
-	if n.left {
+	if n.mem.left {
 		return
 	}
 	n.joinTick()
-	if n.member && !n.joined && n.stateWait != nil {
-		n.stateWaitT++
+	if n.mem.member && !n.mem.joined && n.rec.stateWait != nil {
+		n.rec.stateWaitT++
 		n.reaskState()
 		n.checkRecovery()
 	}
@@ -254,18 +293,18 @@ func (n *Node) Tick() {
 	if changed {
 		n.routesChanged()
 	}
-	if n.member {
+	if n.mem.member {
 		if n.now%int64(n.cfg.DACKTicks) == 0 {
 			// A purge pass per period besides those on DACK receipt:
 			// paths change with the map and with usability.
 			n.purge()
-			n.discDirty = true
-		} else if n.purgeDirty {
+			n.fwd.discDirty = true
+		} else if n.fwd.purgeDirty {
 			n.purge()
 		}
 		n.dackLinks()
 	}
-	if n.leaving && !n.left {
+	if n.mem.leaving && !n.mem.left {
 		n.leaveTick()
 	}
 }
@@ -281,7 +320,7 @@ func (n *Node) monitored(p *peer) bool {
 	if p.up {
 		return true
 	}
-	if !n.member {
+	if !n.mem.member {
 		return false
 	}
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
@@ -295,7 +334,7 @@ func (n *Node) monitored(p *peer) bool {
 // wanted reports whether a link to id should exist: a tree neighbour or a
 // current next hop.
 func (n *Node) wanted(id message.BrokerID) bool {
-	if !n.member || n.left {
+	if !n.mem.member || n.mem.left {
 		return false
 	}
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
@@ -303,7 +342,7 @@ func (n *Node) wanted(id message.BrokerID) bool {
 			return true
 		}
 	}
-	for _, h := range n.hops {
+	for _, h := range n.fwd.hops {
 		if h.ok && h.to == id {
 			return true
 		}
@@ -362,7 +401,7 @@ func (n *Node) unsuspect(p *peer) {
 
 // Step processes a message from a peer, received on an up link.
 func (n *Node) Step(from message.BrokerID, m message.Message) {
-	if n.left || from == n.cfg.ID || m == nil {
+	if n.mem.left || from == n.cfg.ID || m == nil {
 		return
 	}
 	p := n.peer(from)
@@ -396,7 +435,7 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 	case *message.JoinReply:
 		n.onJoinReply(from, m)
 	case *message.JoinConfirm:
-		if n.member && !n.joined && !n.rejoin {
+		if n.mem.member && !n.mem.joined && !n.mem.rejoin {
 			n.becomeJoined()
 		}
 	case *message.TopoChange:
@@ -440,7 +479,7 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 // heartbeat builds this broker's heartbeat: epoch, joined, and the tree
 // neighbours it suspects.
 func (n *Node) heartbeat() *message.Heartbeat {
-	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.joined && !n.leaving} // a leaver is not routed through
+	hb := &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.mem.joined && !n.mem.leaving} // a leaver is not routed through
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if p := n.peers[nb]; p != nil && p.suspected {
 			hb.Suspects = append(hb.Suspects, nb)
@@ -455,10 +494,10 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 	// we have no link to (never about our own neighbours: those we judge
 	// by their own silence).
 	hinted := false
-	if n.member && len(m.Suspects) > 0 {
+	if n.mem.member && len(m.Suspects) > 0 {
 		n.geometry()
 		for _, x := range m.Suspects {
-			if x == n.cfg.ID || n.dist[x] <= 1 || !n.topo.Has(x) {
+			if x == n.cfg.ID || n.geo.dist[x] <= 1 || !n.topo.Has(x) {
 				continue
 			}
 			adjacent := false
@@ -486,11 +525,11 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 	if m.Epoch > p.epoch {
 		n.peerRestarted(p.id, m.Epoch)
 	}
-	if !m.Joined && !n.joined && m.Epoch >= p.epoch {
-		n.unjoinedSeen[p.id] = true
+	if !m.Joined && !n.mem.joined && m.Epoch >= p.epoch {
+		n.rec.unjoinedSeen[p.id] = true
 	}
 	if m.Epoch >= p.epoch {
-		if m.Joined && !p.joined && n.stateWait != nil && (n.stateWait[p.id] || n.stateless[p.id]) {
+		if m.Joined && !p.joined && n.rec.stateWait != nil && (n.rec.stateWait[p.id] || n.rec.stateless[p.id]) {
 			// It answered NotMember before; now it can give its state.
 			// Also when that answer took it off the awaited peers: it
 			// joined meanwhile (through another broker), and its side's
@@ -499,8 +538,8 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 			// join; the one joined later became routable with no
 			// subscriptions and swallowed publications: scenario
 			// beyond_restart_notmember_asked_again.txt).
-			delete(n.stateless, p.id)
-			n.stateWait[p.id] = true
+			delete(n.rec.stateless, p.id)
+			n.rec.stateWait[p.id] = true
 			defer n.send(p.id, &message.StateRequest{Node: n.self})
 		}
 		// Routable before and not now, in the same incarnation: it is
@@ -547,20 +586,20 @@ func (n *Node) peerRestarted(id message.BrokerID, epoch uint64) {
 
 // LinkUp reports a new link to peer.
 func (n *Node) LinkUp(id message.BrokerID) {
-	if n.left || id == n.cfg.ID {
+	if n.mem.left || id == n.cfg.ID {
 		return
 	}
 	p := n.peer(id)
 	p.up, p.dialing, p.silent, p.heardHB, p.dackSent = true, false, 0, false, 0
 	p.dackAt = n.now - int64(n.cfg.DACKTicks) // a new link may carry a DACK at once
 	n.dropAssembly(id)
-	delete(n.heldAsked, id)
+	delete(n.floods.heldAsked, id)
 	n.send(id, n.heartbeat())
-	if !n.member && n.jn.isCurrent(id) && !n.jn.asked {
+	if !n.mem.member && n.mem.jn.isCurrent(id) && !n.mem.jn.asked {
 		n.askJoin(id)
 		return
 	}
-	if n.member && !n.joined && n.stateWait != nil && n.stateWait[id] {
+	if n.mem.member && !n.mem.joined && n.rec.stateWait != nil && n.rec.stateWait[id] {
 		n.send(id, &message.StateRequest{Node: n.self})
 	}
 	// A new link: nothing sent on an earlier one is known to have arrived.
@@ -576,7 +615,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 	// (acceptOlder), while the broker behind it, reached by the bypass
 	// link too, took the newer ones first from it and dropped the older
 	// ones arriving on the bypass link (TestLinkUpReroutesPassedOverHop).
-	if n.member && n.bypassInUse() && n.reroute(id) {
+	if n.mem.member && n.bypassInUse() && n.reroute(id) {
 		n.leaveLinkUp(id)
 		return
 	}
@@ -615,11 +654,11 @@ func (n *Node) DialFailed(id message.BrokerID) {
 	p.dialing, p.joinDial = false, false
 	p.dialFails++
 	p.dialWait = n.backoff(n.cfg.FailureTicks, p.dialFails-1)
-	if !n.member && n.jn.isCurrent(id) {
+	if !n.mem.member && n.mem.jn.isCurrent(id) {
 		n.nextJoinpoint()
 		return
 	}
-	if joinDial && n.member && !n.wanted(id) {
+	if joinDial && n.mem.member && !n.wanted(id) {
 		// A joinpoint the join walk moved past (it answered too late)
 		// and that nothing needs now: its failed dial says nothing a
 		// route depends on, and suspecting a live broker for it only
@@ -651,7 +690,7 @@ func (n *Node) addrOf(id message.BrokerID) string {
 	if e, ok := n.topo.Get(id); ok {
 		return e.Addr
 	}
-	for _, jp := range n.jn.points {
+	for _, jp := range n.mem.jn.points {
 		if jp.ID == id {
 			return jp.Addr
 		}
@@ -762,9 +801,9 @@ func (n *Node) leavingAlive(b message.BrokerID) bool {
 // Status returns a read-only snapshot.
 func (n *Node) Status() Status {
 	st := Status{
-		ID: n.cfg.ID, Epoch: n.cfg.Epoch, Joined: n.joined, Leaving: n.leaving, Left: n.left,
+		ID: n.cfg.ID, Epoch: n.cfg.Epoch, Joined: n.mem.joined, Leaving: n.mem.leaving, Left: n.mem.left,
 		Parent: n.topo.Parent(n.cfg.ID), Map: n.topo.Nodes(),
-		Subs: n.table.Len(), QueueLen: n.queueLen,
+		Subs: n.table.Len(), QueueLen: n.fwd.queueLen,
 		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
 		Counters: n.counters,
 	}
@@ -784,7 +823,7 @@ func (n *Node) Status() Status {
 		}
 	}
 	byp := map[message.BrokerID]bool{}
-	for _, h := range n.hops {
+	for _, h := range n.fwd.hops {
 		if h.ok && !nb[h.to] {
 			byp[h.to] = true
 		}
@@ -805,10 +844,10 @@ func (n *Node) Status() Status {
 
 // QueueLen is the number of publications in the message queue (cheap, for
 // checkers that poll often; Status builds a full snapshot).
-func (n *Node) QueueLen() int { return n.queueLen }
+func (n *Node) QueueLen() int { return n.fwd.queueLen }
 
 // Joined reports whether the node is a full member (cheap).
-func (n *Node) Joined() bool { return n.joined }
+func (n *Node) Joined() bool { return n.mem.joined }
 
 // Parent is this broker's parent in the tree ("" for the root or before
 // it joined).

@@ -120,15 +120,15 @@ type hopInfo struct {
 // geometry caches, per map version, each known broker's distance and
 // direction (the tree neighbour toward it).
 func (n *Node) geometry() {
-	if n.geoVer == n.topo.Version() {
+	if n.geo.ver == n.topo.Version() {
 		return
 	}
-	n.geoVer = n.topo.Version()
-	n.dist = n.topo.Distances(n.cfg.ID)
-	n.side = map[message.BrokerID]message.BrokerID{}
-	for id := range n.dist {
+	n.geo.ver = n.topo.Version()
+	n.geo.dist = n.topo.Distances(n.cfg.ID)
+	n.geo.side = map[message.BrokerID]message.BrokerID{}
+	for id := range n.geo.dist {
 		if id != n.cfg.ID {
-			n.side[id] = n.topo.Direction(id)
+			n.geo.side[id] = n.topo.Direction(id)
 		}
 	}
 }
@@ -140,7 +140,7 @@ func (n *Node) pathTo(r message.BrokerID) []message.BrokerID { return n.topo.Pat
 // direction returns the tree neighbour toward b ("" when unknown/self).
 func (n *Node) direction(b message.BrokerID) message.BrokerID {
 	n.geometry()
-	return n.side[b]
+	return n.geo.side[b]
 }
 
 // routesChanged is called whenever usability or the map changed: next hops
@@ -155,11 +155,11 @@ func (n *Node) routesChanged() { n.reroute("") }
 func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
 	n.geometry()
 	gained := map[message.BrokerID]bool{}
-	ids := sortedIDs(n.hops)
+	ids := sortedIDs(n.fwd.hops)
 	for _, r := range ids {
-		old := n.hops[r]
+		old := n.fwd.hops[r]
 		h := n.computeHop(r)
-		n.hops[r] = h
+		n.fwd.hops[r] = h
 		if h.ok && (!old.ok || old.to != h.to) {
 			gained[h.to] = true
 			if h.skipped > 0 {
@@ -184,7 +184,7 @@ func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
 		}
 	}
 	for _, r := range ids {
-		if h := n.hops[r]; h.ok && h.skipped > 0 {
+		if h := n.fwd.hops[r]; h.ok && h.skipped > 0 {
 			n.prefetchDials(r, h)
 		}
 	}
@@ -213,7 +213,7 @@ func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
 // dials cost nothing and take one round trip, whatever their number, so
 // the rule is checked by counting dials (TestLeaveStarRootDialsOnlyWhatRoutesNeed).
 func (n *Node) probeFrontiers() {
-	if !n.member || n.left {
+	if !n.mem.member || n.mem.left {
 		return
 	}
 	for _, f := range n.frontier() {
@@ -264,11 +264,11 @@ func (n *Node) computeHop(r message.BrokerID) hopInfo {
 
 // hop returns the current next hop toward recipient r.
 func (n *Node) hop(r message.BrokerID) hopInfo {
-	if h, ok := n.hops[r]; ok {
+	if h, ok := n.fwd.hops[r]; ok {
 		return h
 	}
 	h := n.computeHop(r)
-	n.hops[r] = h
+	n.fwd.hops[r] = h
 	if h.ok && !n.peer(h.to).up {
 		n.dial(Peer{ID: h.to}, false)
 	}
@@ -298,7 +298,7 @@ func (n *Node) prefetchDials(r message.BrokerID, h hopInfo) {
 
 // onPub processes a publication from peer from.
 func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
-	if !n.joined {
+	if !n.mem.joined {
 		// Joining or recovering: the routing state is incomplete, so
 		// neither forward nor record it as seen (that would make the
 		// retransmission after our recovery a "duplicate"); the sender
@@ -307,9 +307,9 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 		return
 	}
 	n.store.Arrive(m.Stamps)
-	n.discDirty = true
+	n.fwd.discDirty = true
 	src := m.ID.Source()
-	st := n.seen[src]
+	st := n.fwd.seen[src]
 	except := n.direction(from)
 	if except == "" {
 		except = from
@@ -342,16 +342,16 @@ type dupHold struct {
 // toward a broker that crashes; U's switch rule then has nothing to
 // retransmit (scenario restart_duplicate_holds_discarded.txt).
 func (n *Node) holdDuplicate(m *message.Pub) {
-	if n.queueLen == 0 || len(m.Stamps) == 0 {
+	if n.fwd.queueLen == 0 || len(m.Stamps) == 0 {
 		return
 	}
-	for i := len(n.queue) - 1; i >= 0; i-- {
-		e := n.queue[i]
+	for i := len(n.fwd.queue) - 1; i >= 0; i-- {
+		e := n.fwd.queue[i]
 		if e.purged || e.pub.ID != m.ID {
 			continue
 		}
 		for _, s := range m.Stamps {
-			n.dupHolds = append(n.dupHolds, dupHold{s: s, e: e})
+			n.fwd.dupHolds = append(n.fwd.dupHolds, dupHold{s: s, e: e})
 		}
 		return
 	}
@@ -394,14 +394,14 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 	if st == nil {
 		st = &srcState{}
 		st.toward = st.tbuf[:0]
-		n.seen[src] = st
-		n.seenOrder = append(n.seenOrder, src)
-		if len(n.seenOrder) > n.cfg.MaxSources {
+		n.fwd.seen[src] = st
+		n.fwd.seenOrder = append(n.fwd.seenOrder, src)
+		if len(n.fwd.seenOrder) > n.cfg.MaxSources {
 			// At the bound the oldest source is forgotten (see
 			// Config.MaxSources for the consequence).
-			old := n.seenOrder[0]
-			delete(n.seen, old)
-			n.seenOrder = n.seenOrder[1:]
+			old := n.fwd.seenOrder[0]
+			delete(n.fwd.seen, old)
+			n.fwd.seenOrder = n.fwd.seenOrder[1:]
 		}
 	}
 	st.seq, st.dir = m.ID.Seq, except
@@ -419,7 +419,7 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 // enqueue stamps m, queues it for recips, marks their directions in st
 // (the source's state) and sends it to their next hops.
 func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, recips []message.BrokerID) {
-	n.stampSeq++
+	n.fwd.stampSeq++
 	e := newQentry(len(recips))
 	k := n.cfg.Delta + 1
 	stamps := e.stampBuf[:0]
@@ -428,15 +428,15 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, re
 	}
 	c := min(len(m.Stamps), k-1) // the upstream stamps kept
 	stamps = stamps[:1+c]
-	stamps[0] = message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.stampSeq}
+	stamps[0] = message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.fwd.stampSeq}
 	for i, s := range m.Stamps[:c] {
 		stamps[1+i] = s
 	}
 	e.pub = message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
-	e.stamp, e.except = n.stampSeq, except
+	e.stamp, e.except = n.fwd.stampSeq, except
 	copy(e.recips, recips)
-	n.queue = append(n.queue, e)
-	n.queueLen++
+	n.fwd.queue = append(n.fwd.queue, e)
+	n.fwd.queueLen++
 	n.sendNew(e, st)
 }
 
@@ -449,7 +449,7 @@ func (n *Node) sendNew(e *qentry, st *srcState) {
 	done := sent[:0]
 	for _, r := range e.recips {
 		h := n.hop(r)
-		st.mark(n.side[r], seq)
+		st.mark(n.geo.side[r], seq)
 		p := n.peers[h.to]
 		if !h.ok || p == nil || !p.up {
 			continue
@@ -503,7 +503,7 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 // retransmitTo sends to peer t, in stamp order, every queued publication
 // for which t is now a next hop.
 func (n *Node) retransmitTo(t message.BrokerID) {
-	for _, e := range n.queue {
+	for _, e := range n.fwd.queue {
 		if e.purged {
 			continue
 		}
@@ -520,7 +520,7 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 		ack("bad sequence number 0: sequence numbers start at 1")
 		return
 	}
-	st := n.seen[cs.src]
+	st := n.fwd.seen[cs.src]
 	if st != nil && m.Seq <= st.seq {
 		ack("") // a retry of an accepted publication: acknowledged again, not published twice
 		return
@@ -535,16 +535,16 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 		ack("bad publication: " + err.Error())
 		return
 	}
-	if n.leaving {
+	if n.mem.leaving {
 		ack(ErrLeaving) // not retried here: the publisher must move (leave.go)
 		return
 	}
-	if !n.joined {
+	if !n.mem.joined {
 		n.counters.Backpressure++
 		ack("backpressure")
 		return
 	}
-	if n.queueLen >= n.cfg.MaxQueue {
+	if n.fwd.queueLen >= n.cfg.MaxQueue {
 		n.counters.Backpressure++
 		ack("backpressure")
 		return
@@ -564,7 +564,7 @@ func (n *Node) dackLinks() {
 	ver := n.store.Version()
 	due := false
 	for _, p := range n.peers {
-		if p.up && (p.dackSent != ver || n.discDirty) && n.dackDue(p) {
+		if p.up && (p.dackSent != ver || n.fwd.discDirty) && n.dackDue(p) {
 			due = true
 			break
 		}
@@ -572,8 +572,8 @@ func (n *Node) dackLinks() {
 	if !due {
 		return
 	}
-	if n.discDirty {
-		n.discDirty = false
+	if n.fwd.discDirty {
+		n.fwd.discDirty = false
 		n.updateDiscarded()
 	}
 	n.geometry()
@@ -583,7 +583,7 @@ func (n *Node) dackLinks() {
 		if !p.up || !n.dackDue(p) || p.dackSent == ver {
 			continue
 		}
-		pside := n.side[id]
+		pside := n.geo.side[id]
 		if pside == "" {
 			pside = id
 		}
@@ -607,7 +607,7 @@ func (n *Node) dackRelays(reporter, about, pside message.BrokerID) bool {
 	if about == n.cfg.ID {
 		return false
 	}
-	as := n.side[about]
+	as := n.geo.side[about]
 	if as == "" {
 		as = about
 	}
@@ -615,11 +615,11 @@ func (n *Node) dackRelays(reporter, about, pside message.BrokerID) bool {
 		return false
 	}
 	if reporter != n.cfg.ID {
-		rs, ok := n.side[reporter]
+		rs, ok := n.geo.side[reporter]
 		if !ok || rs == pside {
 			return false
 		}
-		if n.dist[reporter]+n.dist[about] > n.cfg.Delta+1 {
+		if n.geo.dist[reporter]+n.geo.dist[about] > n.cfg.Delta+1 {
 			return false
 		}
 	}
@@ -682,12 +682,12 @@ func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
 // recipients (dack.Safe along the tree path to each), and compacts the
 // queue.
 func (n *Node) purge() {
-	n.purgeDirty = false
+	n.fwd.purgeDirty = false
 	// One threshold per recipient (dack.Threshold ≡ dack.Safe for every
 	// stamp at once), then one comparison per queued recipient.
 	th := map[message.BrokerID]uint64{}
-	kept := n.queue[:0]
-	for _, e := range n.queue {
+	kept := n.fwd.queue[:0]
+	for _, e := range n.fwd.queue {
 		all := true
 		for i, r := range e.recips {
 			if e.safe[i] {
@@ -706,15 +706,15 @@ func (n *Node) purge() {
 		}
 		if all {
 			e.purged = true
-			n.queueLen--
-			n.discDirty = true
+			n.fwd.queueLen--
+			n.fwd.discDirty = true
 			n.counters.Purged++
 			continue
 		}
 		kept = append(kept, e)
 	}
-	clear(n.queue[len(kept):])
-	n.queue = kept
+	clear(n.fwd.queue[len(kept):])
+	n.fwd.queue = kept
 }
 
 // recipThreshold is dack.Threshold over the tree path to r without this
@@ -736,7 +736,7 @@ func (n *Node) updateDiscarded() {
 		e uint64
 	}
 	low := map[pair]uint64{} // the lowest queued U-stamp per (B, E)
-	for _, e := range n.queue {
+	for _, e := range n.fwd.queue {
 		if e.purged {
 			continue
 		}
@@ -751,8 +751,8 @@ func (n *Node) updateDiscarded() {
 	for k, s := range low {
 		caps[k] = s - 1 // wraps for S = 0: no cap
 	}
-	holds := n.dupHolds[:0]
-	for _, d := range n.dupHolds {
+	holds := n.fwd.dupHolds[:0]
+	for _, d := range n.fwd.dupHolds {
 		if d.e.purged {
 			continue // the queued copy left: the hold is released
 		}
@@ -764,8 +764,8 @@ func (n *Node) updateDiscarded() {
 		}
 		caps[k] = min(c, d.s.S-1)
 	}
-	clear(n.dupHolds[len(holds):])
-	n.dupHolds = holds
+	clear(n.fwd.dupHolds[len(holds):])
+	n.fwd.dupHolds = holds
 	for _, o := range n.store.OwnKeys() {
 		c, ok := caps[pair{o.B, o.E}]
 		if !ok {
@@ -779,7 +779,7 @@ func (n *Node) updateDiscarded() {
 // after subscriptions were withdrawn on behalf of a gone broker: what was
 // queued only for it is released.
 func (n *Node) releaseRecipients() {
-	for _, e := range n.queue {
+	for _, e := range n.fwd.queue {
 		if e.purged {
 			continue
 		}
@@ -832,7 +832,7 @@ func uitoa(v uint64) string {
 // linked broker may then change routes (computeHop: a linked broker behind
 // a pending bypass hop, or a skipped broker that turned out alive).
 func (n *Node) bypassInUse() bool {
-	for _, h := range n.hops {
+	for _, h := range n.fwd.hops {
 		if h.ok && h.skipped > 0 {
 			return true
 		}

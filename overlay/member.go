@@ -33,7 +33,7 @@ import (
 // x learns it from the brokers of its own side, whose pointers are exact.
 func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 	n.geometry()
-	d, placed := n.dist[x]
+	d, placed := n.geo.dist[x]
 	var out []message.SubState
 	for _, e := range n.table.Entries() {
 		if e.Local {
@@ -70,7 +70,7 @@ func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 
 func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) (added []message.SubID) {
 	for _, s := range subs {
-		if n.tombstones[s.Sub] || s.Sub.Edge == n.cfg.ID {
+		if n.floods.tombstones[s.Sub] || s.Sub.Edge == n.cfg.ID {
 			continue
 		}
 		fp := s.From
@@ -83,7 +83,7 @@ func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) (adde
 		}
 		if ok, _ := n.table.Insert(routing.Entry{Sub: s.Sub, Filter: s.Filter, From: fp, Dir: dir}); ok {
 			added = append(added, s.Sub)
-			n.viaState[s.Sub] = true
+			n.floods.viaState[s.Sub] = true
 		}
 	}
 	return added
@@ -95,13 +95,13 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		n.send(from, &message.JoinReply{Err: fmt.Sprintf("join request for %q arrived from %q", j.ID, from)})
 		return
 	}
-	if !n.joined || n.leaving {
+	if !n.mem.joined || n.mem.leaving {
 		n.send(from, &message.JoinReply{Err: "joinpoint " + string(n.cfg.ID) + " is not a joined member"})
 		return
 	}
 	p := n.peer(from)
 	known, ok := n.topo.Get(j.ID)
-	if ep, adm := n.admitting[j.ID]; ok && !(adm && ep == j.Epoch) {
+	if ep, adm := n.mem.admitting[j.ID]; ok && !(adm && ep == j.Epoch) {
 		// A known member (restarted under a new epoch, or retrying a
 		// rejoin): it rejoins at its old place and recovers (StateRequest
 		// to its neighbours); until it says it is joined it is bypassed.
@@ -132,7 +132,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		return
 	}
 	retry := ok
-	n.admitting[j.ID] = j.Epoch
+	n.mem.admitting[j.ID] = j.Epoch
 	j.Parent = n.cfg.ID
 	n.topo.Put(j)
 	// A broker removed from the tree as gone (or a leaver) that restarts
@@ -145,7 +145,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	n.routesChanged()
 	n.send(from, &message.JoinReply{Parent: n.cfg.ID, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
 	if retry {
-		for _, f := range n.floods {
+		for _, f := range n.floods.pending {
 			if f.key.kind == fkTopo && f.key.origin == n.cfg.ID {
 				return // the propagation is still running: it confirms
 			}
@@ -153,8 +153,8 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		n.send(from, &message.JoinConfirm{Origin: n.cfg.ID})
 		return
 	}
-	n.topoSeq++
-	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.floods.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.floods.topoSeq}
 	n.rememberTopo(key)
 	add := []message.MapNode{j}
 	n.startFlood(&flood{key: key, except: j.ID, budget: n.cfg.Delta,
@@ -162,20 +162,20 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 			return &message.TopoChange{Origin: key.origin, Seq: key.seq, Hops: n.cfg.Delta - dist, Add: add}
 		},
 		done: func() {
-			delete(n.admitting, j.ID)
+			delete(n.mem.admitting, j.ID)
 			n.send(j.ID, &message.JoinConfirm{Origin: n.cfg.ID})
 		}})
 }
 
 func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
-	if n.member || len(n.jn.points) == 0 {
+	if n.mem.member || len(n.mem.jn.points) == 0 {
 		return
 	}
 	if m.Err != "" || topology.Validate(m.Map) != nil {
 		// A refusal (or a map we cannot use) moves on to the next
 		// joinpoint, paced by tryJoinpoint. A late answer of a joinpoint
 		// we already gave up on does not move us on twice.
-		if n.jn.isCurrent(from) {
+		if n.mem.jn.isCurrent(from) {
 			why := m.Err
 			if why == "" {
 				why = topology.Validate(m.Map).Error()
@@ -188,31 +188,31 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 	n.self.Parent = m.Parent
 	n.topo.Put(n.self)
 	n.topo.Merge(m.Map)
-	n.member = true
-	n.rejoin = m.Rejoin
+	n.mem.member = true
+	n.mem.rejoin = m.Rejoin
 	for _, e := range m.Map {
 		if p, ok := n.peers[e.ID]; ok && e.Epoch > p.epoch {
 			p.epoch = e.Epoch
 		}
 	}
 	n.installSubs(from, m.Subs)
-	if n.rejoin {
-		n.stateWait = map[message.BrokerID]bool{}
-		n.reaskAt, n.reaskN = nil, nil
-		clear(n.stateless)
-		clear(n.namedBy)
-		clear(n.mapFrom)
-		n.mapFrom[from] = true
+	if n.mem.rejoin {
+		n.rec.stateWait = map[message.BrokerID]bool{}
+		n.rec.reaskAt, n.rec.reaskN = nil, nil
+		clear(n.rec.stateless)
+		clear(n.rec.namedBy)
+		clear(n.rec.mapFrom)
+		n.rec.mapFrom[from] = true
 		// Ask every tree neighbour, and every joinpoint too: the runtime
 		// gives a restarted broker its former neighbours, and the
 		// joinpoint's map may not show all of them (it may be recovering
 		// from the same failure with a partial map of its own).
 		ask := append([]message.BrokerID(nil), n.topo.Neighbours(n.cfg.ID)...)
-		for _, jp := range n.jn.points {
+		for _, jp := range n.mem.jn.points {
 			ask = append(ask, jp.ID)
 		}
 		for _, nb := range ask {
-			if nb != from && nb != n.cfg.ID && !n.stateWait[nb] {
+			if nb != from && nb != n.cfg.ID && !n.rec.stateWait[nb] {
 				n.askState(Peer{ID: nb})
 			}
 		}
@@ -235,9 +235,9 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		n.send(from, &message.StateReply{NotMember: true})
 		return
 	}
-	if !n.member {
+	if !n.mem.member {
 		r := &message.StateReply{NotMember: true}
-		for _, jp := range n.jn.points {
+		for _, jp := range n.mem.jn.points {
 			r.Joinpoints = append(r.Joinpoints, message.MapNode{ID: jp.ID, Addr: jp.Addr})
 		}
 		n.send(from, r)
@@ -252,10 +252,10 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		// edge is missing on our side only, and neither side routes
 		// through it (scenario beyond_restart_parent_not_child.txt).
 		n.topo.Put(m.Node)
-		n.resyncDirs[from] = true
+		n.gaps.resyncDirs[from] = true
 	}
 	if m.Resync {
-		if n.joined {
+		if n.mem.joined {
 			n.send(from, &message.StateReply{Map: n.topo.Within(from, n.cfg.Delta+1), Subs: n.subsFor(from)})
 		}
 		return
@@ -268,7 +268,7 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 		p.epoch, p.joined, p.heardHB = m.Node.Epoch, false, true
 	}
 	n.routesChanged()
-	n.pendingState[from] = true
+	n.mem.pendingState[from] = true
 	n.answerStateRequests()
 }
 
@@ -279,14 +279,14 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 // these dependencies point away from each other: no deadlock between two
 // neighbours recovering at once).
 func (n *Node) answerStateRequests() {
-	if len(n.pendingState) == 0 {
+	if len(n.mem.pendingState) == 0 {
 		return
 	}
-	ids := sortedIDs(n.pendingState)
+	ids := sortedIDs(n.mem.pendingState)
 	for _, id := range ids {
 		dir := n.direction(id)
 		ready := true
-		for w := range n.stateWait {
+		for w := range n.rec.stateWait {
 			if n.direction(w) != dir {
 				ready = false
 				break
@@ -295,13 +295,13 @@ func (n *Node) answerStateRequests() {
 		if !ready {
 			continue
 		}
-		delete(n.pendingState, id)
+		delete(n.mem.pendingState, id)
 		n.send(id, &message.StateReply{Map: n.topo.Within(id, n.cfg.Delta+1), Subs: n.subsFor(id)})
 	}
 }
 
 func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
-	if n.joined && n.stateWait == nil && !m.NotMember {
+	if n.mem.joined && n.rec.stateWait == nil && !m.NotMember {
 		// A resync after a partition healed: learn what we missed.
 		if topology.Validate(m.Map) == nil {
 			self := n.self
@@ -314,7 +314,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 			// it on (those that have it answer at once).
 			e, _ := n.table.Get(sub)
 			k := floodKey{kind: fkSub, sub: sub}
-			if _, busy := n.floods[k]; !busy {
+			if _, busy := n.floods.pending[k]; !busy {
 				n.startFlood(&flood{key: k, except: e.Dir, budget: -1, msg: n.subFloodMsg(sub)})
 			}
 		}
@@ -322,7 +322,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		n.replayUnplaced() // floods from brokers the map may place now
 		return
 	}
-	if !n.member || n.stateWait == nil || !n.stateWait[from] {
+	if !n.mem.member || n.rec.stateWait == nil || !n.rec.stateWait[from] {
 		return
 	}
 	if m.NotMember {
@@ -336,22 +336,22 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		// (a chain of restarted brokers with nobody stateful behind it has
 		// no subscriptions to give: they died with its brokers, and a
 		// not-joined broker accepts no new ones).
-		n.stateless[from] = true
+		n.rec.stateless[from] = true
 		n.askBehind(from)
 		// Naming us as its former neighbour, it is a tree neighbour our
 		// partial map may not hold (unplaced).
 		nb := n.isNeighbour(from) || slices.ContainsFunc(m.Joinpoints, func(jp message.MapNode) bool { return jp.ID == n.cfg.ID })
 		for _, jp := range m.Joinpoints {
-			if jp.ID == n.cfg.ID || jp.ID == from || n.stateless[jp.ID] || n.stateWait[jp.ID] {
+			if jp.ID == n.cfg.ID || jp.ID == from || n.rec.stateless[jp.ID] || n.rec.stateWait[jp.ID] {
 				continue
 			}
 			if nb && !n.topo.Has(jp.ID) {
-				n.namedBy[jp.ID] = from // 2 hops from us (unplaced)
+				n.rec.namedBy[jp.ID] = from // 2 hops from us (unplaced)
 			}
 			n.askState(Peer{ID: jp.ID, Addr: jp.Addr})
 		}
 		if n.topo.Has(from) {
-			delete(n.stateWait, from)
+			delete(n.rec.stateWait, from)
 		} else {
 			n.dropLeft(from)
 		}
@@ -368,10 +368,10 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		}
 		n.topo.Merge(m.Map)
 		n.topo.Put(self)
-		n.mapFrom[from] = true
+		n.rec.mapFrom[from] = true
 	}
 	n.installSubs(from, m.Subs)
-	delete(n.stateWait, from)
+	delete(n.rec.stateWait, from)
 	// The map we started from (the joinpoint's) shows our tree neighbours
 	// only within δ+1 hops of the joinpoint: a joinpoint farther up than
 	// our parent does not hold our children. This reply's map may show
@@ -389,11 +389,11 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 // anyway (more than δ failed around us: the state of the missing
 // directions arrives with later floods only), with a notice.
 func (n *Node) checkRecovery() {
-	if n.stateWait == nil {
+	if n.rec.stateWait == nil {
 		return
 	}
-	ids := make([]message.BrokerID, 0, len(n.stateWait))
-	for id := range n.stateWait {
+	ids := make([]message.BrokerID, 0, len(n.rec.stateWait))
+	for id := range n.rec.stateWait {
 		ids = append(ids, id)
 	}
 	sortIDs(ids)
@@ -408,7 +408,7 @@ func (n *Node) checkRecovery() {
 			n.dropLeft(id)
 			continue
 		}
-		if !n.topo.Has(id) && (p.suspected || n.stateWaitT >= n.cfg.FailureTicks) && !n.unplaced(id) {
+		if !n.topo.Has(id) && (p.suspected || n.rec.stateWaitT >= n.cfg.FailureTicks) && !n.unplaced(id) {
 			// A joinpoint our map does not hold (the joinpoint's map,
 			// complete within δ, does not place it within δ+1 hops of us:
 			// it left, or was removed as gone) that has not answered
@@ -422,29 +422,29 @@ func (n *Node) checkRecovery() {
 			n.dropLeft(id)
 			continue
 		}
-		if !p.suspected || n.askedBehind[id] {
+		if !p.suspected || n.rec.askedBehind[id] {
 			continue
 		}
-		n.askedBehind[id] = true
+		n.rec.askedBehind[id] = true
 		if n.askBehind(id) > 0 {
-			delete(n.stateWait, id)
+			delete(n.rec.stateWait, id)
 		}
 		// Nobody to ask behind it (a leaf, or a side our map does not
 		// show): keep waiting for it (a cut heals, a frozen broker
 		// resumes) rather than become routable without its side's
 		// subscriptions, which would swallow publications for them.
 	}
-	if len(n.stateWait) == 0 || n.stateWaitT > n.cfg.GoneAfterTicks {
-		if len(n.stateWait) > 0 {
-			n.notice(NoticeGap, "", fmt.Sprintf("recovery completed without the state of %d peers", len(n.stateWait)))
+	if len(n.rec.stateWait) == 0 || n.rec.stateWaitT > n.cfg.GoneAfterTicks {
+		if len(n.rec.stateWait) > 0 {
+			n.notice(NoticeGap, "", fmt.Sprintf("recovery completed without the state of %d peers", len(n.rec.stateWait)))
 			// Re-learn those sides once they are reachable again.
-			for id := range n.stateWait {
+			for id := range n.rec.stateWait {
 				if d := n.direction(id); d != "" {
-					n.resyncDirs[d] = true
+					n.gaps.resyncDirs[d] = true
 				}
 			}
 		}
-		n.stateWait = nil
+		n.rec.stateWait = nil
 		n.becomeJoined()
 	}
 }
@@ -480,12 +480,12 @@ func (n *Node) unplaced(id message.BrokerID) bool {
 	if n.topo.Dangling(id) {
 		return true
 	}
-	y, ok := n.namedBy[id]
+	y, ok := n.rec.namedBy[id]
 	if !ok {
 		return false
 	}
-	for s := range n.mapFrom {
-		if n.unjoinedSeen[s] {
+	for s := range n.rec.mapFrom {
+		if n.rec.unjoinedSeen[s] {
 			continue
 		}
 		if d := n.topo.Dist(s, y); d >= 0 && d <= n.cfg.Delta {
@@ -506,7 +506,7 @@ func (n *Node) askBehind(id message.BrokerID) int {
 	front, hole := n.topo.Frontier(dir, func(b message.BrokerID) bool { return b == id || n.unusable(b) })
 	asked := 0
 	for _, f := range front {
-		if f != id && n.dist[f] > n.dist[id] {
+		if f != id && n.geo.dist[f] > n.geo.dist[id] {
 			asked++
 		}
 	}
@@ -514,13 +514,13 @@ func (n *Node) askBehind(id message.BrokerID) int {
 		// Part of that side is unreachable (more than δ failed in a row),
 		// or unknown to our map: re-learn its subscriptions (and map) once
 		// it is reachable again.
-		n.resyncDirs[dir] = true
+		n.gaps.resyncDirs[dir] = true
 	}
 	for _, f := range front {
-		if f == id || n.dist[f] <= n.dist[id] || n.stateWait[f] || n.stateless[f] {
+		if f == id || n.geo.dist[f] <= n.geo.dist[id] || n.rec.stateWait[f] || n.rec.stateless[f] {
 			continue
 		}
-		n.askedFor[f] = id
+		n.rec.askedFor[f] = id
 		n.askState(Peer{ID: f})
 	}
 	return asked
@@ -535,32 +535,32 @@ func (n *Node) askBehind(id message.BrokerID) int {
 // recovery completed without its subscriptions, and the publications for
 // them were swallowed.)
 func (n *Node) dropLeft(f message.BrokerID) {
-	delete(n.stateWait, f)
-	x, ok := n.askedFor[f]
-	delete(n.askedFor, f)
-	if !ok || x == f || n.stateless[x] || !n.topo.Has(x) {
+	delete(n.rec.stateWait, f)
+	x, ok := n.rec.askedFor[f]
+	delete(n.rec.askedFor, f)
+	if !ok || x == f || n.rec.stateless[x] || !n.topo.Has(x) {
 		return
 	}
-	n.stateWait[x] = true
-	n.askedBehind[x] = false // checkRecovery asks behind it again
+	n.rec.stateWait[x] = true
+	n.rec.askedBehind[x] = false // checkRecovery asks behind it again
 }
 
 func (n *Node) rememberTopo(k floodKey) {
-	n.topoSeen[k] = true
-	n.topoOrder = append(n.topoOrder, k)
-	if len(n.topoOrder) > maxTopoSeen {
-		delete(n.topoSeen, n.topoOrder[0])
-		n.topoOrder = n.topoOrder[1:]
+	n.floods.topoSeen[k] = true
+	n.floods.topoOrder = append(n.floods.topoOrder, k)
+	if len(n.floods.topoOrder) > maxTopoSeen {
+		delete(n.floods.topoSeen, n.floods.topoOrder[0])
+		n.floods.topoOrder = n.floods.topoOrder[1:]
 	}
 }
 
 func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 	k := floodKey{kind: fkTopo, origin: m.Origin, seq: m.Seq}
-	if !n.member {
+	if !n.mem.member {
 		n.sendFloodAck(k, from) // the map transfer that follows includes it
 		return
 	}
-	if f, ok := n.floods[k]; ok {
+	if f, ok := n.floods.pending[k]; ok {
 		if m.Leaver != "" {
 			// A leave's repair reaches us on the old and on the new edges
 			// (a cycle while it spreads): answer at once, it is applied.
@@ -570,7 +570,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		f.waiters = append(f.waiters, from)
 		return
 	}
-	if n.topoSeen[k] {
+	if n.floods.topoSeen[k] {
 		n.sendFloodAck(k, from)
 		return
 	}
@@ -580,7 +580,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		dir = from
 	}
 	var before []message.BrokerID
-	recovering := m.Leaver != "" && n.stateWait != nil && !n.joined
+	recovering := m.Leaver != "" && n.rec.stateWait != nil && !n.mem.joined
 	if recovering {
 		before = append(before, n.topo.Neighbours(n.cfg.ID)...)
 	}
@@ -638,7 +638,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 // without its new parent's side: publications for it were lost silently).
 func (n *Node) askNewNeighbours(before []message.BrokerID) {
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		if slices.Contains(before, nb) || n.stateWait[nb] || n.stateless[nb] || n.mapFrom[nb] {
+		if slices.Contains(before, nb) || n.rec.stateWait[nb] || n.rec.stateless[nb] || n.rec.mapFrom[nb] {
 			continue
 		}
 		n.askState(Peer{ID: nb})
@@ -665,25 +665,25 @@ func (n *Node) askNewNeighbours(before []message.BrokerID) {
 // arrive; asked again at a fixed pace, every neighbour sent it again and
 // again, and the recovering broker drowned in copies and never finished.
 func (n *Node) reaskState() {
-	for _, id := range sortedIDs(n.stateWait) {
+	for _, id := range sortedIDs(n.rec.stateWait) {
 		p := n.peers[id]
 		if p == nil || !p.up || !p.heardHB || p.suspected || n.assembling[id] != nil {
 			continue
 		}
-		if n.reaskAt == nil {
-			n.reaskAt = map[message.BrokerID]int64{}
-			n.reaskN = map[message.BrokerID]int{}
+		if n.rec.reaskAt == nil {
+			n.rec.reaskAt = map[message.BrokerID]int64{}
+			n.rec.reaskN = map[message.BrokerID]int{}
 		}
-		at, ok := n.reaskAt[id]
+		at, ok := n.rec.reaskAt[id]
 		if !ok {
-			n.reaskAt[id] = n.now + int64(n.cfg.FailureTicks)
+			n.rec.reaskAt[id] = n.now + int64(n.cfg.FailureTicks)
 			continue
 		}
 		if n.now < at {
 			continue
 		}
-		n.reaskN[id]++
-		n.reaskAt[id] = n.now + int64(n.backoff(n.cfg.FailureTicks, n.reaskN[id]))
+		n.rec.reaskN[id]++
+		n.rec.reaskAt[id] = n.now + int64(n.backoff(n.cfg.FailureTicks, n.rec.reaskN[id]))
 		n.send(id, &message.StateRequest{Node: n.self})
 	}
 }
@@ -691,7 +691,7 @@ func (n *Node) reaskState() {
 // askState awaits p's state in this recovery: a StateRequest now if its
 // link is up, or once the dial brings the link up.
 func (n *Node) askState(p Peer) {
-	n.stateWait[p.ID] = true
+	n.rec.stateWait[p.ID] = true
 	if n.peer(p.ID).up {
 		n.send(p.ID, &message.StateRequest{Node: n.self})
 	} else {
@@ -710,7 +710,7 @@ func (n *Node) removeMember(id message.BrokerID) {
 		}
 		delete(n.peers, id)
 	}
-	delete(n.hops, id)
+	delete(n.fwd.hops, id)
 	n.releaseRecipients()
 }
 
@@ -727,8 +727,8 @@ func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
 	n.notice(NoticeMemberLeft, from, "")
 	n.removeMember(from)
 	n.routesChanged()
-	n.topoSeq++
-	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.floods.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.floods.topoSeq}
 	n.rememberTopo(key)
 	rm := []message.BrokerID{from}
 	n.startFlood(&flood{key: key, budget: n.cfg.Delta,
@@ -773,13 +773,13 @@ type gapKey struct {
 // subscriptions on this side with Gaps. See docs/protocol.md for what a
 // Gap promises.
 func (n *Node) checkHoles() {
-	if !n.joined {
+	if !n.mem.joined {
 		return
 	}
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		_, hole := n.topo.Frontier(nb, n.unusable)
-		if hole && !n.holes[nb] {
-			n.holes[nb] = true
+		if hole && !n.gaps.holes[nb] {
+			n.gaps.holes[nb] = true
 			reason := fmt.Sprintf("more than %d brokers failed in a row beyond %s (seen from %s)", n.cfg.Delta, nb, n.cfg.ID)
 			n.notice(NoticeGap, nb, reason)
 			targets, _ := n.floodTargets(nb, false)
@@ -790,24 +790,24 @@ func (n *Node) checkHoles() {
 					n.send(t.id, g)
 				}
 			}
-		} else if !hole && n.holes[nb] {
-			delete(n.holes, nb)
+		} else if !hole && n.gaps.holes[nb] {
+			delete(n.gaps.holes, nb)
 			n.notice(NoticeGap, nb, "healed")
-			n.resyncDirs[nb] = true
+			n.gaps.resyncDirs[nb] = true
 		}
 	}
 	// Subscriptions made on the far side of a partition never reached us
 	// (their floods stop at the hole): ask the brokers of that side for
 	// their state once it is reachable again.
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		if !n.resyncDirs[nb] {
+		if !n.gaps.resyncDirs[nb] {
 			continue
 		}
 		front, skipped, hole := n.topo.FrontierSkipped(nb, n.unusable)
 		if hole || len(skipped) > 0 {
 			continue
 		}
-		delete(n.resyncDirs, nb)
+		delete(n.gaps.resyncDirs, nb)
 		for _, f := range front {
 			n.send(f, &message.StateRequest{Node: n.self, Resync: true})
 		}
@@ -819,7 +819,7 @@ func (n *Node) checkHoles() {
 // accepted here; and, for sources never seen here, every source.
 func (n *Node) gapRanges(dir message.BrokerID) []message.GapRange {
 	var out []message.GapRange
-	for src, st := range n.seen {
+	for src, st := range n.fwd.seen {
 		if st.dir == dir {
 			out = append(out, message.GapRange{Source: src, From: st.seq + 1})
 		}
@@ -835,11 +835,11 @@ func (n *Node) gapRanges(dir message.BrokerID) []message.GapRange {
 }
 
 func (n *Node) rememberGap(k gapKey) {
-	n.gapSeen[k] = true
-	n.gapOrder = append(n.gapOrder, k)
-	if len(n.gapOrder) > maxGapSeen {
-		delete(n.gapSeen, n.gapOrder[0])
-		n.gapOrder = n.gapOrder[1:]
+	n.gaps.seen[k] = true
+	n.gaps.order = append(n.gaps.order, k)
+	if len(n.gaps.order) > maxGapSeen {
+		delete(n.gaps.seen, n.gaps.order[0])
+		n.gaps.order = n.gaps.order[1:]
 	}
 }
 
@@ -857,7 +857,7 @@ func (n *Node) deliverGap(g *message.GapFlood) {
 
 func (n *Node) onGapFlood(from message.BrokerID, g *message.GapFlood) {
 	k := gapKey{g.Origin, g.Seq}
-	if n.gapSeen[k] || !n.member {
+	if n.gaps.seen[k] || !n.mem.member {
 		return
 	}
 	n.rememberGap(k)
