@@ -14,6 +14,18 @@ type hopInfo struct {
 	ok      bool
 }
 
+// geoCache caches, for the map version ver, the tree distance of every
+// broker in the map from this one and the tree neighbour toward it
+// (topology.Map Distances and Direction). It stays true because every
+// change to the map bumps its Version and every reader calls geometry()
+// first (itself or its caller), which recomputes both when the version
+// moved.
+type geoCache struct {
+	ver  uint64
+	side map[message.BrokerID]message.BrokerID
+	dist map[message.BrokerID]int
+}
+
 // geometry caches, per map version, each known broker's distance and
 // direction (the tree neighbour toward it).
 func (n *Node) geometry() {
