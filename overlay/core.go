@@ -37,6 +37,10 @@ type Node struct {
 	table *routing.Table
 	store *dack.Store
 	peers map[message.BrokerID]*peer
+	// peerIDs caches the keys of peers, sorted (sortedPeers, every tick);
+	// nil once a peer is added or removed. A caller may range over it
+	// while peers change: a change drops it for a new one, never edits it.
+	peerIDs []message.BrokerID
 	// assembling: heads whose parts are arriving, per peer (parts.go).
 	assembling map[message.BrokerID]*assembly
 

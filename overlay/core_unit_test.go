@@ -185,7 +185,7 @@ func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
 				linked(n, id)
 			}
 			k := floodKey{kind: fkSub, sub: sub}
-			f := &flood{key: k, except: "B", budget: -1, waiters: []message.BrokerID{"B"}, msg: n.subFloodMsg(sub)}
+			f := &flood{key: k, except: "B", budget: -1, waiters: []message.BrokerID{"B"}}
 			f.targets = []ftarget{{id: "C", epoch: 1, out: true}}
 			f.nOut = 1
 			n.floods.pending[k] = f

@@ -380,12 +380,6 @@ func (n *Node) floodMsg(f *flood, to message.BrokerID, dist int) message.Message
 	panic("overlay: flood without a message")
 }
 
-// subFloodMsg builds the per-target SubFlood of entry e (From recomputed
-// for the target's distance).
-func (n *Node) subFloodMsg(sub message.SubID) func(message.BrokerID, int) message.Message {
-	return func(to message.BrokerID, dist int) message.Message { return n.subFloodTo(sub, dist) }
-}
-
 // subFloodTo builds the SubFlood of sub's entry for a target at distance
 // dist (From recomputed for it); the withdrawal when the entry is gone.
 func (n *Node) subFloodTo(sub message.SubID, dist int) *message.SubFlood {

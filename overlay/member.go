@@ -254,6 +254,7 @@ func (n *Node) removeMember(id message.BrokerID) {
 			n.out.Closes = append(n.out.Closes, id)
 		}
 		delete(n.peers, id)
+		n.peerIDs = nil
 	}
 	delete(n.fwd.hops, id)
 	n.releaseRecipients()

@@ -362,12 +362,18 @@ func (n *Node) peer(id message.BrokerID) *peer {
 			p.epoch = e.Epoch
 		}
 		n.peers[id] = p
+		n.peerIDs = nil
 	}
 	return p
 }
 
-// sortedPeers returns the peers' names, sorted.
-func (n *Node) sortedPeers() []message.BrokerID { return sortedIDs(n.peers) }
+// sortedPeers returns the peers' names, sorted (not to be modified).
+func (n *Node) sortedPeers() []message.BrokerID {
+	if n.peerIDs == nil {
+		n.peerIDs = sortedIDs(n.peers)
+	}
+	return n.peerIDs
+}
 
 // send queues m for peer to (only on an up link: the caller retransmits
 // what matters on LinkUp).

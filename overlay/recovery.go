@@ -187,7 +187,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 			e, _ := n.table.Get(sub)
 			k := floodKey{kind: fkSub, sub: sub}
 			if _, busy := n.floods.pending[k]; !busy {
-				n.startFlood(&flood{key: k, except: e.Dir, budget: -1, msg: n.subFloodMsg(sub)})
+				n.startFlood(&flood{key: k, except: e.Dir, budget: -1})
 			}
 		}
 		n.routesChanged()
