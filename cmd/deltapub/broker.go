@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/loglimit"
 	"github.com/deltapub/deltapub/overlay/runtime"
 	"github.com/rs/zerolog"
 )
@@ -114,11 +115,11 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 			return 2
 		}
-		// A repeated line is counted, not repeated (loglimit.go): the summaries
-		// go to base, everything else through the limiter.
+		// A repeated line is counted, not repeated (internal/loglimit): the
+		// summaries go to out, everything else through the limiter.
 		out := logOutput(os.Stderr, cfg.Log.Format)
 		summaries := loggerTo(out, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
-		limiter := newLogLimiter(out, summaries, logBurst, logWindowD, logMaxKeys)
+		limiter := loglimit.New(out, summaries, logBurst, logWindow, logMaxKeys)
 		log := loggerTo(limiter, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
 		b, err := runtime.NewBroker(cfg, log)
 		if err != nil {
@@ -129,7 +130,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		defer stop()
 		limCtx, limStop := context.WithCancel(context.Background())
 		limDone := make(chan struct{})
-		go func() { defer close(limDone); limiter.run(limCtx) }()
+		go func() { defer close(limDone); limiter.Run(limCtx) }()
 		// On the way out, the pending summaries are written.
 		defer func() { limStop(); <-limDone }()
 		if err := b.Run(ctx); err != nil {
@@ -172,3 +173,11 @@ func loggerTo(w io.Writer, level string) zerolog.Logger {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
+
+// The broker's log limits: 5 identical lines per 2 s, then a count; at most
+// 1024 distinct lines tracked.
+const (
+	logBurst   = 5
+	logWindow  = 2 * time.Second
+	logMaxKeys = 1024
+)
