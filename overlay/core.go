@@ -74,23 +74,23 @@ type membership struct {
 }
 
 // recovery is a restarted (or rejoining) broker's collection of its
-// neighbours' state before it becomes routable again (member.go).
+// neighbours' state before it becomes routable again (recovery.go).
 type recovery struct {
 	stateWait    map[message.BrokerID]bool             // peers whose StateReply is awaited (nil: not recovering)
 	stateWaitT   int                                   // ticks spent recovering
 	askedBehind  map[message.BrokerID]bool             // awaited peers whose back side was asked
-	askedFor     map[message.BrokerID]message.BrokerID // a broker asked behind an awaited one -> that one (member.go dropLeft)
+	askedFor     map[message.BrokerID]message.BrokerID // a broker asked behind an awaited one -> that one (recovery.go dropLeft)
 	stateless    map[message.BrokerID]bool             // peers that answered NotMember (no state to give)
-	namedBy      map[message.BrokerID]message.BrokerID // a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (member.go unplaced)
+	namedBy      map[message.BrokerID]message.BrokerID // a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (recovery.go unplaced)
 	mapFrom      map[message.BrokerID]bool             // brokers whose map we merged (JoinReply, StateReply)
-	unjoinedSeen map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (member.go unplaced)
-	reaskAt      map[message.BrokerID]int64            // when an awaited peer is asked again (member.go reaskState)
+	unjoinedSeen map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (recovery.go unplaced)
+	reaskAt      map[message.BrokerID]int64            // when an awaited peer is asked again (recovery.go reaskState)
 	reaskN       map[message.BrokerID]int              // how often it was asked again
 }
 
 // forwarding is the publication path: the message queue, the stamps, the
 // per-source duplicate filter and the next hop toward each recipient
-// (forward.go).
+// (forward.go; the next hops: routes.go).
 type forwarding struct {
 	queue      []*qentry
 	queueLen   int
@@ -126,7 +126,7 @@ type floodState struct {
 
 // gapState is the partitions beyond δ: the tree directions cut off now,
 // the gap floods seen, and the directions to re-learn subscriptions from
-// once they are reachable again (member.go checkHoles).
+// once they are reachable again (gaps.go).
 type gapState struct {
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
