@@ -33,12 +33,12 @@
 // the directions of the matching subscriptions, to the next hop of each:
 // the tree neighbour, or, when that neighbour is unusable (suspected,
 // recovering, gone), the closest live broker on the tree path within δ+1
-// hops, a bypass (forward.go, routes.go). Each hop stamps it; every broker keeps what
-// it forwarded until depth acknowledgements (DACKs, package dack) from
-// δ+1 hops downstream say it is safe everywhere it had to go, and
-// retransmits in stamp order on a route switch, so that each subscriber
-// gets every matching publication once, in per-publisher order, as long as
-// no more than δ adjacent brokers are down.
+// hops, a bypass (forward.go, routes.go). Each hop stamps it; every broker
+// keeps what it forwarded until depth acknowledgements (DACKs, package
+// dack; dackpurge.go) from δ+1 hops downstream say it is safe everywhere
+// it had to go, and retransmits in stamp order on a route switch, so that
+// each subscriber gets every matching publication once, in per-publisher
+// order, as long as no more than δ adjacent brokers are down.
 //
 // Failures are detected by heartbeat silence (peers.go): a silent peer is
 // suspected, its link closed and probed again; a peer suspected for
