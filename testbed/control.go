@@ -25,8 +25,7 @@ type control struct {
 }
 
 func (c *control) Addr() string { return c.ln.Addr().String() }
-
-func (c *control) Close() { c.ln.Close() }
+func (c *control) Close()       { c.ln.Close() }
 
 // maxControlLine bounds one command line.
 const maxControlLine = 1024
