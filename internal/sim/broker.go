@@ -46,6 +46,9 @@ type broker struct {
 	// that has not joined yet (-1: none).
 	ctl     []int64
 	restart int
+	// phase is the membership phase of the current incarnation as last
+	// seen (checkPhase).
+	phase overlay.Phase
 	// place is what the runtime keeps in the broker's data directory
 	// (Node.Place, saved while it is a joined member): where a restart
 	// with RestartOptions.Place rejoins first.
@@ -90,6 +93,7 @@ func (s *Sim) start(b *broker) error {
 		return s.err
 	}
 	b.node = n
+	b.phase = overlay.PhaseNew
 	b.state = stateUp
 	b.joined = false
 	b.pending = nil

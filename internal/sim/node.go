@@ -39,6 +39,10 @@ type Node interface {
 	// known).
 	Joined() bool
 	Leaving() bool
+	// Phase is where the node stands in its membership state machine
+	// (overlay.Phase); the simulator checks every change against
+	// overlay.LegalPhaseChange.
+	Phase() overlay.Phase
 	QueueLen() int
 	Parent() message.BrokerID
 	// Place is where a restart should rejoin (overlay.Node.Place): what
@@ -86,3 +90,12 @@ func (*nodeBase) Leaving() bool            { return false }
 func (*nodeBase) QueueLen() int            { return 0 }
 func (*nodeBase) Parent() message.BrokerID { return "" }
 func (*nodeBase) Place() []overlay.Peer    { return nil }
+
+// joinedPhase is the phase of a node that is either a member or not: the
+// reference node and the tests' nodes.
+func joinedPhase(joined bool) overlay.Phase {
+	if joined {
+		return overlay.PhaseJoined
+	}
+	return overlay.PhaseNew
+}

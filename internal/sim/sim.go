@@ -423,6 +423,9 @@ func (s *Sim) run(e *event) {
 // flush takes the outputs of b's node and acts on them, in order.
 func (s *Sim) flush(b *broker) {
 	n := b.node
+	if n != nil {
+		s.checkPhase(b)
+	}
 	if n == nil || !n.Pending() {
 		return // a quarter of the events (ticks, most acks) output nothing
 	}
