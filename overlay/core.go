@@ -61,6 +61,7 @@ type Node struct {
 	table *routing.Table
 	store *dack.Store
 	peers map[message.BrokerID]*peer
+	dur   durableState // the publication log (durable.go)
 
 	// Membership.
 	member          bool // has a map (bootstrapped, or a JoinReply arrived)
@@ -163,6 +164,7 @@ func NewNode(cfg Config) (*Node, error) {
 		rng:          rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Epoch))),
 	}
 	n.counters.Control = map[string]uint64{}
+	n.dur.init(&n.cfg)
 	n.geoVer = ^uint64(0)
 	// Topology and gap floods are named (origin, seq): a restarted broker
 	// numbers them above every number its earlier incarnations used, or
@@ -199,6 +201,7 @@ func (n *Node) becomeJoined() {
 			n.send(id, n.heartbeat())
 		}
 	}
+	n.reoffer() // the log's publications, before any new one (durable.go)
 	for _, id := range sortedIDs(n.heldFloods) {
 		n.askUnplaced(id) // floods held while we recovered (flood.go holdUnplaced)
 	}
@@ -210,6 +213,7 @@ func (n *Node) Tick() {
 	if n.left {
 		return
 	}
+	n.durableTick()
 	n.joinTick()
 	if n.member && !n.joined && n.stateWait != nil {
 		n.stateWaitT++
@@ -767,6 +771,7 @@ func (n *Node) Status() Status {
 		Subs: n.table.Len(), QueueLen: n.queueLen,
 		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
 		Counters: n.counters,
+		Log:      n.logStatus(),
 	}
 	st.Counters.Control = maps.Clone(n.counters.Control)
 	nb := map[message.BrokerID]bool{}
