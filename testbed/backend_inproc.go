@@ -226,6 +226,9 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 		return err
 	}
 	rt.KeepState(st)
+	if err := rt.OpenLog(st); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	b := &inprocBroker{rt: rt, reg: reg, tr: tr, cancel: cancel, done: make(chan struct{})}
 	go func() {

@@ -40,7 +40,7 @@ var _ Log = (*PebbleLog)(nil)
 // OpenLog opens (creating it if needed) the publication log in data
 // directory dir. A log that cannot be opened or read is an error naming
 // its path: the broker must not start and acknowledge on top of it.
-func (d *Dir) OpenLog() (*PebbleLog, error) { return OpenPebbleLog(filepath.Join(d.path, logDirName)) }
+func (d *Dir) OpenLog() (Log, error) { return OpenPebbleLog(filepath.Join(d.path, logDirName)) }
 
 // OpenPebbleLog opens the log at path and reads its index.
 func OpenPebbleLog(path string) (*PebbleLog, error) {
@@ -242,6 +242,6 @@ func (l *PebbleLog) Close() error {
 // reports what matters) and keeps its errors on the error path.
 type quietLogger struct{}
 
-func (quietLogger) Infof(string, ...any) {}
+func (quietLogger) Infof(string, ...any)              {}
 func (quietLogger) Errorf(format string, args ...any) { log.Printf("pebble: "+format, args...) }
 func (quietLogger) Fatalf(format string, args ...any) { panic(fmt.Sprintf("pebble: "+format, args...)) }

@@ -132,11 +132,13 @@ type Runtime struct {
 	// place last saved.
 	store  storage.Store
 	placed []storage.Joinpoint
+	plog   *pubLog // the publication log (nil: durability none; durable.go)
 
-	joined      atomic.Bool // for /healthz, read by other goroutines
-	cuts        linkCuts    // failure injection: links refused until healed (cut.go)
-	dialCtx     context.Context
-	stopDialing context.CancelFunc
+	joined       atomic.Bool // for /healthz, read by other goroutines
+	logHasFailed atomic.Bool // the publication log failed (Health)
+	cuts         linkCuts    // failure injection: links refused until healed (cut.go)
+	dialCtx      context.Context
+	stopDialing  context.CancelFunc
 }
 
 type linkState struct {
@@ -242,13 +244,15 @@ func (r *Runtime) Joined() bool { return r.joined.Load() }
 
 // Health is nil when the broker is a full member, else why not.
 func (r *Runtime) Health(ctx context.Context) error {
-	if r.joined.Load() {
+	if r.joined.Load() && !r.logHasFailed.Load() {
 		return nil
 	}
 	var why error
 	err := r.Do(ctx, func(n *overlay.Node) {
 		st := n.Status()
 		switch {
+		case r.logFailed() != nil:
+			why = fmt.Errorf("publication log failed (no publication is acknowledged until a restart): %w", r.logFailed())
 		case st.Left:
 			why = errors.New("left the overlay")
 		case st.Leaving:
@@ -500,6 +504,7 @@ func (r *Runtime) shutdown() {
 	}
 	r.joined.Store(false)
 	r.refreshStatus()
+	r.closeLog()
 }
 
 func (r *Runtime) refreshStatus() {
@@ -870,7 +875,7 @@ func (r *Runtime) drain() {
 	}()
 	for round := 0; round < 8; round++ {
 		rd := r.node.Ready()
-		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices) == 0 {
+		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices)+len(rd.Appends)+len(rd.Released) == 0 {
 			return
 		}
 		for _, n := range rd.Notices {
@@ -889,6 +894,7 @@ func (r *Runtime) drain() {
 		for i := range rd.Messages {
 			r.sendPeer(rd.Messages[i].To, rd.Messages[i].Msg)
 		}
+		r.persist(&rd) // the log before the PubAcks (durable.go)
 		r.coalesceAcks(rd.ToClients)
 		r.sendClients(rd.ToClients)
 		// Inputs fed to the core while carrying out (LinkUp of a link
@@ -1268,6 +1274,7 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 type State struct {
 	overlay.Status
 	Runtime RuntimeState `json:"runtime"`
+	Log     *LogState    `json:"log,omitempty"` // the publication log (durable.go)
 }
 
 // RuntimeState describes the runtime around the core.
@@ -1301,6 +1308,7 @@ func (r *Runtime) State(ctx context.Context) (State, error) {
 		rs.Sessions = len(r.sessions)
 		rs.InputQueue = len(r.in)
 		rs.JoinFailed = r.joinFailed
+		st.Log = r.logState()
 	})
 	return st, err
 }
