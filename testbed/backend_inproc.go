@@ -403,6 +403,21 @@ func (h *inprocHost) release(b *inprocBroker) {
 	h.mu.Unlock()
 }
 
+// wipe drops the broker's store: its next start has no place and no log.
+func (h *inprocHost) wipe(name string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b := h.brokers[name]; b != nil {
+		select {
+		case <-b.done:
+		default:
+			return fmt.Errorf("%s is still running", name)
+		}
+	}
+	delete(h.stores, name)
+	return nil
+}
+
 func (h *inprocHost) freeze(name string) error {
 	b, err := h.get(name)
 	if err != nil {

@@ -30,6 +30,8 @@ type host interface {
 	// deadline.
 	waitJoined(ctx context.Context, name string, timeout time.Duration) error
 	crash(name string) error
+	// wipe loses the data directory of crashed broker name (restart_clean).
+	wipe(name string) error
 	freeze(name string) error
 	resume(name string) error
 	cut(a, b string) error
@@ -689,9 +691,14 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 			jps := rejoinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
 			gone := ls.left[a.Broker]
 			ls.mu.Unlock()
-			if gone {
+			switch {
+			case gone:
 				err = fmt.Errorf("%s left the overlay for good (a new broker needs a new name)", a.Broker)
-			} else {
+			case a.Clean:
+				if err = ls.h.wipe(a.Broker); err == nil {
+					err = ls.h.start(ctx, a.Broker, jps)
+				}
+			default:
 				err = ls.h.start(ctx, a.Broker, jps)
 			}
 		case ActFreeze:

@@ -103,7 +103,10 @@ type SubscriberSpec struct {
 type FaultSpec struct {
 	At      Duration   `toml:"at"`
 	Crash   []string   `toml:"crash"`   // kill (state lost)
-	Restart []string   `toml:"restart"` // start again a crashed broker (new epoch)
+	Restart []string   `toml:"restart"` // start again a crashed broker (new epoch), with its data directory
+	// RestartClean: as restart, but the broker's data directory is lost
+	// first (its place and its publication log).
+	RestartClean []string `toml:"restart_clean"`
 	Freeze  []string   `toml:"freeze"`  // stop processing (SIGSTOP); a false suspicion if resumed in time
 	Resume  []string   `toml:"resume"`  // resume a frozen broker
 	Cut     [][]string `toml:"cut"`     // cut links between pairs of brokers
