@@ -35,6 +35,9 @@ type peer struct {
 	joinDial  bool   // that dial was the join walk's (tryJoinpoint)
 	dialWait  int    // ticks before the next dial may be requested
 	dialFails int    // dials in a row that failed (or brought a link that died before a heartbeat): the backoff's attempt
+	dialled   bool   // the current link came up on a dial of ours (links.go: the dialler closes it when unneeded)
+	unneeded  int    // ticks in a row the current link served nothing (links.go)
+	served    bool   // the current link was needed once its first heartbeat arrived (links.go)
 	dackSent  uint64 // store version covered by the last DACK on this link
 	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
 	dackIn    int64  // tick of the last DACK received from it (0: none)
@@ -231,6 +234,7 @@ func (n *Node) Tick() {
 			if p.idle >= n.cfg.HeartbeatTicks {
 				n.send(id, n.heartbeat())
 			}
+			n.closeIdleLink(p)
 		}
 		if p.up && !p.gone || n.monitored(p) { // (an up link is monitored unless its peer is gone)
 			p.silent++
@@ -555,6 +559,7 @@ func (n *Node) LinkUp(id message.BrokerID) {
 		return
 	}
 	p := n.peer(id)
+	p.dialled, p.served, p.unneeded = p.dialing, false, 0
 	p.up, p.dialing, p.silent, p.heardHB, p.dackSent = true, false, 0, false, 0
 	p.dackAt = n.now - int64(n.cfg.DACKTicks) // a new link may carry a DACK at once
 	n.dropAssembly(id)

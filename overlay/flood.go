@@ -248,6 +248,20 @@ func (n *Node) floodsResend(id message.BrokerID) {
 // floodsReroute replaces, in every pending flood, targets that became
 // unusable by the live brokers behind them.
 func (n *Node) floodsReroute() {
+	// The targets depend on the direction a flood came from and its kind,
+	// not on the flood: computed once per pass for each (a restarted
+	// neighbour's re-learning leaves thousands of floods pending, and a
+	// pass per route change each recomputing its frontiers kept a broker
+	// busy for seconds).
+	type targetsOf struct {
+		except message.BrokerID
+		all    bool
+	}
+	type targetSet struct {
+		ts   []target
+		hole bool
+	}
+	memo := map[targetsOf]targetSet{}
 	for _, k := range n.floodKeys() {
 		f, ok := n.floods[k]
 		if !ok {
@@ -271,7 +285,13 @@ func (n *Node) floodsReroute() {
 				n.send(t.id, n.floodMsg(f, t.id, n.dist[t.id]))
 			}
 		}
-		ts, hole := n.floodTargets(f.except, f.key.kind != fkTopo)
+		key := targetsOf{f.except, f.key.kind != fkTopo}
+		set, ok := memo[key]
+		if !ok {
+			set.ts, set.hole = n.floodTargets(key.except, key.all)
+			memo[key] = set
+		}
+		ts, hole := set.ts, set.hole
 		f.hole = hole
 		want := map[message.BrokerID]bool{}
 		for _, t := range ts {

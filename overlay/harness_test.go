@@ -104,6 +104,16 @@ func (h *harness) collect(id message.BrokerID) {
 	n := h.nodes[id]
 	r := n.Ready()
 	h.notices = append(h.notices, r.Notices...)
+	for _, c := range r.Closes {
+		// As a runtime: the link goes, and the other end is told.
+		if h.links[pair(id, c)] {
+			delete(h.links, pair(id, c))
+			if h.alive(c) && !h.prestart[c] {
+				h.nodes[c].LinkDown(id)
+				defer h.collect(c)
+			}
+		}
+	}
 	for _, d := range r.Dials {
 		h.dials = append(h.dials, [2]message.BrokerID{id, d.ID})
 		if h.gated[pair(id, d.ID)] {

@@ -475,6 +475,13 @@ func (n *Node) checkRecovery() {
 // (beyond_restart_map_of_restarted_not_trusted.txt). And y counts as a
 // tree neighbour when its NotMember names us among its former neighbours,
 // even if our rebuilt map does not hold y (beyond_restart_notmember_names_us.txt).
+// A joinpoint of this restart is named by us: the runtime lists our former
+// neighbours among them, so it is unplaced unless a merged map is held
+// within δ of us (whose map would show our neighbours). A joinpoint that
+// answered from farther (our parent's handshake was slow) merged a map
+// that ends before our children; a child whose handshake was slow too was
+// dropped at a failure timeout, we became routable without its side and
+// swallowed its subscribers' publications (restart_slow_child_awaited.txt).
 // Scenario files are in internal/sim/testdata.
 func (n *Node) unplaced(id message.BrokerID) bool {
 	if n.topo.Dangling(id) {
@@ -482,7 +489,17 @@ func (n *Node) unplaced(id message.BrokerID) bool {
 	}
 	y, ok := n.namedBy[id]
 	if !ok {
-		return false
+		if !slices.ContainsFunc(n.jn.points, func(jp Peer) bool { return jp.ID == id }) {
+			return false
+		}
+		// A joinpoint of this restart, named as a former neighbour of ours:
+		// placed by any merged map held within δ of us.
+		for s := range n.mapFrom {
+			if d := n.topo.Dist(s, n.cfg.ID); d >= 0 && d <= n.cfg.Delta {
+				return false
+			}
+		}
+		return true
 	}
 	for s := range n.mapFrom {
 		if n.unjoinedSeen[s] {

@@ -14,8 +14,8 @@ import (
 //
 // Two kinds: what the runtime itself observes (sessions, slow peers,
 // latencies), updated as it happens; and what the core counts, read from
-// an overlay.Status snapshot that the runtime refreshes every statusEvery ticks and
-// a collector exports at scrape time.
+// an overlay.Status snapshot that the runtime refreshes once a second and a
+// collector exports at scrape time.
 type runtimeMetrics struct {
 	reg *prometheus.Registry
 
