@@ -159,16 +159,7 @@ func durableRound(o DurableOptions, d, dir string) (float64, []float64, error) {
 	pub := matching.Publication{Attrs: proto.Attrs, Payload: proto.Payload}
 	// Throughput: acknowledgements waited for in order by one goroutine.
 	acks := make(chan (<-chan error), 1<<13)
-	ackErr := make(chan error, 1)
-	go func() {
-		var first error
-		for ch := range acks {
-			if err := <-ch; err != nil && first == nil {
-				first = err
-			}
-		}
-		ackErr <- first
-	}()
+	ackErr := waitAcks(acks)
 	start := time.Now()
 	for i := 0; i < o.Count; i++ {
 		ch, err := pubc.PublishAsync(ctx, pub)
@@ -193,4 +184,21 @@ func durableRound(o DurableOptions, d, dir string) (float64, []float64, error) {
 		lat = append(lat, float64(time.Since(t0).Microseconds())/1000)
 	}
 	return tput, lat, nil
+}
+
+// waitAcks waits, in one goroutine, for each acknowledgement sent on acks
+// in order, until acks is closed; the channel returned then gives the
+// first error (nil: all acknowledged).
+func waitAcks(acks <-chan (<-chan error)) <-chan error {
+	ackErr := make(chan error, 1)
+	go func() {
+		var first error
+		for ch := range acks {
+			if err := <-ch; err != nil && first == nil {
+				first = err
+			}
+		}
+		ackErr <- first
+	}()
+	return ackErr
 }
