@@ -113,3 +113,22 @@ func TestMemoryLogRefusesOutOfOrder(t *testing.T) {
 		t.Fatal("a repeated seq was appended")
 	}
 }
+
+// FuzzLogKey: a log key parses back to what it was built from, and any
+// byte string is refused or parsed without panicking.
+func FuzzLogKey(f *testing.F) {
+	f.Add([]byte{}, "P1", uint64(7), uint64(1))
+	f.Add([]byte{0, 3, 'a'}, "", uint64(0), uint64(1<<63))
+	f.Fuzz(func(t *testing.T, raw []byte, pub string, epoch, seq uint64) {
+		_, _, _ = parseSource(raw)
+		if len(pub) > 1<<15 {
+			return
+		}
+		s := message.Source{Publisher: pub, Epoch: epoch}
+		k := pubKey(nil, s, seq)
+		got, rest, err := parseSource(k[1:])
+		if err != nil || got != s || len(rest) != 8 {
+			t.Fatalf("key of %v/%d parsed as %v, %d bytes left, %v", s, seq, got, len(rest), err)
+		}
+	})
+}
