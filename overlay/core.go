@@ -50,6 +50,7 @@ type Node struct {
 	geo    geoCache
 	floods floodState
 	gaps   gapState
+	dur    durableState // the publication log (durable.go)
 
 	clients map[message.ClientID]*clientState
 	subN    uint64
@@ -170,6 +171,7 @@ func NewNode(cfg Config) (*Node, error) {
 	n.gaps.resyncDirs = map[message.BrokerID]bool{}
 	n.gaps.seen = map[gapKey]bool{}
 	n.counters.Control = map[string]uint64{}
+	n.dur.init(&n.cfg)
 	n.geo.ver = ^uint64(0)
 	// Topology and gap floods are named (origin, seq): a restarted broker
 	// numbers them above every number its earlier incarnations used, or
@@ -206,6 +208,7 @@ func (n *Node) becomeJoined() {
 			n.send(id, n.heartbeat())
 		}
 	}
+	n.reoffer() // the log's publications, before any new one (durable.go)
 	for _, id := range sortedIDs(n.floods.heldFloods) {
 		n.askUnplaced(id) // floods held while we recovered (flood.go holdUnplaced)
 	}
@@ -217,6 +220,7 @@ func (n *Node) Tick() {
 	if n.mem.left {
 		return
 	}
+	n.durableTick()
 	n.joinTick()
 	if n.mem.member && !n.mem.joined && n.rec.stateWait != nil {
 		n.rec.stateWaitT++
@@ -380,6 +384,7 @@ func (n *Node) Status() Status {
 		Subs: n.table.Len(), QueueLen: n.fwd.queueLen,
 		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
 		Counters: n.counters,
+		Log:      n.logStatus(),
 	}
 	st.Counters.Control = maps.Clone(n.counters.Control)
 	nb := map[message.BrokerID]bool{}

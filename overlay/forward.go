@@ -366,9 +366,16 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 		ack("backpressure")
 		return
 	}
+	if n.logFull() {
+		n.counters.LogFull++
+		ack(ErrLogFull)
+		return
+	}
 	n.counters.Published++
 	id := message.PubID{Publisher: cs.src.Publisher, Epoch: cs.src.Epoch, Seq: m.Seq}
-	n.acceptSeen(cs.src, st, &message.Pub{ID: id, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}, "")
+	pub := &message.Pub{ID: id, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}
+	n.acceptSeen(cs.src, st, pub, "")
+	n.logAppend(pub) // persisted before the PubAck below is sent
 	ack("")
 }
 

@@ -126,9 +126,14 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 			jps := rejoinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
 			gone := ls.left[a.Broker]
 			ls.mu.Unlock()
-			if gone {
+			switch {
+			case gone:
 				err = fmt.Errorf("%s left the overlay for good (a new broker needs a new name)", a.Broker)
-			} else {
+			case a.Clean:
+				if err = ls.h.wipe(a.Broker); err == nil {
+					err = ls.h.start(ctx, a.Broker, jps)
+				}
+			default:
 				err = ls.h.start(ctx, a.Broker, jps)
 			}
 		case ActFreeze:

@@ -29,6 +29,8 @@ type host interface {
 	// deadline.
 	waitJoined(ctx context.Context, name string, timeout time.Duration) error
 	crash(name string) error
+	// wipe loses the data directory of crashed broker name (restart_clean).
+	wipe(name string) error
 	freeze(name string) error
 	resume(name string) error
 	cut(a, b string) error

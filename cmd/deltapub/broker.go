@@ -33,6 +33,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		delta       = fs.Int("delta", 0, "δ: adjacent broker failures tolerated (same on every broker)")
 		epoch       = fs.Uint64("epoch", 0, "incarnation `number` (0: milliseconds since 1970)")
 		dataDir     = fs.String("data-dir", "", "`directory` where the broker keeps its epoch and its place in the tree across crashes (empty: nothing kept)")
+		durability  = fs.String("durability", "", "publication log: fsync, write or none (default: fsync with --data-dir, else none)")
 		tick        = fs.Duration("tick", 0, "runtime tick `duration`")
 		heartbeat   = fs.Duration("heartbeat", 0, "heartbeat `interval`")
 		failure     = fs.Duration("failure-timeout", 0, "silence after which a peer is suspected")
@@ -79,6 +80,8 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 				cfg.Epoch = *epoch
 			case "data-dir":
 				cfg.DataDir = *dataDir
+			case "durability":
+				cfg.Durability = *durability
 			case "tick":
 				cfg.Tick = *tick
 			case "heartbeat":

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/internal/traffic"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
@@ -57,6 +58,11 @@ type broker struct {
 	// (send looks a link up per message: one small, hot map by name
 	// instead of hashing the pair). Set where Sim.links is.
 	linkTo map[message.BrokerID]*link
+	// log is the broker's publication log (Config.Core.Durable), kept
+	// across its crashes; durable lists the acknowledged publications of
+	// its publishers when it crashed (durable.go).
+	log     *storage.MemoryLog
+	durable []*PubRecord
 	// slowDials are this incarnation's slow handshakes in flight
 	// (SlowHandshake), by peer: asked records that the core dialled again
 	// after it was told the dial failed.
@@ -224,6 +230,7 @@ func (s *Sim) Crash(id message.BrokerID) error {
 			}
 		}
 	}
+	s.crashDurable(b) // before its clients are excluded (durable.go)
 	b.state = stateCrashed
 	b.inc++
 	b.node = nil
@@ -272,6 +279,9 @@ type RestartOptions struct {
 	// it saved there first (broker.place), then through Joinpoints, as
 	// the runtime does (runtime.Runtime.joinList).
 	Place bool
+	// Log: the broker finds its publication log again (Config.Core.Durable;
+	// durable.go); otherwise the log is lost with the crash.
+	Log bool
 }
 
 // RestartWith is Restart with options.
@@ -298,6 +308,7 @@ func (s *Sim) RestartWith(id message.BrokerID, o RestartOptions) error {
 	if err := s.start(b); err != nil {
 		return err
 	}
+	s.restoreDurable(b, o.Log)
 	b.restart = len(s.restarts)
 	s.restarts = append(s.restarts, restartRec{Restart: traffic.Restart{Broker: string(id), At: s.now, JoinedAt: -1}})
 	if o.StaleLink >= 0 {

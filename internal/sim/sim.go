@@ -444,6 +444,9 @@ func (s *Sim) flush(b *broker) {
 	for _, m := range r.Messages {
 		s.send(b, m)
 	}
+	if len(r.Appends)+len(r.Released) > 0 {
+		s.persist(b, &r) // before the PubAcks (durable.go)
+	}
 	for _, c := range r.ToClients {
 		s.toClient(b, c)
 	}

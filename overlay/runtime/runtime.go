@@ -132,11 +132,13 @@ type Runtime struct {
 	// place last saved.
 	store  storage.Store
 	placed []storage.Joinpoint
+	plog   *pubLog // the publication log (nil: durability none; durable.go)
 
-	joined      atomic.Bool // for /healthz, read by other goroutines
-	cuts        linkCuts    // failure injection: links refused until healed (cut.go)
-	dialCtx     context.Context
-	stopDialing context.CancelFunc
+	joined       atomic.Bool // for /healthz, read by other goroutines
+	logHasFailed atomic.Bool // the publication log failed (Health)
+	cuts         linkCuts    // failure injection: links refused until healed (cut.go)
+	dialCtx      context.Context
+	stopDialing  context.CancelFunc
 }
 
 type evKind uint8
@@ -437,6 +439,7 @@ func (r *Runtime) shutdown() {
 	}
 	r.joined.Store(false)
 	r.refreshStatus()
+	r.closeLog()
 }
 
 // start calls Bootstrap (no joinpoints) or Join, then announces the links
@@ -553,7 +556,7 @@ func (r *Runtime) drain() {
 	}()
 	for round := 0; round < 8; round++ {
 		rd := r.node.Ready()
-		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices) == 0 {
+		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices)+len(rd.Appends)+len(rd.Released) == 0 {
 			return
 		}
 		for _, n := range rd.Notices {
@@ -572,6 +575,7 @@ func (r *Runtime) drain() {
 		for i := range rd.Messages {
 			r.sendPeer(rd.Messages[i].To, rd.Messages[i].Msg)
 		}
+		r.persist(&rd) // the log before the PubAcks (durable.go)
 		r.coalesceAcks(rd.ToClients)
 		r.sendClients(rd.ToClients)
 		// Inputs fed to the core while carrying out (LinkUp of a link

@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
@@ -13,13 +14,15 @@ import (
 
 // Health is nil when the broker is a full member, else why not.
 func (r *Runtime) Health(ctx context.Context) error {
-	if r.joined.Load() {
+	if r.joined.Load() && !r.logHasFailed.Load() {
 		return nil
 	}
 	var why error
 	err := r.Do(ctx, func(n *overlay.Node) {
 		st := n.Status()
 		switch {
+		case r.logFailed() != nil:
+			why = fmt.Errorf("publication log failed (no publication is acknowledged until a restart): %w", r.logFailed())
 		case st.Left:
 			why = errors.New("left the overlay")
 		case st.Leaving:
@@ -56,6 +59,7 @@ func (r *Runtime) refreshStatus() {
 type State struct {
 	overlay.Status
 	Runtime RuntimeState `json:"runtime"`
+	Log     *LogState    `json:"log,omitempty"` // the publication log (durable.go)
 }
 
 // RuntimeState describes the runtime around the core.
@@ -89,6 +93,7 @@ func (r *Runtime) State(ctx context.Context) (State, error) {
 		rs.Sessions = len(r.sessions)
 		rs.InputQueue = len(r.in)
 		rs.JoinFailed = r.joinFailed
+		st.Log = r.logState()
 	})
 	return st, err
 }
