@@ -142,8 +142,8 @@ func TestRecoveryStatelessChain(t *testing.T) {
 				p := n.peer(id)
 				p.up, p.heardHB, p.heardAny, p.joined, p.epoch = true, true, true, false, 2
 			}
-			n.member = true
-			n.stateWait = map[message.BrokerID]bool{"B": true}
+			n.mem.member = true
+			n.rec.stateWait = map[message.BrokerID]bool{"B": true}
 			for _, from := range c.replies {
 				r := &message.StateReply{NotMember: true}
 				for _, jp := range c.names[from] {
@@ -151,12 +151,12 @@ func TestRecoveryStatelessChain(t *testing.T) {
 				}
 				n.onStateReply(from, r)
 			}
-			if n.joined != c.joined {
-				t.Errorf("joined = %v, want %v (still waiting for %v)", n.joined, c.joined, n.stateWait)
+			if n.mem.joined != c.joined {
+				t.Errorf("joined = %v, want %v (still waiting for %v)", n.mem.joined, c.joined, n.rec.stateWait)
 			}
 			for _, w := range c.waiting {
-				if !n.stateWait[w] {
-					t.Errorf("not waiting for %s: %v", w, n.stateWait)
+				if !n.rec.stateWait[w] {
+					t.Errorf("not waiting for %s: %v", w, n.rec.stateWait)
 				}
 			}
 		})
@@ -185,10 +185,10 @@ func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
 				linked(n, id)
 			}
 			k := floodKey{kind: fkSub, sub: sub}
-			f := &flood{key: k, except: "B", budget: -1, waiters: []message.BrokerID{"B"}, msg: n.subFloodMsg(sub)}
+			f := &flood{key: k, except: "B", budget: -1, waiters: []message.BrokerID{"B"}}
 			f.targets = []ftarget{{id: "C", epoch: 1, out: true}}
 			f.nOut = 1
-			n.floods[k] = f
+			n.floods.pending[k] = f
 			n.Ready()
 			n.onSubFlood(c.from, &message.SubFlood{Sub: sub, From: "F"})
 			acked := false
@@ -200,7 +200,7 @@ func TestCrossedFloodAnsweredAtOnce(t *testing.T) {
 			if acked != c.wantAck {
 				t.Errorf("SubConfirm to %s sent = %v, want %v", c.from, acked, c.wantAck)
 			}
-			if g := n.floods[k]; f.isOut("C") != c.stillOut || g != f {
+			if g := n.floods.pending[k]; f.isOut("C") != c.stillOut || g != f {
 				t.Errorf("C still awaited = %v, flood pending = %v; want %v, true", f.isOut("C"), g == f, c.stillOut)
 			}
 			waiter := false
@@ -239,8 +239,8 @@ func TestDuplicateOfQueuedHoldsDiscarded(t *testing.T) {
 	// First by G's bypass (G's stamp 22), then through H (restarted,
 	// epoch 2: stamp 4) with the same G stamp.
 	n.onPub("G", &message.Pub{ID: id, Attrs: attrs, Stamps: []message.Stamp{{B: "G", E: 1, S: 22}}})
-	if n.queueLen != 1 {
-		t.Fatalf("queue holds %d, want 1", n.queueLen)
+	if n.fwd.queueLen != 1 {
+		t.Fatalf("queue holds %d, want 1", n.fwd.queueLen)
 	}
 	n.onPub("H", &message.Pub{ID: id, Attrs: attrs, Stamps: []message.Stamp{{B: "H", E: 2, S: 4}, {B: "G", E: 1, S: 22}}})
 	n.updateDiscarded()
@@ -252,7 +252,7 @@ func TestDuplicateOfQueuedHoldsDiscarded(t *testing.T) {
 		t.Fatalf("discarded about H = %d while the copy is queued, want < 4", r.Discarded)
 	}
 	// The queued copy leaves: the hold is released.
-	n.queue[0].purged = true
+	n.fwd.queue[0].purged = true
 	n.updateDiscarded()
 	if r, _ := n.store.Own("H", 2); r.Discarded != 4 {
 		t.Fatalf("discarded about H = %d after the copy left, want 4", r.Discarded)
@@ -273,7 +273,7 @@ func TestHeartbeatSaysJoinedAndSuspects(t *testing.T) {
 	if hb := n.heartbeat(); !hb.Joined || len(hb.Suspects) != 1 || hb.Suspects[0] != "B" {
 		t.Fatalf("after B's and C's suspicion: %+v", hb)
 	}
-	n.leaving = true
+	n.mem.leaving = true
 	if hb := n.heartbeat(); hb.Joined || len(hb.Suspects) != 1 {
 		t.Fatalf("leaving: %+v", hb)
 	}

@@ -33,19 +33,19 @@
 // the directions of the matching subscriptions, to the next hop of each:
 // the tree neighbour, or, when that neighbour is unusable (suspected,
 // recovering, gone), the closest live broker on the tree path within δ+1
-// hops, a bypass (forward.go). Each hop stamps it; every broker keeps what
-// it forwarded until depth acknowledgements (DACKs, package dack) from
-// δ+1 hops downstream say it is safe everywhere it had to go, and
-// retransmits in stamp order on a route switch, so that each subscriber
-// gets every matching publication once, in per-publisher order, as long as
-// no more than δ adjacent brokers are down.
+// hops, a bypass (forward.go, routes.go). Each hop stamps it; every broker
+// keeps what it forwarded until depth acknowledgements (DACKs, package
+// dack; dackpurge.go) from δ+1 hops downstream say it is safe everywhere
+// it had to go, and retransmits in stamp order on a route switch, so that
+// each subscriber gets every matching publication once, in per-publisher
+// order, as long as no more than δ adjacent brokers are down.
 //
-// Failures are detected by heartbeat silence (core.go): a silent peer is
+// Failures are detected by heartbeat silence (peers.go): a silent peer is
 // suspected, its link closed and probed again; a peer suspected for
 // gone_after is removed from the tree and its children reattach. A broker
 // that restarts (a larger epoch) rejoins at its old place and recovers the
 // routing state of its neighbourhood before it says it is routable
-// (member.go). A leave drains the leaver's queue first and repairs the tree
+// (recovery.go). A leave drains the leaver's queue first and repairs the tree
 // around it (leave.go). Beyond δ, the protocol detects the hole and tells
 // subscribers with Gap notices instead of losing silently.
 //

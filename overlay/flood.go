@@ -125,7 +125,7 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, ho
 				return
 			}
 		}
-		out = append(out, target{id: id, dist: n.dist[id]})
+		out = append(out, target{id: id, dist: n.geo.dist[id]})
 	}
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if nb == except {
@@ -157,7 +157,7 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, ho
 // startFlood registers f and sends it to its targets; it completes at once
 // when there are none.
 func (n *Node) startFlood(f *flood) {
-	n.floods[f.key] = f
+	n.floods.pending[f.key] = f
 	if f.key.kind == fkTopo {
 		n.recordTopo(f)
 	}
@@ -198,7 +198,7 @@ func (n *Node) floodCheck(f *flood) {
 		// is not confirmed until the hole heals and the flood goes on.
 		return
 	}
-	delete(n.floods, f.key)
+	delete(n.floods.pending, f.key)
 	for _, w := range f.waiters {
 		if w == "" {
 			continue
@@ -224,7 +224,7 @@ func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
 }
 
 func (n *Node) floodAck(k floodKey, from message.BrokerID) {
-	f, ok := n.floods[k]
+	f, ok := n.floods.pending[k]
 	if !ok || !f.isOut(from) {
 		return
 	}
@@ -237,10 +237,10 @@ func (n *Node) floodAck(k floodKey, from message.BrokerID) {
 func (n *Node) floodsResend(id message.BrokerID) {
 	n.geometry()
 	for _, k := range n.floodKeys() {
-		f := n.floods[k]
+		f := n.floods.pending[k]
 		if ft := f.find(id); ft != nil && ft.out {
 			ft.sentUsable = n.knownJoined(id)
-			n.send(id, n.floodMsg(f, id, n.dist[id]))
+			n.send(id, n.floodMsg(f, id, n.geo.dist[id]))
 		}
 	}
 }
@@ -263,7 +263,7 @@ func (n *Node) floodsReroute() {
 	}
 	memo := map[targetsOf]targetSet{}
 	for _, k := range n.floodKeys() {
-		f, ok := n.floods[k]
+		f, ok := n.floods.pending[k]
 		if !ok {
 			continue
 		}
@@ -282,7 +282,7 @@ func (n *Node) floodsReroute() {
 			}
 			if p := n.peers[t.id]; p != nil && t.out && !t.sentUsable && p.up && n.knownJoined(t.id) {
 				t.sentUsable = true
-				n.send(t.id, n.floodMsg(f, t.id, n.dist[t.id]))
+				n.send(t.id, n.floodMsg(f, t.id, n.geo.dist[t.id]))
 			}
 		}
 		key := targetsOf{f.except, f.key.kind != fkTopo}
@@ -347,8 +347,8 @@ func (n *Node) floodGaveUp(f *flood, id message.BrokerID) bool {
 }
 
 func (n *Node) floodKeys() []floodKey {
-	ks := make([]floodKey, 0, len(n.floods))
-	for k := range n.floods {
+	ks := make([]floodKey, 0, len(n.floods.pending))
+	for k := range n.floods.pending {
 		ks = append(ks, k)
 	}
 	sort.Slice(ks, func(i, j int) bool { return floodLess(ks[i], ks[j]) })
@@ -356,7 +356,7 @@ func (n *Node) floodKeys() []floodKey {
 }
 
 func (n *Node) localFloodsPending() bool {
-	for _, f := range n.floods {
+	for _, f := range n.floods.pending {
 		if f.done != nil {
 			return true
 		}
@@ -378,12 +378,6 @@ func (n *Node) floodMsg(f *flood, to message.BrokerID, dist int) message.Message
 		return &message.SubFlood{Sub: f.key.sub, Unsub: true, Mark: true}
 	}
 	panic("overlay: flood without a message")
-}
-
-// subFloodMsg builds the per-target SubFlood of entry e (From recomputed
-// for the target's distance).
-func (n *Node) subFloodMsg(sub message.SubID) func(message.BrokerID, int) message.Message {
-	return func(to message.BrokerID, dist int) message.Message { return n.subFloodTo(sub, dist) }
 }
 
 // subFloodTo builds the SubFlood of sub's entry for a target at distance
@@ -408,7 +402,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			k.kind = fkMark
 		}
 	}
-	if !n.member {
+	if !n.mem.member {
 		// Joining or recovering without a map yet: the state transfer that
 		// follows brings the entry, and the sender sends the flood again
 		// once we are joined (ftarget.sentUsable).
@@ -425,7 +419,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		// repair makes us gone there, then reroutes on the new tree.
 		return
 	}
-	if f, ok := n.floods[k]; ok {
+	if f, ok := n.floods.pending[k]; ok {
 		if f.isOut(from) {
 			// Crossed floods: a broker whose answer we await sends us the
 			// same flood (its view of the directions changed, e.g. after a
@@ -449,7 +443,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		}
 		dir = from // a withdrawal: removing the entry everywhere is right
 	}
-	if !m.Unsub && !n.joined && m.From != "" && !n.topo.Has(m.From) {
+	if !m.Unsub && !n.mem.joined && m.From != "" && !n.topo.Has(m.From) {
 		// Recovering, with a map that does not reach the flood's
 		// from-pointer yet: held like a flood from an unplaced sender.
 		// Taken with the sender as pointer, the entry claimed the
@@ -482,18 +476,18 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	// once like a tombstoned one, and Insert (which leaves a known entry
 	// unchanged and reports it) tells, without a lookup of its own.
 	known := false
-	if len(n.viaState) > 0 {
+	if len(n.floods.viaState) > 0 {
 		var e *routing.Entry
 		e, known = n.table.Get(m.Sub)
-		if known && n.viaState[m.Sub] && e.Dir == dir {
+		if known && n.floods.viaState[m.Sub] && e.Dir == dir {
 			// Learned through a state transfer (recovery, resync), so the
 			// brokers behind us may not have it: flood it on this once.
-			delete(n.viaState, m.Sub)
+			delete(n.floods.viaState, m.Sub)
 			n.startFlood(&flood{key: k, except: e.Dir, budget: -1, waiters: []message.BrokerID{from}})
 			return
 		}
 	}
-	if known || n.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
+	if known || n.floods.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
 		n.sendFloodAck(k, from)
 		return
 	}
@@ -551,17 +545,17 @@ const maxUnplaced = 4096
 // pointing away from the subscriber, and the publications for it were
 // swallowed (scenario restart_unplaced_unheard.txt).
 func (n *Node) holdUnplaced(from message.BrokerID, m *message.SubFlood) {
-	if n.heldFloods == nil {
-		n.heldFloods = map[message.BrokerID][]message.SubFlood{}
+	if n.floods.heldFloods == nil {
+		n.floods.heldFloods = map[message.BrokerID][]message.SubFlood{}
 	}
-	l := n.heldFloods[from]
+	l := n.floods.heldFloods[from]
 	for i := range l {
 		if l[i].Sub == m.Sub {
 			return
 		}
 	}
 	if len(l) < maxUnplaced {
-		n.heldFloods[from] = append(l, *m) // (the filter is shared as in the routing table)
+		n.floods.heldFloods[from] = append(l, *m) // (the filter is shared as in the routing table)
 	}
 	n.askUnplaced(from)
 }
@@ -572,16 +566,16 @@ func (n *Node) holdUnplaced(from message.BrokerID, m *message.SubFlood) {
 // resync's reply, and one not joined does not answer the request
 // (becomeJoined asks then, and onHeartbeat when the sender says it joined).
 func (n *Node) askUnplaced(from message.BrokerID) {
-	if len(n.heldFloods[from]) == 0 || !n.joined || n.heldAsked[from] {
+	if len(n.floods.heldFloods[from]) == 0 || !n.mem.joined || n.floods.heldAsked[from] {
 		return
 	}
 	if p := n.peers[from]; p == nil || !p.up || !p.joined {
 		return
 	}
-	if n.heldAsked == nil {
-		n.heldAsked = map[message.BrokerID]bool{}
+	if n.floods.heldAsked == nil {
+		n.floods.heldAsked = map[message.BrokerID]bool{}
 	}
-	n.heldAsked[from] = true
+	n.floods.heldAsked[from] = true
 	n.send(from, &message.StateRequest{Node: n.self, Resync: true})
 }
 
@@ -590,22 +584,22 @@ func (n *Node) askUnplaced(from message.BrokerID) {
 // be placed is held again, one whose sender's link went down is dropped
 // (the sender sends it again on the next link).
 func (n *Node) replayUnplaced() {
-	if len(n.heldFloods) == 0 {
+	if len(n.floods.heldFloods) == 0 {
 		return
 	}
-	ids := sortedIDs(n.heldFloods)
+	ids := sortedIDs(n.floods.heldFloods)
 	for _, id := range ids {
-		l := n.heldFloods[id]
-		delete(n.heldFloods, id)
+		l := n.floods.heldFloods[id]
+		delete(n.floods.heldFloods, id)
 		if p := n.peers[id]; p == nil || !p.up {
-			delete(n.heldAsked, id)
+			delete(n.floods.heldAsked, id)
 			continue
 		}
 		for i := range l {
 			n.onSubFlood(id, &l[i])
 		}
-		if _, held := n.heldFloods[id]; !held {
-			delete(n.heldAsked, id)
+		if _, held := n.floods.heldFloods[id]; !held {
+			delete(n.floods.heldAsked, id)
 		}
 	}
 }
@@ -614,10 +608,10 @@ func (n *Node) replayUnplaced() {
 // except, confirming to waiter (if any) and calling done when complete.
 func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID, done func()) {
 	n.table.Delete(sub)
-	delete(n.viaState, sub)
+	delete(n.floods.viaState, sub)
 	n.tombstone(sub)
 	k := floodKey{kind: fkUnsub, sub: sub}
-	if f, ok := n.floods[floodKey{kind: fkSub, sub: sub}]; ok {
+	if f, ok := n.floods.pending[floodKey{kind: fkSub, sub: sub}]; ok {
 		// The subscription's own flood is still pending: answer its
 		// waiters now (the withdrawal follows on the same links).
 		for i := range f.targets {
@@ -626,7 +620,7 @@ func (n *Node) withdrawFlood(sub message.SubID, except, waiter message.BrokerID,
 		f.nOut = 0
 		n.floodCheck(f)
 	}
-	if f, ok := n.floods[k]; ok {
+	if f, ok := n.floods.pending[k]; ok {
 		if waiter != "" {
 			f.waiters = append(f.waiters, waiter)
 		}
@@ -651,20 +645,20 @@ func (n *Node) withdraw(sub message.SubID, except message.BrokerID, release bool
 }
 
 func (n *Node) tombstone(sub message.SubID) {
-	if n.tombstones[sub] {
+	if n.floods.tombstones[sub] {
 		return
 	}
-	n.tombstones[sub] = true
-	n.tombOrder = append(n.tombOrder, sub)
-	if len(n.tombOrder) > maxTombstones {
-		delete(n.tombstones, n.tombOrder[0])
-		n.tombOrder = n.tombOrder[1:]
+	n.floods.tombstones[sub] = true
+	n.floods.tombOrder = append(n.floods.tombOrder, sub)
+	if len(n.floods.tombOrder) > maxTombstones {
+		delete(n.floods.tombstones, n.floods.tombOrder[0])
+		n.floods.tombOrder = n.floods.tombOrder[1:]
 	}
 }
 
 // subscribe handles a client's Subscribe.
 func (n *Node) subscribe(c message.ClientID, cs *clientState, m *message.Subscribe) {
-	if !n.joined || n.leaving {
+	if !n.mem.joined || n.mem.leaving {
 		n.toClient(c, &message.SubAck{Req: m.Req, Err: "broker not joined (joining, recovering or leaving): retry later"})
 		return
 	}
@@ -706,7 +700,7 @@ func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsub
 	// UnsubAck, and the removal is flooded (docs/protocol.md).
 	sub := m.Sub
 	k := floodKey{kind: fkMark, sub: sub}
-	if _, ok := n.floods[k]; ok {
+	if _, ok := n.floods.pending[k]; ok {
 		return
 	}
 	f := &flood{key: k, budget: -1}
@@ -756,7 +750,7 @@ func (n *Node) ClientClose(c message.ClientID) {
 // Client processes a client request: ClientHello, Publish, Subscribe or
 // Unsubscribe. A request on an unknown session opens it.
 func (n *Node) Client(c message.ClientID, m message.Message) {
-	if n.left {
+	if n.mem.left {
 		return
 	}
 	cs := n.clients[c]

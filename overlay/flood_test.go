@@ -114,8 +114,8 @@ func TestFloodAcks(t *testing.T) {
 	if got := confirmed(); !slices.Equal(got, []uint64{6, 3, 4, 5}) {
 		t.Fatalf("confirmed %v, want [6 3 4 5]", got)
 	}
-	if len(n.floods) != 0 {
-		t.Fatalf("%d floods pending, want none", len(n.floods))
+	if len(n.floods.pending) != 0 {
+		t.Fatalf("%d floods pending, want none", len(n.floods.pending))
 	}
 }
 
@@ -192,7 +192,7 @@ func TestSubFloodLeafAnsweredAtOnce(t *testing.T) {
 	if e, ok := n.table.Get(s); !ok || e.From != "D" || e.Dir != "B" {
 		t.Fatalf("entry %+v, %v; want From D, Dir B", e, ok)
 	}
-	if len(n.floods) != 0 {
-		t.Fatalf("%d floods pending at a leaf", len(n.floods))
+	if len(n.floods.pending) != 0 {
+		t.Fatalf("%d floods pending at a leaf", len(n.floods.pending))
 	}
 }

@@ -1,9 +1,12 @@
+// Publications: the message queue and its entries, the per-source
+// duplicate filter, a publication received (onPub) or published by a local
+// client (publish), and sending it on toward its next hops.
+
 package overlay
 
 import (
 	"slices"
 
-	"github.com/deltapub/deltapub/dack"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/routing"
@@ -110,195 +113,9 @@ func (st *srcState) mark(d message.BrokerID, seq uint64) {
 	st.toward = append(st.toward, dirSeq{d, seq})
 }
 
-// hopInfo is the current next hop toward one recipient.
-type hopInfo struct {
-	to      message.BrokerID
-	skipped int
-	ok      bool
-}
-
-// geometry caches, per map version, each known broker's distance and
-// direction (the tree neighbour toward it).
-func (n *Node) geometry() {
-	if n.geoVer == n.topo.Version() {
-		return
-	}
-	n.geoVer = n.topo.Version()
-	n.dist = n.topo.Distances(n.cfg.ID)
-	n.side = map[message.BrokerID]message.BrokerID{}
-	for id := range n.dist {
-		if id != n.cfg.ID {
-			n.side[id] = n.topo.Direction(id)
-		}
-	}
-}
-
-// pathTo returns the tree path from this broker to r (both included;
-// cached by the map, not to be modified).
-func (n *Node) pathTo(r message.BrokerID) []message.BrokerID { return n.topo.Path(n.cfg.ID, r) }
-
-// direction returns the tree neighbour toward b ("" when unknown/self).
-func (n *Node) direction(b message.BrokerID) message.BrokerID {
-	n.geometry()
-	return n.side[b]
-}
-
-// routesChanged is called whenever usability or the map changed: next hops
-// are recomputed, and every broker that became the next hop toward some
-// recipient gets, before anything new, every queued publication routed to
-// it, in stamp order (the switch rule that keeps per-source "highest
-// sequence seen" a sound duplicate filter; docs/protocol.md).
-func (n *Node) routesChanged() { n.reroute("") }
-
-// reroute is routesChanged; it reports whether it retransmitted to peer
-// linked (a next hop it gained).
-func (n *Node) reroute(linked message.BrokerID) (retransmitted bool) {
-	n.geometry()
-	gained := map[message.BrokerID]bool{}
-	ids := sortedIDs(n.hops)
-	for _, r := range ids {
-		old := n.hops[r]
-		h := n.computeHop(r)
-		n.hops[r] = h
-		if h.ok && (!old.ok || old.to != h.to) {
-			gained[h.to] = true
-			if h.skipped > 0 {
-				n.notice(NoticeBypassUp, h.to, "next hop toward "+string(r))
-			}
-		}
-		if old.ok && old.skipped > 0 && (!h.ok || h.to != old.to) {
-			n.notice(NoticeBypassDown, old.to, "no longer next hop toward "+string(r))
-		}
-	}
-	tos := make([]message.BrokerID, 0, len(gained))
-	for t := range gained {
-		tos = append(tos, t)
-	}
-	sortIDs(tos)
-	for _, t := range tos {
-		if p := n.peer(t); p.up {
-			n.retransmitTo(t)
-			retransmitted = retransmitted || t == linked
-		} else {
-			n.dial(Peer{ID: t}, false)
-		}
-	}
-	for _, r := range ids {
-		if h := n.hops[r]; h.ok && h.skipped > 0 {
-			n.prefetchDials(r, h)
-		}
-	}
-	n.probeFrontiers()
-	n.floodsReroute()
-	n.checkHoles()
-	return retransmitted
-}
-
-// probeFrontiers dials, behind every unusable tree neighbour, the closest
-// brokers not yet known to be unusable (up to δ+1 hops), whether or not a
-// route needs them yet: a dead one is then found by its failed dial, so a
-// bypass past k failed brokers costs one dial timeout instead of k, and a
-// hole longer than δ is detected (checkHoles) even where no route goes.
-//
-// Not behind a leaver that drains (linked, heard, not suspected): it is
-// alive and still forwards what it holds, nothing says a broker behind it
-// failed, the bypass hops the routes need are dialled anyway
-// (routesChanged), and its frontier is every broker behind it: when
-// the centre of a star leaves, each child dialled every other one, n(n−1)
-// handshakes at once. On real processes (19 brokers on a 2-core machine)
-// those dials outlasted the dial timeout, each failed dial
-// made a live broker suspected, the bypass and then the repaired tree's
-// links could not come up, and a subscriber's edge got nothing for 2 s
-// (its publications were lost when it crashed later). The simulator's
-// dials cost nothing and take one round trip, whatever their number, so
-// the rule is checked by counting dials (TestLeaveStarRootDialsOnlyWhatRoutesNeed).
-func (n *Node) probeFrontiers() {
-	if !n.member || n.left {
-		return
-	}
-	for _, f := range n.frontier() {
-		if p := n.peer(f); !p.up && !p.dialing && !p.suspected {
-			n.dial(Peer{ID: f}, false)
-		}
-	}
-}
-
-// frontier lists, behind every unusable tree neighbour but a draining
-// leaver, the closest brokers not known to be unusable (probeFrontiers).
-func (n *Node) frontier() []message.BrokerID {
-	var out []message.BrokerID
-	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		if !n.unusable(nb) || n.leavingAlive(nb) {
-			continue
-		}
-		front, _ := n.topo.Frontier(nb, n.unusable)
-		out = append(out, front...)
-	}
-	return out
-}
-
-// computeHop returns the next hop toward r: the closest broker on the
-// path not known unusable (topology.ClosestLive). When that is a bypass
-// hop whose link is not up yet (its dial is pending: after δ adjacent
-// crashes it is often dead too, and a failed dial takes a dial timeout),
-// and a broker further along the path is already linked and known joined
-// (probeFrontiers and prefetchDials dialled it at the same time), that one
-// is used at once instead of waiting for the dial's outcome. Skipping a
-// broker that turns out alive is harmless: it is a bypass like any other,
-// and the route switches back to it, with retransmission (switch rule),
-// as soon as its link is up. A tree neighbour whose link is merely down
-// (skipped = 0) is never skipped this way.
-func (n *Node) computeHop(r message.BrokerID) hopInfo {
-	to, skipped, ok := n.topo.ClosestLive(r, n.unusable)
-	if !ok || skipped == 0 || n.peer(to).up {
-		return hopInfo{to: to, skipped: skipped, ok: ok}
-	}
-	path := n.pathTo(r)
-	for i := skipped + 2; i < len(path) && i <= n.cfg.Delta+1; i++ {
-		if b := path[i]; n.knownJoined(b) {
-			return hopInfo{to: b, skipped: i - 1, ok: true}
-		}
-	}
-	return hopInfo{to: to, skipped: skipped, ok: ok}
-}
-
-// hop returns the current next hop toward recipient r.
-func (n *Node) hop(r message.BrokerID) hopInfo {
-	if h, ok := n.hops[r]; ok {
-		return h
-	}
-	h := n.computeHop(r)
-	n.hops[r] = h
-	if h.ok && !n.peer(h.to).up {
-		n.dial(Peer{ID: h.to}, false)
-	}
-	return h
-}
-
-// prefetchDials dials, when the next hop toward r is not linked yet, the
-// brokers behind it on the path to r as well: if the hop turns out dead,
-// the next candidate is already linked (F7: one dial timeout, not k).
-func (n *Node) prefetchDials(r message.BrokerID, h hopInfo) {
-	if !h.ok || n.peer(h.to).up {
-		return
-	}
-	past := false
-	for _, b := range n.pathTo(r) {
-		if b == h.to {
-			past = true
-			continue
-		}
-		if past {
-			if p := n.peer(b); !p.up && !p.dialing && !p.suspected {
-				n.dial(Peer{ID: b}, false)
-			}
-		}
-	}
-}
-
 // onPub processes a publication from peer from.
 func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
-	if !n.joined {
+	if !n.mem.joined {
 		// Joining or recovering: the routing state is incomplete, so
 		// neither forward nor record it as seen (that would make the
 		// retransmission after our recovery a "duplicate"); the sender
@@ -307,9 +124,9 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 		return
 	}
 	n.store.Arrive(m.Stamps)
-	n.discDirty = true
+	n.fwd.discDirty = true
 	src := m.ID.Source()
-	st := n.seen[src]
+	st := n.fwd.seen[src]
 	except := n.direction(from)
 	if except == "" {
 		except = from
@@ -342,16 +159,16 @@ type dupHold struct {
 // toward a broker that crashes; U's switch rule then has nothing to
 // retransmit (scenario restart_duplicate_holds_discarded.txt).
 func (n *Node) holdDuplicate(m *message.Pub) {
-	if n.queueLen == 0 || len(m.Stamps) == 0 {
+	if n.fwd.queueLen == 0 || len(m.Stamps) == 0 {
 		return
 	}
-	for i := len(n.queue) - 1; i >= 0; i-- {
-		e := n.queue[i]
+	for i := len(n.fwd.queue) - 1; i >= 0; i-- {
+		e := n.fwd.queue[i]
 		if e.purged || e.pub.ID != m.ID {
 			continue
 		}
 		for _, s := range m.Stamps {
-			n.dupHolds = append(n.dupHolds, dupHold{s: s, e: e})
+			n.fwd.dupHolds = append(n.fwd.dupHolds, dupHold{s: s, e: e})
 		}
 		return
 	}
@@ -394,14 +211,14 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 	if st == nil {
 		st = &srcState{}
 		st.toward = st.tbuf[:0]
-		n.seen[src] = st
-		n.seenOrder = append(n.seenOrder, src)
-		if len(n.seenOrder) > n.cfg.MaxSources {
+		n.fwd.seen[src] = st
+		n.fwd.seenOrder = append(n.fwd.seenOrder, src)
+		if len(n.fwd.seenOrder) > n.cfg.MaxSources {
 			// At the bound the oldest source is forgotten (see
 			// Config.MaxSources for the consequence).
-			old := n.seenOrder[0]
-			delete(n.seen, old)
-			n.seenOrder = n.seenOrder[1:]
+			old := n.fwd.seenOrder[0]
+			delete(n.fwd.seen, old)
+			n.fwd.seenOrder = n.fwd.seenOrder[1:]
 		}
 	}
 	st.seq, st.dir = m.ID.Seq, except
@@ -419,7 +236,7 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 // enqueue stamps m, queues it for recips, marks their directions in st
 // (the source's state) and sends it to their next hops.
 func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, recips []message.BrokerID) {
-	n.stampSeq++
+	n.fwd.stampSeq++
 	e := newQentry(len(recips))
 	k := n.cfg.Delta + 1
 	stamps := e.stampBuf[:0]
@@ -428,15 +245,15 @@ func (n *Node) enqueue(m *message.Pub, except message.BrokerID, st *srcState, re
 	}
 	c := min(len(m.Stamps), k-1) // the upstream stamps kept
 	stamps = stamps[:1+c]
-	stamps[0] = message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.stampSeq}
+	stamps[0] = message.Stamp{B: n.cfg.ID, E: n.cfg.Epoch, S: n.fwd.stampSeq}
 	for i, s := range m.Stamps[:c] {
 		stamps[1+i] = s
 	}
 	e.pub = message.Pub{ID: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time, Stamps: stamps}
-	e.stamp, e.except = n.stampSeq, except
+	e.stamp, e.except = n.fwd.stampSeq, except
 	copy(e.recips, recips)
-	n.queue = append(n.queue, e)
-	n.queueLen++
+	n.fwd.queue = append(n.fwd.queue, e)
+	n.fwd.queueLen++
 	n.sendNew(e, st)
 }
 
@@ -449,7 +266,7 @@ func (n *Node) sendNew(e *qentry, st *srcState) {
 	done := sent[:0]
 	for _, r := range e.recips {
 		h := n.hop(r)
-		st.mark(n.side[r], seq)
+		st.mark(n.geo.side[r], seq)
 		p := n.peers[h.to]
 		if !h.ok || p == nil || !p.up {
 			continue
@@ -503,7 +320,7 @@ func (n *Node) sendEntry(e *qentry, only message.BrokerID) bool {
 // retransmitTo sends to peer t, in stamp order, every queued publication
 // for which t is now a next hop.
 func (n *Node) retransmitTo(t message.BrokerID) {
-	for _, e := range n.queue {
+	for _, e := range n.fwd.queue {
 		if e.purged {
 			continue
 		}
@@ -520,7 +337,7 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 		ack("bad sequence number 0: sequence numbers start at 1")
 		return
 	}
-	st := n.seen[cs.src]
+	st := n.fwd.seen[cs.src]
 	if st != nil && m.Seq <= st.seq {
 		ack("") // a retry of an accepted publication: acknowledged again, not published twice
 		return
@@ -535,270 +352,31 @@ func (n *Node) publish(c message.ClientID, cs *clientState, m *message.Publish) 
 		ack("bad publication: " + err.Error())
 		return
 	}
-	if n.leaving {
+	if n.mem.leaving {
 		ack(ErrLeaving) // not retried here: the publisher must move (leave.go)
 		return
 	}
-	if !n.joined {
+	if !n.mem.joined {
 		n.counters.Backpressure++
 		ack("backpressure")
 		return
 	}
-	if n.queueLen >= n.cfg.MaxQueue {
+	if n.fwd.queueLen >= n.cfg.MaxQueue {
 		n.counters.Backpressure++
 		ack("backpressure")
+		return
+	}
+	if n.logFull() {
+		n.counters.LogFull++
+		ack(ErrLogFull)
 		return
 	}
 	n.counters.Published++
 	id := message.PubID{Publisher: cs.src.Publisher, Epoch: cs.src.Epoch, Seq: m.Seq}
-	n.acceptSeen(cs.src, st, &message.Pub{ID: id, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}, "")
+	pub := &message.Pub{ID: id, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time}
+	n.acceptSeen(cs.src, st, pub, "")
+	n.logAppend(pub) // persisted before the PubAck below is sent
 	ack("")
-}
-
-// dackLinks sends the aggregated DACKs: each link carries at most one
-// DACK per DACKTicks ticks, whatever the publication rate (aggregation).
-// When it goes out within that budget is chosen so that relays pipeline
-// (dackDue). Own discarded watermarks are refreshed right before any DACK
-// is built.
-func (n *Node) dackLinks() {
-	ver := n.store.Version()
-	due := false
-	for _, p := range n.peers {
-		if p.up && (p.dackSent != ver || n.discDirty) && n.dackDue(p) {
-			due = true
-			break
-		}
-	}
-	if !due {
-		return
-	}
-	if n.discDirty {
-		n.discDirty = false
-		n.updateDiscarded()
-	}
-	n.geometry()
-	ver = n.store.Version()
-	for _, id := range n.sortedPeers() {
-		p := n.peers[id]
-		if !p.up || !n.dackDue(p) || p.dackSent == ver {
-			continue
-		}
-		pside := n.side[id]
-		if pside == "" {
-			pside = id
-		}
-		entries := n.store.Build(p.dackSent, func(reporter, about message.BrokerID) bool {
-			return n.dackRelays(reporter, about, pside)
-		})
-		p.dackSent = ver
-		if len(entries) == 0 {
-			continue
-		}
-		p.dackAt = n.now
-		n.send(id, &message.DAck{Entries: entries})
-	}
-}
-
-// dackRelays reports whether the DACK on the link toward side pside
-// carries the entry (reporter, about): entries about brokers on that side,
-// either our own or relayed from a reporter on another side within δ+1
-// hops of the broker it is about.
-func (n *Node) dackRelays(reporter, about, pside message.BrokerID) bool {
-	if about == n.cfg.ID {
-		return false
-	}
-	as := n.side[about]
-	if as == "" {
-		as = about
-	}
-	if as != pside {
-		return false
-	}
-	if reporter != n.cfg.ID {
-		rs, ok := n.side[reporter]
-		if !ok || rs == pside {
-			return false
-		}
-		if n.dist[reporter]+n.dist[about] > n.cfg.Delta+1 {
-			return false
-		}
-	}
-	return true
-}
-
-// dackDue reports whether the DACK on link p may go out this tick: never
-// within DACKTicks ticks of the previous one on that link (one DACK per
-// link per period, whatever the publication rate). At the first allowed
-// tick it is held back one tick if another neighbour's DACK is due in this
-// very tick — one arrived in the tick of our last DACK on p (that link
-// runs at our phase) and none since — so that its reports are relayed
-// with ours a tick later rather than a period later. Why: the drain after
-// publishing stops is a chain of relays up to δ+1 hops back to the
-// stamping broker (docs/protocol.md §6); when traffic starts everywhere
-// at once every link runs at the same phase and each relay hop costs a
-// whole period, while with this rule a link settles a tick behind its
-// inputs (leaves first), so a chain costs about a tick per hop. The hold
-// is one tick at most: a period of a link is DACKTicks or DACKTicks+1.
-func (n *Node) dackDue(p *peer) bool {
-	late := n.now - p.dackAt - int64(n.cfg.DACKTicks)
-	if late != 0 {
-		return late > 0
-	}
-	for _, k := range n.peers {
-		if k != p && k.up && k.dackIn > 0 && k.dackIn == p.dackAt {
-			return false
-		}
-	}
-	return true
-}
-
-func (n *Node) onDAck(from message.BrokerID, m *message.DAck) {
-	if p, ok := n.peers[from]; ok {
-		p.dackIn = n.now
-	}
-	changed := false
-	for _, e := range m.Entries {
-		if e.Reporter == n.cfg.ID || e.Reporter == "" || e.About == "" {
-			continue
-		}
-		if e.About == n.cfg.ID && e.AE != n.cfg.Epoch {
-			continue
-		}
-		if n.store.Put(e) && e.About == n.cfg.ID {
-			changed = true
-		}
-	}
-	if changed {
-		// Purge at once rather than on the next tick: the drain after
-		// publishing stops is a chain of DACK hops, and each would
-		// otherwise wait up to a tick more. One pass per DACK received,
-		// i.e. at most one per link per DACK period: bounded whatever the
-		// publication rate.
-		n.purge()
-	}
-}
-
-// purge drops every queued publication that is safe for all its
-// recipients (dack.Safe along the tree path to each), and compacts the
-// queue.
-func (n *Node) purge() {
-	n.purgeDirty = false
-	// One threshold per recipient (dack.Threshold ≡ dack.Safe for every
-	// stamp at once), then one comparison per queued recipient.
-	th := map[message.BrokerID]uint64{}
-	kept := n.queue[:0]
-	for _, e := range n.queue {
-		all := true
-		for i, r := range e.recips {
-			if e.safe[i] {
-				continue
-			}
-			t, ok := th[r]
-			if !ok {
-				t = n.recipThreshold(r)
-				th[r] = t
-			}
-			if e.stamp <= t {
-				e.safe[i] = true
-			} else {
-				all = false
-			}
-		}
-		if all {
-			e.purged = true
-			n.queueLen--
-			n.discDirty = true
-			n.counters.Purged++
-			continue
-		}
-		kept = append(kept, e)
-	}
-	clear(n.queue[len(kept):])
-	n.queue = kept
-}
-
-// recipThreshold is dack.Threshold over the tree path to r without this
-// broker (0 when r is unknown or this broker).
-func (n *Node) recipThreshold(r message.BrokerID) uint64 {
-	path := n.pathTo(r)
-	if len(path) <= 1 {
-		return 0
-	}
-	return dack.Threshold(path[1:], n.store.About)
-}
-
-// updateDiscarded sets this broker's discarded watermark about each
-// upstream broker U: every publication received with a U-stamp up to it
-// is no longer queued here (nor held by a duplicate, dupHolds).
-func (n *Node) updateDiscarded() {
-	type pair struct {
-		b message.BrokerID
-		e uint64
-	}
-	low := map[pair]uint64{} // the lowest queued U-stamp per (B, E)
-	for _, e := range n.queue {
-		if e.purged {
-			continue
-		}
-		for _, s := range e.pub.Stamps[1:] {
-			k := pair{s.B, s.E}
-			if v, ok := low[k]; !ok || s.S < v {
-				low[k] = s.S
-			}
-		}
-	}
-	caps := map[pair]uint64{} // discarded stays below these
-	for k, s := range low {
-		caps[k] = s - 1 // wraps for S = 0: no cap
-	}
-	holds := n.dupHolds[:0]
-	for _, d := range n.dupHolds {
-		if d.e.purged {
-			continue // the queued copy left: the hold is released
-		}
-		holds = append(holds, d)
-		k := pair{d.s.B, d.s.E}
-		c, ok := caps[k]
-		if !ok {
-			c = ^uint64(0)
-		}
-		caps[k] = min(c, d.s.S-1)
-	}
-	clear(n.dupHolds[len(holds):])
-	n.dupHolds = holds
-	for _, o := range n.store.OwnKeys() {
-		c, ok := caps[pair{o.B, o.E}]
-		if !ok {
-			c = ^uint64(0) // none queued: discarded up to arrived
-		}
-		n.store.SetDiscarded(o.B, o.E, c)
-	}
-}
-
-// releaseRecipients recomputes the recipients of every queued publication
-// after subscriptions were withdrawn on behalf of a gone broker: what was
-// queued only for it is released.
-func (n *Node) releaseRecipients() {
-	for _, e := range n.queue {
-		if e.purged {
-			continue
-		}
-		pm := matching.Publication{Attrs: e.pub.Attrs}
-		now := n.table.Recipients(&pm, e.except, nil, nil)
-		var recips []message.BrokerID
-		var safe []bool
-		for i, r := range e.recips {
-			for _, x := range now {
-				if x == r {
-					recips = append(recips, r)
-					safe = append(safe, e.safe[i])
-					break
-				}
-			}
-		}
-		e.recips, e.safe = recips, safe
-	}
-	n.purge()
 }
 
 // sortedIDs returns the keys of m in id order: map iteration order never
@@ -826,16 +404,4 @@ func uitoa(v uint64) string {
 		v /= 10
 	}
 	return string(b[i:])
-}
-
-// bypassInUse reports whether some next hop is a bypass hop: a newly
-// linked broker may then change routes (computeHop: a linked broker behind
-// a pending bypass hop, or a skipped broker that turned out alive).
-func (n *Node) bypassInUse() bool {
-	for _, h := range n.hops {
-		if h.ok && h.skipped > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -432,7 +432,7 @@ func (h *harness) restart(id message.BrokerID, epoch uint64, neighbours ...messa
 // restartLate replaces a crashed broker by a new incarnation whose
 // endpoint is up (its links come up, from its side unannounced) but whose
 // core is not started yet, as in the runtime while it resolves its
-// joinpoint (overlay/runtime/runtime.go resolveJoinpoints): start it with
+// joinpoint (overlay/runtime/links.go resolveJoinpoints): start it with
 // startLate.
 func (h *harness) restartLate(id message.BrokerID, epoch uint64) {
 	h.add(id, epoch)

@@ -55,15 +55,15 @@ const leaveRepairBound = 4
 // it would count as a crash toward δ, and its place would stay in the
 // tree until gone_after.
 func (n *Node) Leave() {
-	if n.member && !n.joined && !n.leaving {
-		n.leaveWhenJoined = true
+	if n.mem.member && !n.mem.joined && !n.mem.leaving {
+		n.mem.leaveWhenJoined = true
 		return
 	}
-	if !n.joined || n.leaving {
+	if !n.mem.joined || n.mem.leaving {
 		return
 	}
-	n.leaving = true
-	n.lv = &leaveState{await: map[message.BrokerID]bool{}}
+	n.mem.leaving = true
+	n.mem.lv = &leaveState{await: map[message.BrokerID]bool{}}
 	for _, c := range n.sortedClients() {
 		cs := n.clients[c]
 		subs := make([]message.SubID, 0, len(cs.subs))
@@ -88,13 +88,13 @@ func (n *Node) Leave() {
 func (n *Node) leaveAnnounce(id message.BrokerID) {
 	n.send(id, n.heartbeat())
 	n.send(id, &message.LeaveRequest{Node: n.self, Drain: true})
-	n.lv.await[id] = true
+	n.mem.lv.await[id] = true
 }
 
 // leaveLinkUp is LinkUp's hook while leaving: a peer linked now may not
 // know yet that it must not route through this broker.
 func (n *Node) leaveLinkUp(id message.BrokerID) {
-	if n.leaving && n.lv != nil && !n.lv.repairing {
+	if n.mem.leaving && n.mem.lv != nil && !n.mem.lv.repairing {
 		n.leaveAnnounce(id)
 	}
 }
@@ -107,8 +107,8 @@ func (n *Node) onLeaveDrain(from message.BrokerID, m *message.LeaveRequest) {
 		return
 	}
 	if m.Ack {
-		if n.lv != nil {
-			delete(n.lv.await, from)
+		if n.mem.lv != nil {
+			delete(n.mem.lv.await, from)
 		}
 		return
 	}
@@ -126,12 +126,12 @@ func (n *Node) onLeaveDrain(from message.BrokerID, m *message.LeaveRequest) {
 
 // leaveTick is Tick's hook while leaving: it moves the leave on.
 func (n *Node) leaveTick() {
-	lv := n.lv
+	lv := n.mem.lv
 	if lv == nil {
 		// Leave was started by an older path (cannot happen today); finish
 		// as a leaf would.
 		lv = &leaveState{await: map[message.BrokerID]bool{}}
-		n.lv = lv
+		n.mem.lv = lv
 	}
 	for id := range lv.await {
 		if p := n.peers[id]; p == nil || p.suspected || !p.up {
@@ -139,18 +139,18 @@ func (n *Node) leaveTick() {
 		}
 	}
 	if !lv.repairing {
-		if len(lv.await) == 0 && n.queueLen == 0 && !n.localFloodsPending() && !n.neighbourLeavesFirst() {
+		if len(lv.await) == 0 && n.fwd.queueLen == 0 && !n.localFloodsPending() && !n.neighbourLeavesFirst() {
 			n.startRepair()
 		}
 		return
 	}
 	lv.ticks++
-	if (lv.repaired && n.queueLen == 0) || lv.ticks > leaveRepairBound*n.cfg.FailureTicks+n.cfg.GoneAfterTicks {
+	if (lv.repaired && n.fwd.queueLen == 0) || lv.ticks > leaveRepairBound*n.cfg.FailureTicks+n.cfg.GoneAfterTicks {
 		detail := lv.detail
 		if !lv.repaired {
 			detail = fmt.Sprintf("repair not confirmed after %d ticks: leaving anyway", lv.ticks)
-		} else if n.queueLen > 0 {
-			detail = fmt.Sprintf("%d publications still queued", n.queueLen)
+		} else if n.fwd.queueLen > 0 {
+			detail = fmt.Sprintf("%d publications still queued", n.fwd.queueLen)
 		}
 		n.finishLeave(detail)
 	}
@@ -172,7 +172,7 @@ func (n *Node) neighbourLeavesFirst() bool {
 
 // startRepair floods the tree repair (step 3 of Leave).
 func (n *Node) startRepair() {
-	lv := n.lv
+	lv := n.mem.lv
 	lv.repairing = true
 	rep, err := n.topo.Detach(n.cfg.ID)
 	if err != nil {
@@ -192,8 +192,8 @@ func (n *Node) startRepair() {
 		}
 	}
 	via := n.routesVia(byFrom, nil)
-	n.topoSeq++
-	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.floods.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.floods.topoSeq}
 	n.rememberTopo(key)
 	// δ+2 hops: a broker δ+2 hops away sees a re-attached neighbour of ours
 	// at δ+1 hops, and its map must show that neighbour's new parent.
@@ -209,8 +209,8 @@ func (n *Node) startRepair() {
 
 // finishLeave completes the leave: the node stops and closes its links.
 func (n *Node) finishLeave(detail string) {
-	n.left = true
-	n.joined = false
+	n.mem.left = true
+	n.mem.joined = false
 	for _, id := range n.sortedPeers() {
 		if p := n.peers[id]; p.up {
 			p.up = false
@@ -249,7 +249,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	if before := n.pathTo(x); len(before) >= 3 {
 		fallback = before[len(before)-2]
 	}
-	oldHop, hadHop := n.hops[x]
+	oldHop, hadHop := n.fwd.hops[x]
 
 	n.topo.ApplyDetach(x, m.Reparent, m.Add)
 	if e, ok := n.topo.Get(n.cfg.ID); ok {
@@ -261,7 +261,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		// until the leaver closes it (our TopoAck travels on it).
 		p.gone, p.joined, p.heardHB, p.suspected = true, false, true, false
 	}
-	delete(n.hops, x)
+	delete(n.fwd.hops, x)
 	if known && m.Origin == x {
 		n.notice(NoticeMemberLeft, x, "")
 	} else if known {
@@ -279,7 +279,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	for _, e := range n.table.Entries() {
 		if e.Sub.Edge == x && !e.Local {
 			dead = append(dead, e.Sub)
-			delete(n.viaState, e.Sub)
+			delete(n.floods.viaState, e.Sub)
 			n.tombstone(e.Sub)
 		}
 	}
@@ -328,7 +328,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		p, ok := routes[e.Sub]
 		if ok && len(p) > 0 {
 			if r, ok := adopter[p[0]]; ok && r != n.cfg.ID && !onPath(p, r) {
-				if _, known := n.dist[r]; known && !onPath(n.pathTo(r), p[0]) {
+				if _, known := n.geo.dist[r]; known && !onPath(n.pathTo(r), p[0]) {
 					p = append([]message.BrokerID{r}, p...)
 				}
 			}
@@ -338,11 +338,11 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 			// enters p at p[0] (then our route continues along p up to it).
 			j := -1
 			for i := len(p) - 1; i >= 1 && j < 0; i-- {
-				if _, ok := n.dist[p[i]]; ok && onPath(n.pathTo(p[i]), p[0]) {
+				if _, ok := n.geo.dist[p[i]]; ok && onPath(n.pathTo(p[i]), p[0]) {
 					j = i
 				}
 			}
-			if _, ok := n.dist[p[0]]; j < 0 && ok {
+			if _, ok := n.geo.dist[p[0]]; j < 0 && ok {
 				// Only p[0] known: it is on our route if we do not reach
 				// it from p[1]'s side and our route went that way (or
 				// through the removed broker).
@@ -353,7 +353,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 				}
 			}
 			for i := j; i >= 0; i-- {
-				if d, ok := n.dist[p[i]]; ok && d <= n.cfg.Delta+1 {
+				if d, ok := n.geo.dist[p[i]]; ok && d <= n.cfg.Delta+1 {
 					from = p[i]
 					break
 				}
@@ -387,7 +387,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// 30981: a subscription flooded past a cut link while its path's
 	// broker left).
 	for _, k := range n.floodKeys() {
-		f := n.floods[k]
+		f := n.floods.pending[k]
 		if f.except != x {
 			continue
 		}
@@ -420,7 +420,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 	// carried newer ones). With no stamper known it is routed
 	// everywhere: copies the brokers there drop as duplicates.
 	var newRecips []message.BrokerID
-	for _, e := range n.queue {
+	for _, e := range n.fwd.queue {
 		if e.purged {
 			continue
 		}
@@ -470,17 +470,17 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 			n.retransmitTo(t)
 		}
 	}
-	n.purgeDirty = true
+	n.fwd.purgeDirty = true
 }
 
 // repairOut reports whether this broker is leaving and its repair has
 // been sent: the others drop it from their maps, its own still shows the
 // old tree, so it neither passes floods on nor hands out its state.
-func (n *Node) repairOut() bool { return n.lv != nil && n.lv.repairing }
+func (n *Node) repairOut() bool { return n.mem.lv != nil && n.mem.lv.repairing }
 
 // Leaving reports whether Leave was called (cheap; the leave is complete
 // when Joined is false as well).
-func (n *Node) Leaving() bool { return n.leaving }
+func (n *Node) Leaving() bool { return n.mem.leaving }
 
 func onPath(path []message.BrokerID, b message.BrokerID) bool {
 	for _, x := range path {
@@ -507,7 +507,7 @@ func (n *Node) isNeighbour(b message.BrokerID) bool {
 // sides may not hear of each other's repair. If the gone broker comes
 // back it is a stranger: a restart rejoins as a new member.
 func (n *Node) goneRepair(g message.BrokerID) {
-	if !n.joined || n.leaving || !n.isNeighbour(g) {
+	if !n.mem.joined || n.mem.leaving || !n.isNeighbour(g) {
 		return
 	}
 	for _, nb := range n.topo.Neighbours(g) {
@@ -535,8 +535,8 @@ func (n *Node) goneRepair(g message.BrokerID) {
 		byFrom[f] = append(byFrom[f], e.Sub)
 	}
 	via := n.routesVia(byFrom, []message.BrokerID{n.cfg.ID})
-	n.topoSeq++
-	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.floods.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.floods.topoSeq}
 	n.rememberTopo(key)
 	budget := n.cfg.Delta + 3
 	rm := []message.BrokerID{g}

@@ -329,16 +329,16 @@ func TestAdjacentLeaves(t *testing.T) {
 // yet) is not dropped: it starts once the broker is joined.
 func TestLeaveWhileRecoveringStartsOnceJoined(t *testing.T) {
 	n := chainNode(t, 2)
-	n.joined = false // recovering: a member, not routable yet
-	n.stateWait = map[message.BrokerID]bool{"B": true}
+	n.mem.joined = false // recovering: a member, not routable yet
+	n.rec.stateWait = map[message.BrokerID]bool{"B": true}
 	linked(n, "B")
 	n.Leave()
-	if n.leaving {
+	if n.mem.leaving {
 		t.Fatal("a recovering broker started its leave before it was joined")
 	}
-	n.stateWait = nil
+	n.rec.stateWait = nil
 	n.becomeJoined()
-	if !n.leaving {
+	if !n.mem.leaving {
 		t.Fatal("the leave asked while recovering did not start once joined")
 	}
 	sent := false

@@ -57,7 +57,7 @@ func (n *Node) closeIdleLink(p *peer) {
 // link is judged: this broker is not a joined member or is leaving, or
 // the peer has not said on this link that it is joined and staying.
 func (n *Node) linkSettling(p *peer) bool {
-	return !n.joined || n.leaving || n.left || p.suspected || !p.heardHB || !p.joined || p.leaving
+	return !n.mem.joined || n.mem.leaving || n.mem.left || p.suspected || !p.heardHB || !p.joined || p.leaving
 }
 
 // linkUsed reports whether the link to p serves anything now: p is a tree
@@ -66,16 +66,16 @@ func (n *Node) linkSettling(p *peer) bool {
 // parts is arriving from it.
 func (n *Node) linkUsed(p *peer) bool {
 	id := p.id
-	if n.wanted(id) || n.pendingState[id] {
+	if n.wanted(id) || n.mem.pendingState[id] {
 		return true
 	}
-	if _, ok := n.admitting[id]; ok {
+	if _, ok := n.mem.admitting[id]; ok {
 		return true
 	}
 	if _, ok := n.assembling[id]; ok {
 		return true
 	}
-	for _, f := range n.floods {
+	for _, f := range n.floods.pending {
 		if f.isOut(id) || slices.Contains(f.waiters, id) {
 			return true
 		}

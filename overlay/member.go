@@ -1,93 +1,16 @@
+// Membership: a join at the joinpoint and at the joiner (JoinRequest,
+// JoinReply), the topology floods that change the tree (onTopoChange), and
+// a member taken out of it (a leave, a broker declared gone).
+
 package overlay
 
 import (
 	"fmt"
 	"slices"
-	"sort"
 
 	"github.com/deltapub/deltapub/message"
-	"github.com/deltapub/deltapub/routing"
 	"github.com/deltapub/deltapub/topology"
 )
-
-// subsFor returns the routing state broker x needs from this broker: every
-// subscription whose subscriber is not behind x as seen from here, with
-// From recomputed for x (PROTOCOL §3), sorted by SubID. For a neighbour,
-// "behind x" is "its direction is x". For a broker farther away (a
-// recovering broker asking across failed ones) it is "x lies on the path
-// from here to From": within δ+1 hops of us, a From strictly before x on
-// that path is the subscriber's own edge (a pointer stops short of δ+1
-// hops only there), so subscriptions of the failed brokers in between, and
-// of branches off the path, are included.
-//
-// Beyond δ+1 hops (a joinpoint of a restart placed elsewhere than the
-// runtime's list assumed), or when our map does not place x at all, a
-// pointer δ+1 hops from us that may lie on our way to x does not say on
-// which side of x its subscriber is: before x, or behind it. Such a
-// subscription is left out. Named, x installed it toward us although its
-// subscriber was behind x, took the answer of its own child for a
-// duplicate (the first answer wins), became routable, dropped the
-// publications for it as coming from that direction and reported them
-// discarded, and its upstream purged them (scenarios
-// restart_joinpoint_beyond_neighbourhood.txt, restart_joinpoint_not_placing.txt).
-// x learns it from the brokers of its own side, whose pointers are exact.
-func (n *Node) subsFor(x message.BrokerID) []message.SubState {
-	n.geometry()
-	d, placed := n.dist[x]
-	var out []message.SubState
-	for _, e := range n.table.Entries() {
-		if e.Local {
-			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.cfg.ID})
-			continue
-		}
-		if placed && d <= 1 {
-			if e.Dir == x {
-				continue
-			}
-			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.topo.FromFor(e.From, d)})
-			continue
-		}
-		pf := n.pathTo(e.From)
-		if placed && slices.Contains(pf[min(1, len(pf)):], x) {
-			continue // behind x
-		}
-		if (!placed || d > n.cfg.Delta+1) && len(pf)-1 >= n.cfg.Delta+1 && (!placed || slices.Contains(n.pathTo(x), e.From)) {
-			continue // its subscriber may be behind x: we cannot tell
-		}
-		from := e.From
-		if !placed {
-			// A pointer short of δ+1 hops is the subscriber's edge, in our
-			// map, so not behind x (farther than our map): as it is.
-		} else if p := n.topo.Path(x, from); len(p) > n.cfg.Delta+2 {
-			from = p[n.cfg.Delta+1]
-		} else if p == nil {
-			from = n.cfg.ID
-		}
-		out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: from})
-	}
-	return out
-}
-
-func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) (added []message.SubID) {
-	for _, s := range subs {
-		if n.tombstones[s.Sub] || s.Sub.Edge == n.cfg.ID {
-			continue
-		}
-		fp := s.From
-		if !n.topo.Has(fp) {
-			fp = from
-		}
-		dir := n.direction(fp)
-		if dir == "" {
-			dir = n.direction(from)
-		}
-		if ok, _ := n.table.Insert(routing.Entry{Sub: s.Sub, Filter: s.Filter, From: fp, Dir: dir}); ok {
-			added = append(added, s.Sub)
-			n.viaState[s.Sub] = true
-		}
-	}
-	return added
-}
 
 func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	j := m.Node
@@ -95,13 +18,13 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		n.send(from, &message.JoinReply{Err: fmt.Sprintf("join request for %q arrived from %q", j.ID, from)})
 		return
 	}
-	if !n.joined || n.leaving {
+	if !n.mem.joined || n.mem.leaving {
 		n.send(from, &message.JoinReply{Err: "joinpoint " + string(n.cfg.ID) + " is not a joined member"})
 		return
 	}
 	p := n.peer(from)
 	known, ok := n.topo.Get(j.ID)
-	if ep, adm := n.admitting[j.ID]; ok && !(adm && ep == j.Epoch) {
+	if ep, adm := n.mem.admitting[j.ID]; ok && !(adm && ep == j.Epoch) {
 		// A known member (restarted under a new epoch, or retrying a
 		// rejoin): it rejoins at its old place and recovers (StateRequest
 		// to its neighbours); until it says it is joined it is bypassed.
@@ -132,7 +55,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		return
 	}
 	retry := ok
-	n.admitting[j.ID] = j.Epoch
+	n.mem.admitting[j.ID] = j.Epoch
 	j.Parent = n.cfg.ID
 	n.topo.Put(j)
 	// A broker removed from the tree as gone (or a leaver) that restarts
@@ -145,7 +68,7 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 	n.routesChanged()
 	n.send(from, &message.JoinReply{Parent: n.cfg.ID, Map: n.topo.Within(j.ID, n.cfg.Delta+1), Subs: n.subsFor(j.ID)})
 	if retry {
-		for _, f := range n.floods {
+		for _, f := range n.floods.pending {
 			if f.key.kind == fkTopo && f.key.origin == n.cfg.ID {
 				return // the propagation is still running: it confirms
 			}
@@ -153,8 +76,8 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 		n.send(from, &message.JoinConfirm{Origin: n.cfg.ID})
 		return
 	}
-	n.topoSeq++
-	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.floods.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.floods.topoSeq}
 	n.rememberTopo(key)
 	add := []message.MapNode{j}
 	n.startFlood(&flood{key: key, except: j.ID, budget: n.cfg.Delta,
@@ -162,20 +85,20 @@ func (n *Node) onJoinRequest(from message.BrokerID, m *message.JoinRequest) {
 			return &message.TopoChange{Origin: key.origin, Seq: key.seq, Hops: n.cfg.Delta - dist, Add: add}
 		},
 		done: func() {
-			delete(n.admitting, j.ID)
+			delete(n.mem.admitting, j.ID)
 			n.send(j.ID, &message.JoinConfirm{Origin: n.cfg.ID})
 		}})
 }
 
 func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
-	if n.member || len(n.jn.points) == 0 {
+	if n.mem.member || len(n.mem.jn.points) == 0 {
 		return
 	}
 	if m.Err != "" || topology.Validate(m.Map) != nil {
 		// A refusal (or a map we cannot use) moves on to the next
 		// joinpoint, paced by tryJoinpoint. A late answer of a joinpoint
 		// we already gave up on does not move us on twice.
-		if n.jn.isCurrent(from) {
+		if n.mem.jn.isCurrent(from) {
 			why := m.Err
 			if why == "" {
 				why = topology.Validate(m.Map).Error()
@@ -188,31 +111,31 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 	n.self.Parent = m.Parent
 	n.topo.Put(n.self)
 	n.topo.Merge(m.Map)
-	n.member = true
-	n.rejoin = m.Rejoin
+	n.mem.member = true
+	n.mem.rejoin = m.Rejoin
 	for _, e := range m.Map {
 		if p, ok := n.peers[e.ID]; ok && e.Epoch > p.epoch {
 			p.epoch = e.Epoch
 		}
 	}
 	n.installSubs(from, m.Subs)
-	if n.rejoin {
-		n.stateWait = map[message.BrokerID]bool{}
-		n.reaskAt, n.reaskN = nil, nil
-		clear(n.stateless)
-		clear(n.namedBy)
-		clear(n.mapFrom)
-		n.mapFrom[from] = true
+	if n.mem.rejoin {
+		n.rec.stateWait = map[message.BrokerID]bool{}
+		n.rec.reaskAt, n.rec.reaskN = nil, nil
+		clear(n.rec.stateless)
+		clear(n.rec.namedBy)
+		clear(n.rec.mapFrom)
+		n.rec.mapFrom[from] = true
 		// Ask every tree neighbour, and every joinpoint too: the runtime
 		// gives a restarted broker its former neighbours, and the
 		// joinpoint's map may not show all of them (it may be recovering
 		// from the same failure with a partial map of its own).
 		ask := append([]message.BrokerID(nil), n.topo.Neighbours(n.cfg.ID)...)
-		for _, jp := range n.jn.points {
+		for _, jp := range n.mem.jn.points {
 			ask = append(ask, jp.ID)
 		}
 		for _, nb := range ask {
-			if nb != from && nb != n.cfg.ID && !n.stateWait[nb] {
+			if nb != from && nb != n.cfg.ID && !n.rec.stateWait[nb] {
 				n.askState(Peer{ID: nb})
 			}
 		}
@@ -221,363 +144,22 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 	n.routesChanged()
 }
 
-func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
-	if m.Node.ID != from {
-		return
-	}
-	if n.repairOut() {
-		// Leaving, and its repair is out: the others' maps no longer hold
-		// it, while its own still shows the old tree. Handing that out
-		// would put it back in their maps (a restarted neighbour's entry
-		// with this broker as its parent: scenario
-		// leave_repaired_leaver_answers_not_member.txt). It has no
-		// state to give any more.
-		n.send(from, &message.StateReply{NotMember: true})
-		return
-	}
-	if !n.member {
-		r := &message.StateReply{NotMember: true}
-		for _, jp := range n.jn.points {
-			r.Joinpoints = append(r.Joinpoints, message.MapNode{ID: jp.ID, Addr: jp.Addr})
-		}
-		n.send(from, r)
-		return
-	}
-	if !n.topo.Has(from) && m.Node.Parent != "" && (m.Node.Parent == n.cfg.ID || n.topo.Has(m.Node.Parent) || n.topo.Dangling(from)) {
-		// A restarted neighbour our (partial) map did not show: learn its
-		// place, and re-learn its side's subscriptions once it is joined.
-		// Also when its parent is unknown to us but our map names it as a
-		// parent (our own, typically: after more than δ restarts in a row
-		// our map can hold the edge to it without its entry): left out, the
-		// edge is missing on our side only, and neither side routes
-		// through it (scenario beyond_restart_parent_not_child.txt).
-		n.topo.Put(m.Node)
-		n.resyncDirs[from] = true
-	}
-	if m.Resync {
-		if n.joined {
-			n.send(from, &message.StateReply{Map: n.topo.Within(from, n.cfg.Delta+1), Subs: n.subsFor(from)})
-		}
-		return
-	}
-	p := n.peer(from)
-	if known, ok := n.topo.Get(from); ok && m.Node.Epoch > known.Epoch {
-		n.peerRestarted(from, m.Node.Epoch)
-	}
-	if m.Node.Epoch >= p.epoch {
-		p.epoch, p.joined, p.heardHB = m.Node.Epoch, false, true
-	}
-	n.routesChanged()
-	n.pendingState[from] = true
-	n.answerStateRequests()
-}
-
-// answerStateRequests answers every pending StateRequest whose answer is
-// complete here: the requester needs the subscriptions of our other
-// directions, so while we are recovering ourselves we answer only once no
-// state is awaited from a direction other than the requester's (in a tree
-// these dependencies point away from each other: no deadlock between two
-// neighbours recovering at once).
-func (n *Node) answerStateRequests() {
-	if len(n.pendingState) == 0 {
-		return
-	}
-	ids := sortedIDs(n.pendingState)
-	for _, id := range ids {
-		dir := n.direction(id)
-		ready := true
-		for w := range n.stateWait {
-			if n.direction(w) != dir {
-				ready = false
-				break
-			}
-		}
-		if !ready {
-			continue
-		}
-		delete(n.pendingState, id)
-		n.send(id, &message.StateReply{Map: n.topo.Within(id, n.cfg.Delta+1), Subs: n.subsFor(id)})
-	}
-}
-
-func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
-	if n.joined && n.stateWait == nil && !m.NotMember {
-		// A resync after a partition healed: learn what we missed.
-		if topology.Validate(m.Map) == nil {
-			self := n.self
-			self.Parent = n.topo.Parent(n.cfg.ID)
-			n.topo.Merge(m.Map)
-			n.topo.Put(self)
-		}
-		for _, sub := range n.installSubs(from, m.Subs) {
-			// New to us, so possibly to the brokers behind us too: flood
-			// it on (those that have it answer at once).
-			e, _ := n.table.Get(sub)
-			k := floodKey{kind: fkSub, sub: sub}
-			if _, busy := n.floods[k]; !busy {
-				n.startFlood(&flood{key: k, except: e.Dir, budget: -1, msg: n.subFloodMsg(sub)})
-			}
-		}
-		n.routesChanged()
-		n.replayUnplaced() // floods from brokers the map may place now
-		return
-	}
-	if !n.member || n.stateWait == nil || !n.stateWait[from] {
-		return
-	}
-	if m.NotMember {
-		// It restarted and has no state (its own subscriptions died with
-		// it): ask the brokers behind it directly — those our map shows,
-		// and its former neighbours, which it told us — and stop waiting
-		// for it (it may be waiting for us to join). A broker that has
-		// answered NotMember once is not asked again in this recovery:
-		// two restarted neighbours naming each other as former neighbours
-		// would otherwise be asked in turn forever while both wait for us
-		// (a chain of restarted brokers with nobody stateful behind it has
-		// no subscriptions to give: they died with its brokers, and a
-		// not-joined broker accepts no new ones).
-		n.stateless[from] = true
-		n.askBehind(from)
-		// Naming us as its former neighbour, it is a tree neighbour our
-		// partial map may not hold (unplaced).
-		nb := n.isNeighbour(from) || slices.ContainsFunc(m.Joinpoints, func(jp message.MapNode) bool { return jp.ID == n.cfg.ID })
-		for _, jp := range m.Joinpoints {
-			if jp.ID == n.cfg.ID || jp.ID == from || n.stateless[jp.ID] || n.stateWait[jp.ID] {
-				continue
-			}
-			if nb && !n.topo.Has(jp.ID) {
-				n.namedBy[jp.ID] = from // 2 hops from us (unplaced)
-			}
-			n.askState(Peer{ID: jp.ID, Addr: jp.Addr})
-		}
-		if n.topo.Has(from) {
-			delete(n.stateWait, from)
-		} else {
-			n.dropLeft(from)
-		}
-		n.checkRecovery()
-		return
-	}
-	before := n.topo.Neighbours(n.cfg.ID)
-	if topology.Validate(m.Map) == nil {
-		self := n.self
-		for _, e := range m.Map {
-			if e.ID == n.cfg.ID {
-				self.Parent = e.Parent
-			}
-		}
-		n.topo.Merge(m.Map)
-		n.topo.Put(self)
-		n.mapFrom[from] = true
-	}
-	n.installSubs(from, m.Subs)
-	delete(n.stateWait, from)
-	// The map we started from (the joinpoint's) shows our tree neighbours
-	// only within δ+1 hops of the joinpoint: a joinpoint farther up than
-	// our parent does not hold our children. This reply's map may show
-	// them: ask them too, or we become routable without their side.
-	n.askNewNeighbours(before)
-	n.checkRecovery()
-	n.routesChanged()
-	n.answerStateRequests()
-	n.replayUnplaced()
-}
-
-// checkRecovery replaces awaited peers that turned out failed by the live
-// brokers behind them, and completes the recovery when every direction
-// has answered. A recovery still incomplete after GoneAfterTicks completes
-// anyway (more than δ failed around us: the state of the missing
-// directions arrives with later floods only), with a notice.
-func (n *Node) checkRecovery() {
-	if n.stateWait == nil {
-		return
-	}
-	ids := make([]message.BrokerID, 0, len(n.stateWait))
-	for id := range n.stateWait {
-		ids = append(ids, id)
-	}
-	sortIDs(ids)
-	for _, id := range ids {
-		p := n.peer(id)
-		if p.gone {
-			// Gone, or a leaver whose repair is applied: no state to give.
-			// Asked on behalf of an awaited broker, that one's side is
-			// asked again on the repaired map (dropLeft): a leaver's
-			// repair that arrived before its NotMember otherwise left the
-			// side behind it unasked (restart_beside_draining_leaver.txt).
-			n.dropLeft(id)
-			continue
-		}
-		if !n.topo.Has(id) && (p.suspected || n.stateWaitT >= n.cfg.FailureTicks) && !n.unplaced(id) {
-			// A joinpoint our map does not hold (the joinpoint's map,
-			// complete within δ, does not place it within δ+1 hops of us:
-			// it left, or was removed as gone) that has not answered
-			// within a failure timeout, or is suspected: it holds no state
-			// of our neighbourhood. Waiting for it would hold the recovery
-			// until gone_after (a broker crashed next to a leaver restarts
-			// with the leaver among its joinpoints: scenario
-			// restart_joinpoint_left.txt; a removed broker's link is not
-			// even monitored, so it may never be suspected: scenario
-			// restart_joinpoint_leaving_unsuspected.txt).
-			n.dropLeft(id)
-			continue
-		}
-		if !p.suspected || n.askedBehind[id] {
-			continue
-		}
-		n.askedBehind[id] = true
-		if n.askBehind(id) > 0 {
-			delete(n.stateWait, id)
-		}
-		// Nobody to ask behind it (a leaf, or a side our map does not
-		// show): keep waiting for it (a cut heals, a frozen broker
-		// resumes) rather than become routable without its side's
-		// subscriptions, which would swallow publications for them.
-	}
-	if len(n.stateWait) == 0 || n.stateWaitT > n.cfg.GoneAfterTicks {
-		if len(n.stateWait) > 0 {
-			n.notice(NoticeGap, "", fmt.Sprintf("recovery completed without the state of %d peers", len(n.stateWait)))
-			// Re-learn those sides once they are reachable again.
-			for id := range n.stateWait {
-				if d := n.direction(id); d != "" {
-					n.resyncDirs[d] = true
-				}
-			}
-		}
-		n.stateWait = nil
-		n.becomeJoined()
-	}
-}
-
-// unplaced reports whether id, an awaited peer our map does not hold, may
-// still be a member that our map merely does not show, so that its silence
-// is no sign that it left.
-//
-// Rule: id is unplaced when our map names it as a parent (Map.Dangling),
-// or when a restarted tree neighbour y named it as its former neighbour
-// (NotMember) and no broker whose map we merged in this recovery, and that
-// was not heard not joined while we were not joined, is within δ hops of
-// y. An unplaced peer is waited for like a suspected neighbour with nobody
-// to ask behind it (until it answers, or gone_after); any other silent
-// peer our map does not hold is dropped as a broker that left.
-//
-// Argument: a merged map is complete within δ+1 hops of its holder, so a
-// holder within δ of y would show id, 2 hops from us, if id were a member:
-// absent there, id left, and waiting for it would hold the recovery (and a
-// restarted neighbour's join) until gone_after (restart_named_leaver_dropped.txt).
-// Without such a map, more than δ brokers in a row restarted and rebuilt
-// their maps from partial ones, and nothing says id left: dropped, we
-// became routable without its side, a subscription flood ended here as at
-// a leaf and was confirmed, and the publications from that side were lost
-// with no gap notice (beyond_restart_named_peer_awaited.txt). A broker
-// heard not joined while we were not joined restarted in the same incident
-// and rebuilt its map from partial maps too, so its map proves nothing
-// (beyond_restart_map_of_restarted_not_trusted.txt). And y counts as a
-// tree neighbour when its NotMember names us among its former neighbours,
-// even if our rebuilt map does not hold y (beyond_restart_notmember_names_us.txt).
-// A joinpoint of this restart is named by us: the runtime lists our former
-// neighbours among them, so it is unplaced unless a merged map is held
-// within δ of us (whose map would show our neighbours). A joinpoint that
-// answered from farther (our parent's handshake was slow) merged a map
-// that ends before our children; a child whose handshake was slow too was
-// dropped at a failure timeout, we became routable without its side and
-// swallowed its subscribers' publications (restart_slow_child_awaited.txt).
-// Scenario files are in internal/sim/testdata.
-func (n *Node) unplaced(id message.BrokerID) bool {
-	if n.topo.Dangling(id) {
-		return true
-	}
-	y, ok := n.namedBy[id]
-	if !ok {
-		if !slices.ContainsFunc(n.jn.points, func(jp Peer) bool { return jp.ID == id }) {
-			return false
-		}
-		// A joinpoint of this restart, named as a former neighbour of ours:
-		// placed by any merged map held within δ of us.
-		for s := range n.mapFrom {
-			if d := n.topo.Dist(s, n.cfg.ID); d >= 0 && d <= n.cfg.Delta {
-				return false
-			}
-		}
-		return true
-	}
-	for s := range n.mapFrom {
-		if n.unjoinedSeen[s] {
-			continue
-		}
-		if d := n.topo.Dist(s, y); d >= 0 && d <= n.cfg.Delta {
-			return false
-		}
-	}
-	return true
-}
-
-// askBehind sends a StateRequest to the closest usable brokers behind id
-// (which cannot answer: failed, or not a member itself).
-func (n *Node) askBehind(id message.BrokerID) int {
-	dir := n.direction(id)
-	if dir == "" {
-		return 0
-	}
-	n.geometry()
-	front, hole := n.topo.Frontier(dir, func(b message.BrokerID) bool { return b == id || n.unusable(b) })
-	asked := 0
-	for _, f := range front {
-		if f != id && n.dist[f] > n.dist[id] {
-			asked++
-		}
-	}
-	if hole || asked == 0 {
-		// Part of that side is unreachable (more than δ failed in a row),
-		// or unknown to our map: re-learn its subscriptions (and map) once
-		// it is reachable again.
-		n.resyncDirs[dir] = true
-	}
-	for _, f := range front {
-		if f == id || n.dist[f] <= n.dist[id] || n.stateWait[f] || n.stateless[f] {
-			continue
-		}
-		n.askedFor[f] = id
-		n.askState(Peer{ID: f})
-	}
-	return asked
-}
-
-// dropLeft stops waiting for f, which left our map (a leaver: it holds
-// no state to give). If it was asked on behalf of an awaited broker x (it
-// was the closest live one behind x), x's side is asked again on the map
-// as it is now: the leave's repair put other brokers behind x. (A broker
-// restarting next to two crashed ones asked the next one behind them,
-// which was leaving; its NotMember left that whole side unasked, the
-// recovery completed without its subscriptions, and the publications for
-// them were swallowed.)
-func (n *Node) dropLeft(f message.BrokerID) {
-	delete(n.stateWait, f)
-	x, ok := n.askedFor[f]
-	delete(n.askedFor, f)
-	if !ok || x == f || n.stateless[x] || !n.topo.Has(x) {
-		return
-	}
-	n.stateWait[x] = true
-	n.askedBehind[x] = false // checkRecovery asks behind it again
-}
-
 func (n *Node) rememberTopo(k floodKey) {
-	n.topoSeen[k] = true
-	n.topoOrder = append(n.topoOrder, k)
-	if len(n.topoOrder) > maxTopoSeen {
-		delete(n.topoSeen, n.topoOrder[0])
-		n.topoOrder = n.topoOrder[1:]
+	n.floods.topoSeen[k] = true
+	n.floods.topoOrder = append(n.floods.topoOrder, k)
+	if len(n.floods.topoOrder) > maxTopoSeen {
+		delete(n.floods.topoSeen, n.floods.topoOrder[0])
+		n.floods.topoOrder = n.floods.topoOrder[1:]
 	}
 }
 
 func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 	k := floodKey{kind: fkTopo, origin: m.Origin, seq: m.Seq}
-	if !n.member {
+	if !n.mem.member {
 		n.sendFloodAck(k, from) // the map transfer that follows includes it
 		return
 	}
-	if f, ok := n.floods[k]; ok {
+	if f, ok := n.floods.pending[k]; ok {
 		if m.Leaver != "" {
 			// A leave's repair reaches us on the old and on the new edges
 			// (a cycle while it spreads): answer at once, it is applied.
@@ -587,7 +169,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		f.waiters = append(f.waiters, from)
 		return
 	}
-	if n.topoSeen[k] {
+	if n.floods.topoSeen[k] {
 		n.sendFloodAck(k, from)
 		return
 	}
@@ -597,7 +179,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		dir = from
 	}
 	var before []message.BrokerID
-	recovering := m.Leaver != "" && n.stateWait != nil && !n.joined
+	recovering := m.Leaver != "" && n.rec.stateWait != nil && !n.mem.joined
 	if recovering {
 		before = append(before, n.topo.Neighbours(n.cfg.ID)...)
 	}
@@ -655,64 +237,10 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 // without its new parent's side: publications for it were lost silently).
 func (n *Node) askNewNeighbours(before []message.BrokerID) {
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		if slices.Contains(before, nb) || n.stateWait[nb] || n.stateless[nb] || n.mapFrom[nb] {
+		if slices.Contains(before, nb) || n.rec.stateWait[nb] || n.rec.stateless[nb] || n.rec.mapFrom[nb] {
 			continue
 		}
 		n.askState(Peer{ID: nb})
-	}
-}
-
-// reaskState sends the StateRequest again, once per failure timeout of the
-// recovery, to every awaited peer that is linked and heard but has not
-// answered. An awaited peer either answers, or falls silent and is
-// suspected (then the brokers behind it are asked): one that stays alive
-// without answering is waited for until GoneAfterTicks, and the recovery
-// then completes without its side, which makes this broker routable
-// without that side's subscriptions (it swallows the publications for
-// them). Defence in depth: a runtime must not lose a request on a link its
-// sender sees up (it holds what arrives before its core starts), but if one
-// is lost it is asked again. A duplicate request is harmless: it is answered once more
-// (pendingState is a set), and an answer that is no longer awaited is
-// ignored.
-//
-// Paced per peer: the first re-ask a failure timeout after the recovery
-// began, each next one after a backoff (retry.go), and none while a state
-// answer of that peer is arriving in parts. A large state (thousands of
-// subscriptions) on a loaded machine takes longer than a failure timeout to
-// arrive; asked again at a fixed pace, every neighbour sent it again and
-// again, and the recovering broker drowned in copies and never finished.
-func (n *Node) reaskState() {
-	for _, id := range sortedIDs(n.stateWait) {
-		p := n.peers[id]
-		if p == nil || !p.up || !p.heardHB || p.suspected || n.assembling[id] != nil {
-			continue
-		}
-		if n.reaskAt == nil {
-			n.reaskAt = map[message.BrokerID]int64{}
-			n.reaskN = map[message.BrokerID]int{}
-		}
-		at, ok := n.reaskAt[id]
-		if !ok {
-			n.reaskAt[id] = n.now + int64(n.cfg.FailureTicks)
-			continue
-		}
-		if n.now < at {
-			continue
-		}
-		n.reaskN[id]++
-		n.reaskAt[id] = n.now + int64(n.backoff(n.cfg.FailureTicks, n.reaskN[id]))
-		n.send(id, &message.StateRequest{Node: n.self})
-	}
-}
-
-// askState awaits p's state in this recovery: a StateRequest now if its
-// link is up, or once the dial brings the link up.
-func (n *Node) askState(p Peer) {
-	n.stateWait[p.ID] = true
-	if n.peer(p.ID).up {
-		n.send(p.ID, &message.StateRequest{Node: n.self})
-	} else {
-		n.dial(p, false)
 	}
 }
 
@@ -726,8 +254,9 @@ func (n *Node) removeMember(id message.BrokerID) {
 			n.out.Closes = append(n.out.Closes, id)
 		}
 		delete(n.peers, id)
+		n.peerIDs = nil
 	}
-	delete(n.hops, id)
+	delete(n.fwd.hops, id)
 	n.releaseRecipients()
 }
 
@@ -744,8 +273,8 @@ func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
 	n.notice(NoticeMemberLeft, from, "")
 	n.removeMember(from)
 	n.routesChanged()
-	n.topoSeq++
-	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.topoSeq}
+	n.floods.topoSeq++
+	key := floodKey{kind: fkTopo, origin: n.cfg.ID, seq: n.floods.topoSeq}
 	n.rememberTopo(key)
 	rm := []message.BrokerID{from}
 	n.startFlood(&flood{key: key, budget: n.cfg.Delta,
@@ -777,114 +306,4 @@ func (n *Node) declareGone(p *peer) {
 	}
 	n.releaseRecipients()
 	n.goneRepair(p.id) // a tree neighbour removes it from the tree (leave.go)
-}
-
-type gapKey struct {
-	origin message.BrokerID
-	seq    uint64
-}
-
-// checkHoles detects, per tree direction, a hole longer than δ (every
-// broker of some branch down to δ+1 hops unusable: the overlay is
-// partitioned there, beyond the guarantee, PROTOCOL §8) and notifies the
-// subscriptions on this side with Gaps. See docs/protocol.md for what a
-// Gap promises.
-func (n *Node) checkHoles() {
-	if !n.joined {
-		return
-	}
-	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		_, hole := n.topo.Frontier(nb, n.unusable)
-		if hole && !n.holes[nb] {
-			n.holes[nb] = true
-			reason := fmt.Sprintf("more than %d brokers failed in a row beyond %s (seen from %s)", n.cfg.Delta, nb, n.cfg.ID)
-			n.notice(NoticeGap, nb, reason)
-			targets, _ := n.floodTargets(nb, false)
-			for _, g := range n.gapFloods(n.gapRanges(nb), reason) {
-				n.rememberGap(gapKey{n.cfg.ID, g.Seq})
-				n.deliverGap(g)
-				for _, t := range targets {
-					n.send(t.id, g)
-				}
-			}
-		} else if !hole && n.holes[nb] {
-			delete(n.holes, nb)
-			n.notice(NoticeGap, nb, "healed")
-			n.resyncDirs[nb] = true
-		}
-	}
-	// Subscriptions made on the far side of a partition never reached us
-	// (their floods stop at the hole): ask the brokers of that side for
-	// their state once it is reachable again.
-	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
-		if !n.resyncDirs[nb] {
-			continue
-		}
-		front, skipped, hole := n.topo.FrontierSkipped(nb, n.unusable)
-		if hole || len(skipped) > 0 {
-			continue
-		}
-		delete(n.resyncDirs, nb)
-		for _, f := range front {
-			n.send(f, &message.StateRequest{Node: n.self, Resync: true})
-		}
-	}
-}
-
-// gapRanges lists what may be missing: for every source known to arrive
-// from direction dir, everything after the highest sequence number
-// accepted here; and, for sources never seen here, every source.
-func (n *Node) gapRanges(dir message.BrokerID) []message.GapRange {
-	var out []message.GapRange
-	for src, st := range n.seen {
-		if st.dir == dir {
-			out = append(out, message.GapRange{Source: src, From: st.seq + 1})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Source.Publisher != out[j].Source.Publisher {
-			return out[i].Source.Publisher < out[j].Source.Publisher
-		}
-		return out[i].Source.Epoch < out[j].Source.Epoch
-	})
-	out = append(out, message.GapRange{From: 1})
-	return out
-}
-
-func (n *Node) rememberGap(k gapKey) {
-	n.gapSeen[k] = true
-	n.gapOrder = append(n.gapOrder, k)
-	if len(n.gapOrder) > maxGapSeen {
-		delete(n.gapSeen, n.gapOrder[0])
-		n.gapOrder = n.gapOrder[1:]
-	}
-}
-
-func (n *Node) deliverGap(g *message.GapFlood) {
-	for _, e := range n.table.Entries() {
-		if !e.Local {
-			continue
-		}
-		for _, r := range g.Ranges {
-			n.counters.Gaps++
-			n.toClient(e.Client, &message.Gap{Sub: e.Sub, Source: r.Source, From: r.From, To: r.To, Reason: g.Reason})
-		}
-	}
-}
-
-func (n *Node) onGapFlood(from message.BrokerID, g *message.GapFlood) {
-	k := gapKey{g.Origin, g.Seq}
-	if n.gapSeen[k] || !n.member {
-		return
-	}
-	n.rememberGap(k)
-	n.deliverGap(g)
-	dir := n.direction(from)
-	if dir == "" {
-		dir = from
-	}
-	targets, _ := n.floodTargets(dir, false)
-	for _, t := range targets {
-		n.send(t.id, g)
-	}
 }

@@ -56,6 +56,14 @@ type Config struct {
 	// Seed is the only source of randomness: the jitter of the backoffs
 	// (retry.go).
 	Seed int64
+	// Durable: local publications are logged (Ready.Appends, before
+	// their PubAcks) and released once safe (Ready.Released); see
+	// durable.go.
+	Durable bool
+	// MaxLogBytes bounds the log (message.LogSize of the publications
+	// not yet released; 0: unbounded). At the bound Publish is refused
+	// with ErrLogFull until downstream makes enough safe.
+	MaxLogBytes int64
 }
 
 // DefaultConfig returns the core's defaults for a 10 ms tick: the
@@ -180,6 +188,11 @@ type Ready struct {
 	Messages  []Envelope         // send, in this order, each on the up link to To (FIFO per link)
 	ToClients []ClientEnvelope
 	Notices   []Notice
+	// Appends are publications to persist in the log before ToClients is
+	// sent (Config.Durable); Released the per-source seqs up to which
+	// the log may drop them (safe downstream).
+	Appends  []message.Pub
+	Released []message.PubID
 }
 
 // Ready returns everything produced since the last call, and clears it.
@@ -192,7 +205,7 @@ func (n *Node) Ready() Ready {
 // Pending reports whether Ready has anything to return.
 func (n *Node) Pending() bool {
 	o := &n.out
-	return len(o.Messages)+len(o.ToClients)+len(o.Notices)+len(o.Dials)+len(o.Closes) > 0
+	return len(o.Messages)+len(o.ToClients)+len(o.Notices)+len(o.Dials)+len(o.Closes)+len(o.Appends)+len(o.Released) > 0
 }
 
 // LinkStatus describes one link of the node.
@@ -225,6 +238,7 @@ type Status struct {
 	Arrived   map[string]uint64
 	Discarded map[string]uint64
 	Counters  Counters
+	Log       LogStatus // the publication log (Config.Durable)
 }
 
 // Counters count what the node did since it started.
@@ -238,5 +252,7 @@ type Counters struct {
 	Purged        uint64            // publications purged from the queue
 	Backpressure  uint64            // Publish refused at the queue bound
 	Gaps          uint64            // Gap notices sent to local clients
+	LogFull       uint64            // Publish refused at the log bound (ErrLogFull)
+	Reoffered     uint64            // logged publications offered again after a restart
 	Control       map[string]uint64 // control messages sent, by message type name
 }

@@ -309,8 +309,8 @@ func (n *Node) onPart(from message.BrokerID, p *message.Part) message.Message {
 	switch h := a.head.(type) {
 	case *message.JoinReply:
 		h.Subs = append(h.Subs, p.Subs...)
-		if !n.member {
-			n.jn.wait = n.cfg.JoinRetryTicks // progress: the joinpoint answers
+		if !n.mem.member {
+			n.mem.jn.wait = n.cfg.JoinRetryTicks // progress: the joinpoint answers
 		}
 	case *message.StateReply:
 		h.Subs = append(h.Subs, p.Subs...)
@@ -356,7 +356,7 @@ func (n *Node) SetMaxFrame(bytes int) error {
 // subscribers of each), so they are simply cut where a frame is full.
 func (n *Node) gapFloods(ranges []message.GapRange, reason string) []*message.GapFlood {
 	budget := n.partBudget()
-	head := &message.GapFlood{Origin: n.cfg.ID, Seq: n.gapSeq + 1, Reason: reason}
+	head := &message.GapFlood{Origin: n.cfg.ID, Seq: n.gaps.seq + 1, Reason: reason}
 	hc, err := wire.FrameCost(head)
 	if err != nil {
 		hc = wire.Cost{Bytes: 64 + len(reason), Values: 4}
@@ -365,8 +365,8 @@ func (n *Node) gapFloods(ranges []message.GapRange, reason string) []*message.Ga
 	var out []*message.GapFlood
 	cur, start := hc, 0
 	flush := func(end int) {
-		n.gapSeq++
-		out = append(out, &message.GapFlood{Origin: n.cfg.ID, Seq: n.gapSeq, Ranges: ranges[start:end], Reason: reason})
+		n.gaps.seq++
+		out = append(out, &message.GapFlood{Origin: n.cfg.ID, Seq: n.gaps.seq, Ranges: ranges[start:end], Reason: reason})
 		start, cur = end, hc
 	}
 	for i := range ranges {

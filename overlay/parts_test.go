@@ -287,13 +287,13 @@ func TestPartsNothingActsOnAPartialState(t *testing.T) {
 	// Complete: member with every entry.
 	n := joiningNode(t)
 	for i, m := range msgs {
-		if n.member {
+		if n.mem.member {
 			t.Fatalf("member after %d of %d messages", i, len(msgs))
 		}
 		n.Step("D", m)
 	}
-	if !n.member || n.table.Len() != 1000 {
-		t.Fatalf("after every part: member=%v with %d entries, want true with 1000", n.member, n.table.Len())
+	if !n.mem.member || n.table.Len() != 1000 {
+		t.Fatalf("after every part: member=%v with %d entries, want true with 1000", n.mem.member, n.table.Len())
 	}
 
 	// The link breaks after the first part: the rest, on the new link, is
@@ -306,15 +306,15 @@ func TestPartsNothingActsOnAPartialState(t *testing.T) {
 	for _, m := range msgs[2:] {
 		n.Step("D", m)
 	}
-	if n.member || n.table.Len() != 0 {
-		t.Fatalf("after a link break mid-transfer: member=%v with %d entries, want nothing applied", n.member, n.table.Len())
+	if n.mem.member || n.table.Len() != 0 {
+		t.Fatalf("after a link break mid-transfer: member=%v with %d entries, want nothing applied", n.mem.member, n.table.Len())
 	}
 	// The retry's complete transfer on the new link joins.
 	for _, m := range msgs {
 		n.Step("D", m)
 	}
-	if !n.member || n.table.Len() != 1000 {
-		t.Fatalf("after the retried transfer: member=%v with %d entries", n.member, n.table.Len())
+	if !n.mem.member || n.table.Len() != 1000 {
+		t.Fatalf("after the retried transfer: member=%v with %d entries", n.mem.member, n.table.Len())
 	}
 
 	// A part out of order drops the transfer.
@@ -324,7 +324,7 @@ func TestPartsNothingActsOnAPartialState(t *testing.T) {
 	for _, m := range msgs[1:] {
 		n.Step("D", m)
 	}
-	if n.member {
+	if n.mem.member {
 		t.Fatal("joined from a transfer with a part out of order")
 	}
 

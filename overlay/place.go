@@ -19,7 +19,7 @@ import "slices"
 // joining or recovering has no place of its own yet: the runtime keeps the
 // one it saved before); empty, not nil, for a member alone in the overlay.
 func (n *Node) Place() []Peer {
-	if !n.joined || n.leaving || n.left {
+	if !n.mem.joined || n.mem.leaving || n.mem.left {
 		return nil
 	}
 	out := []Peer{}

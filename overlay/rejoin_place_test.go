@@ -71,7 +71,7 @@ func TestStateRequestFromParentNotInMapLearnsItsPlace(t *testing.T) {
 	if d := n.direction("B"); d != "B" {
 		t.Fatalf("direction of B = %q, want B (the edge C-B)", d)
 	}
-	if !n.resyncDirs["B"] {
+	if !n.gaps.resyncDirs["B"] {
 		t.Error("B's side not marked for a resync")
 	}
 	var reply *message.StateReply

@@ -57,27 +57,27 @@ func (j *joining) isCurrent(id message.BrokerID) bool {
 // for a restarted broker, rejoins at its old place). Joinpoints are tried
 // in order, each for JoinRetryTicks; see joining.
 func (n *Node) Join(joinpoints []Peer) {
-	if n.member || len(joinpoints) == 0 {
+	if n.mem.member || len(joinpoints) == 0 {
 		if len(joinpoints) == 0 {
 			n.notice(NoticeJoinFailed, "", "no joinpoint given")
 		}
 		return
 	}
-	n.jn = joining{points: append([]Peer(nil), joinpoints...)}
+	n.mem.jn = joining{points: append([]Peer(nil), joinpoints...)}
 	n.tryJoinpoint()
 }
 
 // nextJoinpoint gives up on the current joinpoint (it refused, its dial
 // failed, or it did not answer in time) and tries the next.
 func (n *Node) nextJoinpoint() {
-	n.jn.idx++
+	n.mem.jn.idx++
 	n.tryJoinpoint()
 }
 
 // tryJoinpoint asks the joinpoint at jn.idx (skipping ourselves), or,
 // past the last one, pauses before the next round.
 func (n *Node) tryJoinpoint() {
-	j := &n.jn
+	j := &n.mem.jn
 	for j.idx < len(j.points) && j.points[j.idx].ID == n.cfg.ID {
 		j.idx++
 	}
@@ -100,15 +100,15 @@ func (n *Node) tryJoinpoint() {
 }
 
 func (n *Node) askJoin(id message.BrokerID) {
-	n.jn.asked = true
+	n.mem.jn.asked = true
 	n.send(id, &message.JoinRequest{Node: n.self})
 }
 
 // joinTick advances a join by one tick: the pause between rounds, or the
 // current joinpoint's time to answer.
 func (n *Node) joinTick() {
-	j := &n.jn
-	if n.member || len(j.points) == 0 {
+	j := &n.mem.jn
+	if n.mem.member || len(j.points) == 0 {
 		return
 	}
 	if j.pause > 0 {

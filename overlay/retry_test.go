@@ -107,8 +107,8 @@ func TestRefusalMovesOnToTheNextJoinpoint(t *testing.T) {
 	}
 	// A late refusal from P (given up on already) does not skip Q.
 	n.Step("P", &message.JoinReply{Err: "late"})
-	if !n.jn.isCurrent("Q") {
-		t.Fatalf("a stale refusal moved the join on: current %+v", n.jn.current())
+	if !n.mem.jn.isCurrent("Q") {
+		t.Fatalf("a stale refusal moved the join on: current %+v", n.mem.jn.current())
 	}
 }
 
@@ -145,8 +145,8 @@ func TestDialFailuresBackOff(t *testing.T) {
 func TestReaskStateIsPacedAndWaitsForParts(t *testing.T) {
 	for _, arriving := range []bool{false, true} {
 		n := chainNode(t, 2)
-		n.joined = false // recovering
-		n.stateWait = map[message.BrokerID]bool{"B": true}
+		n.mem.joined = false // recovering
+		n.rec.stateWait = map[message.BrokerID]bool{"B": true}
 		linked(n, "B")
 		if arriving {
 			n.assembling = map[message.BrokerID]*assembly{"B": {head: &message.StateReply{}, more: 3}}

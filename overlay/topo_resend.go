@@ -33,11 +33,11 @@ type recentTopo struct {
 const maxRecentTopo = 32
 
 func (n *Node) recordTopo(f *flood) {
-	if len(n.recentTopo) == maxRecentTopo {
-		copy(n.recentTopo, n.recentTopo[1:])
-		n.recentTopo = n.recentTopo[:maxRecentTopo-1]
+	if len(n.floods.recentTopo) == maxRecentTopo {
+		copy(n.floods.recentTopo, n.floods.recentTopo[1:])
+		n.floods.recentTopo = n.floods.recentTopo[:maxRecentTopo-1]
 	}
-	n.recentTopo = append(n.recentTopo, recentTopo{at: n.now, key: f.key, msg: f.msg})
+	n.floods.recentTopo = append(n.floods.recentTopo, recentTopo{at: n.now, key: f.key, msg: f.msg})
 }
 
 // resendTopo sends p the topology floods passed on here since p fell
@@ -49,7 +49,7 @@ func (n *Node) recordTopo(f *flood) {
 func (n *Node) resendTopo(p *peer) {
 	horizon := n.now - int64(n.cfg.GoneAfterTicks)
 	since := p.suspAt - int64(n.cfg.FailureTicks) - 1
-	for _, r := range n.recentTopo {
+	for _, r := range n.floods.recentTopo {
 		if r.at < since || r.at < horizon || r.key.origin == p.id {
 			continue
 		}

@@ -226,6 +226,9 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 		return err
 	}
 	rt.KeepState(st)
+	if err := rt.OpenLog(st); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	b := &inprocBroker{rt: rt, reg: reg, tr: tr, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -398,6 +401,21 @@ func (h *inprocHost) release(b *inprocBroker) {
 		b.unfreez = nil
 	}
 	h.mu.Unlock()
+}
+
+// wipe drops the broker's store: its next start has no place and no log.
+func (h *inprocHost) wipe(name string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b := h.brokers[name]; b != nil {
+		select {
+		case <-b.done:
+		default:
+			return fmt.Errorf("%s is still running", name)
+		}
+	}
+	delete(h.stores, name)
+	return nil
 }
 
 func (h *inprocHost) freeze(name string) error {

@@ -370,6 +370,25 @@ func (h *procHost) logHas(name, s string) bool {
 	return err == nil && bytes.Contains(b, []byte(s))
 }
 
+// wipe removes the broker's data directory: its next start has no place,
+// no epoch record and no publication log.
+func (h *procHost) wipe(name string) error {
+	h.mu.Lock()
+	pr := h.procs[name]
+	h.mu.Unlock()
+	if pr != nil {
+		select {
+		case <-pr.done:
+		default:
+			return fmt.Errorf("%s is still running", name)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(h.data, name)); err != nil {
+		return fmt.Errorf("restart_clean %s: %v", name, err)
+	}
+	return nil
+}
+
 func (h *procHost) freeze(name string) error {
 	pr, err := h.signal(name, syscall.SIGSTOP)
 	if err == nil {

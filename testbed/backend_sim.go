@@ -224,7 +224,9 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 				case ActCrash:
 					err = s.Crash(id)
 				case ActRestart:
-					err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: true}) // the data directory's place first, as process and inproc
+					// The data directory's place first, as process and
+					// inproc, and its log (not with restart_clean).
+					err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean})
 				case ActFreeze:
 					err = s.Freeze(id)
 				case ActResume:

@@ -115,12 +115,16 @@ type Action struct {
 	Kind   string
 	Broker string
 	Peer   string
-	Line   int // where the file asks for it
+	Line   int  // where the file asks for it
+	Clean  bool // ActRestart: the data directory is lost first (restart_clean)
 }
 
 func (a Action) String() string {
 	if a.Peer != "" {
 		return fmt.Sprintf("%s %s-%s", a.Kind, a.Broker, a.Peer)
+	}
+	if a.Clean {
+		return "restart_clean " + a.Broker
 	}
 	return a.Kind + " " + a.Broker
 }
@@ -511,13 +515,18 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 		}
 		single(ActCrash, fs0.Crash)
 		single(ActRestart, fs0.Restart)
+		nr := len(f.Actions)
+		single(ActRestart, fs0.RestartClean)
+		for i := nr; i < len(f.Actions); i++ {
+			f.Actions[i].Clean, f.Actions[i].Line = true, key("restart_clean")
+		}
 		single(ActFreeze, fs0.Freeze)
 		single(ActResume, fs0.Resume)
 		pairs(ActCut, fs0.Cut)
 		pairs(ActHeal, fs0.Heal)
 		single(ActLeave, fs0.Leave)
-		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal)+len(fs0.Leave) == 0 {
-			errs.add(line, "fault %d does nothing: give crash, restart, freeze, resume, cut, heal or leave", i+1)
+		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.RestartClean)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal)+len(fs0.Leave) == 0 {
+			errs.add(line, "fault %d does nothing: give crash, restart, restart_clean, freeze, resume, cut, heal or leave", i+1)
 		}
 		fs = append(fs, idxFault{f, i})
 	}

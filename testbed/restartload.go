@@ -15,7 +15,7 @@ import (
 //
 // Per restart of broker R (applied without error, scheduled or manual),
 // R's neighbours are those of the planned tree with the graceful leaves
-// before the restart detached (as realtime.go keeps its tree). R is
+// before the restart detached (as live.go keeps its tree). R is
 // observed over its samples taken after the restart, up to the end of
 // publishing or the next fault that touches R or one of those neighbours,
 // whichever comes first. In each sample period R is within when

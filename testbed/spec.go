@@ -101,13 +101,16 @@ type SubscriberSpec struct {
 
 // FaultSpec is one [[faults]] entry: everything in it happens at At.
 type FaultSpec struct {
-	At      Duration   `toml:"at"`
-	Crash   []string   `toml:"crash"`   // kill (state lost)
-	Restart []string   `toml:"restart"` // start again a crashed broker (new epoch)
-	Freeze  []string   `toml:"freeze"`  // stop processing (SIGSTOP); a false suspicion if resumed in time
-	Resume  []string   `toml:"resume"`  // resume a frozen broker
-	Cut     [][]string `toml:"cut"`     // cut links between pairs of brokers
-	Heal    [][]string `toml:"heal"`    // heal cut links
+	At      Duration `toml:"at"`
+	Crash   []string `toml:"crash"`   // kill (state lost)
+	Restart []string `toml:"restart"` // start again a crashed broker (new epoch), with its data directory
+	// RestartClean: as restart, but the broker's data directory is lost
+	// first (its place and its publication log).
+	RestartClean []string   `toml:"restart_clean"`
+	Freeze       []string   `toml:"freeze"` // stop processing (SIGSTOP); a false suspicion if resumed in time
+	Resume       []string   `toml:"resume"` // resume a frozen broker
+	Cut          [][]string `toml:"cut"`    // cut links between pairs of brokers
+	Heal         [][]string `toml:"heal"`   // heal cut links
 	// Leave: the broker leaves the overlay gracefully (SIGTERM to the
 	// process; docs/protocol.md §3) and is gone for good: its clients are
 	// told, its publishers stop, the tree is repaired around it.

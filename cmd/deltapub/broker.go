@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/deltapub/deltapub/internal/loglimit"
 	"github.com/deltapub/deltapub/overlay/runtime"
 	"github.com/rs/zerolog"
 )
@@ -32,6 +33,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		delta       = fs.Int("delta", 0, "δ: adjacent broker failures tolerated (same on every broker)")
 		epoch       = fs.Uint64("epoch", 0, "incarnation `number` (0: milliseconds since 1970)")
 		dataDir     = fs.String("data-dir", "", "`directory` where the broker keeps its epoch and its place in the tree across crashes (empty: nothing kept)")
+		durability  = fs.String("durability", "", "publication log: fsync, write or none (default: fsync with --data-dir, else none)")
 		tick        = fs.Duration("tick", 0, "runtime tick `duration`")
 		heartbeat   = fs.Duration("heartbeat", 0, "heartbeat `interval`")
 		failure     = fs.Duration("failure-timeout", 0, "silence after which a peer is suspected")
@@ -79,6 +81,8 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 				cfg.Epoch = *epoch
 			case "data-dir":
 				cfg.DataDir = *dataDir
+			case "durability":
+				cfg.Durability = *durability
 			case "tick":
 				cfg.Tick = *tick
 			case "heartbeat":
@@ -117,11 +121,11 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
 			return 2
 		}
-		// A repeated line is counted, not repeated (loglimit.go): the summaries
-		// go to base, everything else through the limiter.
+		// A repeated line is counted, not repeated (internal/loglimit): the
+		// summaries go to out, everything else through the limiter.
 		out := logOutput(os.Stderr, cfg.Log.Format)
 		summaries := loggerTo(out, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
-		limiter := newLogLimiter(out, summaries, logBurst, logWindowD, logMaxKeys)
+		limiter := loglimit.New(out, summaries, logBurst, logWindow, logMaxKeys)
 		log := loggerTo(limiter, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
 		b, err := runtime.NewBroker(cfg, log)
 		if err != nil {
@@ -132,7 +136,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		defer stop()
 		limCtx, limStop := context.WithCancel(context.Background())
 		limDone := make(chan struct{})
-		go func() { defer close(limDone); limiter.run(limCtx) }()
+		go func() { defer close(limDone); limiter.Run(limCtx) }()
 		// On the way out, the pending summaries are written.
 		defer func() { limStop(); <-limDone }()
 		if err := b.Run(ctx); err != nil {
@@ -175,3 +179,11 @@ func loggerTo(w io.Writer, level string) zerolog.Logger {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
+
+// The broker's log limits: 5 identical lines per 2 s, then a count; at most
+// 1024 distinct lines tracked.
+const (
+	logBurst   = 5
+	logWindow  = 2 * time.Second
+	logMaxKeys = 1024
+)

@@ -309,16 +309,7 @@ func Overlay(o OverlayOptions) (*OverlayReport, error) {
 	// publishing loop only waits when MaxInFlight publications are
 	// unacknowledged.
 	acks := make(chan (<-chan error), 1<<14)
-	ackErr := make(chan error, 1)
-	go func() {
-		var first error
-		for ch := range acks {
-			if err := <-ch; err != nil && first == nil {
-				first = err
-			}
-		}
-		ackErr <- first
-	}()
+	ackErr := waitAcks(acks)
 	publish := func(n int, rate float64) error {
 		start := time.Now()
 		for i := 0; i < n; i++ {

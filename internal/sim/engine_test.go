@@ -60,6 +60,7 @@ func (n *pingNode) ClientOpen(message.ClientID)              {}
 func (n *pingNode) ClientClose(message.ClientID)             {}
 func (n *pingNode) Client(message.ClientID, message.Message) {}
 func (n *pingNode) Joined() bool                             { return n.joined }
+func (n *pingNode) Phase() overlay.Phase                     { return joinedPhase(n.joined) }
 
 // BenchmarkEngine: one op is 100 ms of virtual time of 83 ping nodes in a
 // random tree (about 83 × 10 ticks and 83 × 2 × 10 × burst messages);

@@ -171,3 +171,5 @@ func (n *FloodNode) Client(c message.ClientID, m message.Message) {
 }
 
 func (n *FloodNode) Joined() bool { return n.joined }
+
+func (n *FloodNode) Phase() overlay.Phase { return joinedPhase(n.joined) }

@@ -36,6 +36,10 @@ type Log struct {
 	// state; a restarted broker not joined within the bound.
 	Storms      []string
 	NotRejoined []string
+	// Phases lists membership phase changes that the state machine does
+	// not allow (overlay.LegalPhaseChange): a bug of the core, within δ or
+	// beyond.
+	Phases []string
 	// Errors lists environment-level failures: a message that does not
 	// round-trip through the wire format.
 	Errors []string
@@ -266,6 +270,7 @@ type Report struct {
 	Stuck          int // liveness failures after quiescence (see Log.Stuck)
 	Storms         int // (broker, type) whose control rate broke the storm bound
 	NotRejoined    int // restarts not joined within the rejoin bound (within δ)
+	Phases         int // illegal membership phase changes (Log.Phases)
 	Errors         int // messages that do not round-trip through the wire format
 	PerSub         []SubReport
 	Details        []string
@@ -288,7 +293,7 @@ type SubReport struct {
 // counts; beyond δ only duplicates, reordering, spurious deliveries and
 // silent loss do.
 func (r Report) Failed(beyond bool) bool {
-	bad := r.Duplicates + r.Reordered + r.Spurious + r.Errors + r.Storms
+	bad := r.Duplicates + r.Reordered + r.Spurious + r.Errors + r.Storms + r.Phases
 	if beyond {
 		return bad+r.SilentLost > 0
 	}
@@ -320,7 +325,9 @@ func (l *Log) Check() Report {
 	r.Errors = len(l.Errors)
 	r.Storms = len(l.Storms)
 	r.NotRejoined = len(l.NotRejoined)
+	r.Phases = len(l.Phases)
 	r.Details = append(r.Details, l.Errors...)
+	r.Details = append(r.Details, l.Phases...)
 	// A storm or a broker that never rejoined is usually the cause of the
 	// stuck subscriptions and undrained queues that follow: first.
 	r.Details = append(r.Details, l.Storms...)

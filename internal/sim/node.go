@@ -26,6 +26,9 @@ type Node interface {
 	// Leave starts a graceful leave (a node that cannot leave does
 	// nothing: Leaving stays false).
 	Leave()
+	// Restore gives a restarted node its publication log before it joins
+	// (overlay.Node.Restore; a node without a log ignores it).
+	Restore(last []message.PubID, pubs []message.Pub)
 
 	// Pending reports whether Ready has anything to return.
 	Pending() bool
@@ -39,6 +42,10 @@ type Node interface {
 	// known).
 	Joined() bool
 	Leaving() bool
+	// Phase is where the node stands in its membership state machine
+	// (overlay.Phase); the simulator checks every change against
+	// overlay.LegalPhaseChange.
+	Phase() overlay.Phase
 	QueueLen() int
 	Parent() message.BrokerID
 	// Place is where a restart should rejoin (overlay.Node.Place): what
@@ -81,8 +88,18 @@ func (b *nodeBase) Ready() overlay.Ready {
 	return r
 }
 
-func (*nodeBase) Leave()                   {}
-func (*nodeBase) Leaving() bool            { return false }
-func (*nodeBase) QueueLen() int            { return 0 }
-func (*nodeBase) Parent() message.BrokerID { return "" }
-func (*nodeBase) Place() []overlay.Peer    { return nil }
+func (*nodeBase) Leave()                                 {}
+func (*nodeBase) Restore([]message.PubID, []message.Pub) {}
+func (*nodeBase) Leaving() bool                          { return false }
+func (*nodeBase) QueueLen() int                          { return 0 }
+func (*nodeBase) Parent() message.BrokerID               { return "" }
+func (*nodeBase) Place() []overlay.Peer                  { return nil }
+
+// joinedPhase is the phase of a node that is either a member or not: the
+// reference node and the tests' nodes.
+func joinedPhase(joined bool) overlay.Phase {
+	if joined {
+		return overlay.PhaseJoined
+	}
+	return overlay.PhaseNew
+}

@@ -22,7 +22,9 @@ import (
 //	                            accepting end of a link is told LinkUp up to this later), linkdown
 //	                            (a duration or "never"), maxqueue, wire (on|off: messages
 //	                            through the wire format, default on), frame (bytes: the
-//	                            largest frame a receiver accepts, as limits.max_frame)
+//	                            largest frame a receiver accepts, as limits.max_frame),
+//	                            durable (on|off: publication logs at the edges, durable.go),
+//	                            maxlog (bytes: the log bound)
 //	tree chain=N | tree random=N [degree=D] | tree B1-B2 B2-B3 ...
 //	                            create the brokers and join them one after another
 //	join B9 via B3 [B2 ...]     a new broker joins now (does not wait)
@@ -41,7 +43,9 @@ import (
 //	                            restart, losing what they send on them, then LinkDown;
 //	                            resolve: the core is given the first joinpoint that answers
 //	                            a dial, alone, as the runtime does; place: B3 has a data
-//	                            directory and rejoins through the place it saved there first)
+//	                            directory and rejoins through the place it saved there first;
+//	                            data: place, and B3 finds its publication log again, with
+//	                            config durable=on: its acknowledged publications are owed)
 //	slow B3 DURATION            a stall: frozen for DURATION, then resumed (does not wait)
 //	slowdial B3 B2 DURATION     B3's next dial to B2 takes DURATION to complete its handshake
 //	                            (longer than the dial timeout: told DialFailed at the timeout,
@@ -382,12 +386,16 @@ func (r *runner) exec(l scriptLine) error {
 		}
 		return nil
 	case "restart":
-		const want = "want: restart BROKER [via JOINPOINT ...] [stale-link DURATION] [resolve] [place]"
+		const want = "want: restart BROKER [via JOINPOINT ...] [stale-link DURATION] [resolve] [place] [data]"
 		if len(rest) == 0 {
 			return fmt.Errorf(want)
 		}
 		id := message.BrokerID(rest[0])
 		o := RestartOptions{Joinpoints: s.existing(r.tree.Neighbours(id)), StaleLink: -1}
+		if n := len(rest); n >= 2 && rest[n-1] == "data" {
+			// Its whole data directory: the place and the log.
+			o.Place, o.Log, rest = true, true, rest[:n-1]
+		}
 		if n := len(rest); n >= 2 && rest[n-1] == "place" {
 			o.Place, rest = true, rest[:n-1]
 		}
@@ -508,6 +516,15 @@ func (r *runner) config(args []string) error {
 			r.cfg.Core.GoneAfterTicks, err = atoi()
 		case "maxqueue":
 			r.cfg.Core.MaxQueue, err = atoi()
+		case "durable":
+			if v != "on" && v != "off" {
+				return fmt.Errorf("durable: %q, want on or off", v)
+			}
+			r.cfg.Core.Durable = v == "on"
+		case "maxlog":
+			var k int
+			k, err = atoi()
+			r.cfg.Core.MaxLogBytes = int64(k)
 		case "tick":
 			r.cfg.Tick, err = parseDur(k, v)
 		case "delay":

@@ -5,6 +5,7 @@ import (
 
 	"github.com/deltapub/deltapub/internal/traffic"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
 )
 
 // The liveness rules of internal/traffic, fed by the simulator: every
@@ -158,4 +159,17 @@ func (s *Sim) CheckTraffic(rejoin bool) {
 			s.log.problem(&s.log.NotRejoined, "%s", p)
 		}
 	}
+}
+
+// checkPhase records an illegal change of b's membership phase (called
+// after every input of b's node, before its outputs are carried out).
+func (s *Sim) checkPhase(b *broker) {
+	ph := b.node.Phase()
+	if ph == b.phase {
+		return
+	}
+	if !overlay.LegalPhaseChange(b.phase, ph) {
+		s.log.problem(&s.log.Phases, "phase: %s (epoch %d) went from %s to %s at %v", b.id, b.epoch, b.phase, ph, s.now)
+	}
+	b.phase = ph
 }

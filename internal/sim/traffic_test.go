@@ -26,16 +26,20 @@ type probeNode struct {
 	loop   *bool
 	burst  int
 	rec    func(format string, args ...any)
+	// backward: once set, the node says it is joining again although
+	// joined (an illegal phase change, TestPhaseRule).
+	backward *bool
 }
 
 type probeLog struct {
-	s     *Sim
-	lines []string
+	s        *Sim
+	lines    []string
+	backward map[message.BrokerID]*bool // see probeNode.backward
 }
 
 func (l *probeLog) factory(loop map[message.BrokerID]*bool, burst int) NodeFactory {
 	return func(cfg overlay.Config) (Node, error) {
-		n := &probeNode{id: cfg.ID, loop: loop[cfg.ID], burst: burst}
+		n := &probeNode{id: cfg.ID, loop: loop[cfg.ID], burst: burst, backward: l.backward[cfg.ID]}
 		n.rec = func(format string, args ...any) {
 			l.lines = append(l.lines, fmt.Sprintf("%s %s ", fmtTime(l.s.Now()), cfg.ID)+fmt.Sprintf(format, args...))
 		}
@@ -106,6 +110,12 @@ func (n *probeNode) ClientOpen(message.ClientID)                   {}
 func (n *probeNode) ClientClose(message.ClientID)                  {}
 func (n *probeNode) Client(message.ClientID, message.Message)      {}
 func (n *probeNode) Joined() bool                                  { return n.joined }
+func (n *probeNode) Phase() overlay.Phase {
+	if n.backward != nil && *n.backward {
+		return overlay.PhaseJoining
+	}
+	return joinedPhase(n.joined)
+}
 
 // probeSim builds a chain B1-B2-...-Bn of probe nodes.
 func probeSim(t *testing.T, n int, edit func(*Config), loop map[message.BrokerID]*bool) (*Sim, *probeLog) {
@@ -441,5 +451,34 @@ func TestRestartResolve(t *testing.T) {
 	_ = s.Restart("B2", "B1")
 	if ok, _ := s.RunUntilCond(10*time.Second, s.AllRejoined); !ok {
 		t.Fatal("B3 did not join once its joinpoint B2 was back")
+	}
+}
+
+// A broker whose membership phase moves backwards (joined, then joining
+// again in the same incarnation) fails the run, within δ and beyond,
+// naming the broker and both phases; the same run without it passes.
+func TestPhaseRule(t *testing.T) {
+	for _, backwards := range []bool{false, true} {
+		on := false
+		s, _ := probeSim(t, 2, nil, nil)
+		for _, b := range s.order {
+			if b.id == "B2" {
+				b.node.(*probeNode).backward = &on
+			}
+		}
+		s.At(2*time.Second, func() { on = backwards })
+		if err := s.RunUntil(3 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		rep := s.Log().Check()
+		if !backwards {
+			if rep.Phases != 0 || rep.Failed(false) {
+				t.Fatalf("legal run flagged: %v", rep.Details)
+			}
+			continue
+		}
+		if rep.Phases != 1 || !rep.Failed(false) || !rep.Failed(true) || !strings.Contains(strings.Join(rep.Details, "\n"), "B2 (epoch 1) went from joined to joining") {
+			t.Fatalf("report: phases=%d details %v", rep.Phases, rep.Details)
+		}
 	}
 }

@@ -33,6 +33,9 @@ type Store interface {
 	// SavePlace replaces the place (nil: none); saving the same place
 	// again writes nothing.
 	SavePlace(p []Joinpoint) error
+	// OpenLog opens the publication log (log.go), which keeps its content
+	// across incarnations like the rest of the store.
+	OpenLog() (Log, error)
 }
 
 // maxPlace bounds a saved place: δ+1 joinpoints, δ being small.
@@ -159,6 +162,17 @@ type Memory struct {
 	mu    sync.Mutex
 	epoch uint64
 	place []Joinpoint
+	log   *MemoryLog
+}
+
+// OpenLog implements Store: the same log for every incarnation.
+func (m *Memory) OpenLog() (Log, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.log == nil {
+		m.log = NewMemoryLog()
+	}
+	return m.log, nil
 }
 
 var _ Store = (*Memory)(nil)

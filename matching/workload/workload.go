@@ -251,14 +251,6 @@ func NewSmall(r *rand.Rand) *Small {
 	return &Small{Classes: []string{"a", "b", "c"}, Range: 10, r: r}
 }
 
-// WithRand returns a copy of g (the same classes and range) drawing from r:
-// a publisher with a random stream of its own.
-func (g *Small) WithRand(r *rand.Rand) *Small {
-	c := *g
-	c.r = r
-	return &c
-}
-
 // smallOps is the order Small draws its operators in (not numOps's: the
 // simulator's fuzz seeds replay these draws).
 var smallOps = [...]matching.Op{matching.OpNumEq, matching.OpLt, matching.OpLe, matching.OpGt, matching.OpGe, matching.OpNumNe}

@@ -53,6 +53,9 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	rt.KeepState(st)
+	if err := rt.OpenLog(st); err != nil {
+		return nil, err
+	}
 	b := &Broker{Runtime: rt, cfg: cfg, log: log, epoch: epoch}
 	b.tr, err = ListenQUIC(&cfg, epoch, secret, string(token), rt, log)
 	if err != nil {
@@ -82,7 +85,7 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 		}
 	}
 	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("ws_listen", b.WSAddr()).Str("admin", b.AdminAddr()).
-		Int("delta", cfg.Delta).Str("heartbeat", cfg.Heartbeat.String()).Str("failure_timeout", cfg.FailureTimeout.String()).
+		Int("delta", cfg.Delta).Str("durability", cfg.EffectiveDurability()).Str("heartbeat", cfg.Heartbeat.String()).Str("failure_timeout", cfg.FailureTimeout.String()).
 		Msg("broker started")
 	return b, nil
 }

@@ -52,6 +52,12 @@ type BrokerConfig struct {
 	// a restart joins through Join alone, which should then list its
 	// former neighbours. One directory per broker.
 	DataDir string `toml:"data_dir"`
+	// Durability of the publication log (docs/durable.md): "fsync" (a
+	// PubAck only once the publication is on disk), "write" (once it is
+	// written to the log, not synced: survives a process crash, not a
+	// machine crash), "none" (no log: a PubAck means queued here).
+	// Empty: "fsync" with a data_dir, "none" without one.
+	Durability string `toml:"durability"`
 
 	// Delta is δ, the number of adjacent brokers that may be down at the
 	// same time without loss. A property of the whole overlay: every broker
@@ -111,6 +117,11 @@ type LimitsConfig struct {
 	// to discard). At the bound new publications are refused with
 	// PubAck{Err:"backpressure"} and publishers retry later.
 	MaxQueue int `toml:"max_queue"`
+	// MaxLogBytes bounds the publication log (publications not yet safe
+	// downstream, counted as message.LogSize). At the bound new
+	// publications are refused with "backpressure: publication log full"
+	// (clients retry paced); nothing logged is dropped. 0: 1 GiB.
+	MaxLogBytes int64 `toml:"max_log_bytes"`
 	// MaxFrame is the largest frame, in bytes, accepted from a peer or a
 	// client; a larger one closes that link as malformed.
 	MaxFrame int `toml:"max_frame"`
@@ -183,6 +194,7 @@ func DefaultBrokerConfig() BrokerConfig {
 		Admin:     "",
 		Limits: LimitsConfig{
 			MaxQueue:         100_000, // ~25 MB of 250 B publications
+			MaxLogBytes:      1 << 30, // 1 GiB of unsafe publications: minutes of an overlay that cannot make them safe
 			MaxFrame:         1 << 20, // 1 MiB: large payloads belong in object storage
 			MaxClients:       10_000,
 			MaxSubsPerClient: 1_000,
@@ -392,6 +404,14 @@ func (c *BrokerConfig) Validate() error {
 	}
 	if l.WSHistoryAge < time.Second || l.WSHistoryAge > time.Hour {
 		return bad("limits.ws_history_age", "%v out of range [1s, 1h]", l.WSHistoryAge)
+	}
+	if l.MaxLogBytes != 0 && (l.MaxLogBytes < 1<<20 || l.MaxLogBytes > 1<<40) {
+		return bad("limits.max_log_bytes", "%d out of range [%d, %d]", l.MaxLogBytes, 1<<20, int64(1)<<40)
+	}
+	switch c.Durability {
+	case "", DurabilityFsync, DurabilityWrite, DurabilityNone:
+	default:
+		return bad("durability", "%q: one of fsync, write, none", c.Durability)
 	}
 	if l.LinkBlock < 0 || l.LinkBlock > c.FailureTimeout {
 		return bad("limits.link_block", "%v out of range [0, failure_timeout = %v]", l.LinkBlock, c.FailureTimeout)

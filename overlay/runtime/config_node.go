@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"hash/fnv"
 	"time"
 
@@ -23,6 +24,8 @@ func (c *BrokerConfig) NodeConfig(epoch uint64) overlay.Config {
 	nc.GoneAfterTicks = c.GoneAfterTicks()
 	nc.MaxQueue = c.Limits.MaxQueue
 	nc.MaxFrame = c.Limits.MaxFrame
+	nc.Durable = c.EffectiveDurability() != DurabilityNone
+	nc.MaxLogBytes = cmp.Or(c.Limits.MaxLogBytes, defaultMaxLogBytes)
 	// A join step unanswered for two failure timeouts is retried.
 	nc.JoinRetryTicks = 2 * nc.FailureTicks
 	// The backoffs' jitter: brokers restarted together must not retry in

@@ -132,43 +132,13 @@ type Runtime struct {
 	// place last saved.
 	store  storage.Store
 	placed []storage.Joinpoint
+	plog   *pubLog // the publication log (nil: durability none; durable.go)
 
-	joined      atomic.Bool // for /healthz, read by other goroutines
-	cuts        linkCuts    // failure injection: links refused until healed (cut.go)
-	dialCtx     context.Context
-	stopDialing context.CancelFunc
-}
-
-type linkState struct {
-	l         PeerLink
-	announced bool   // the core has been told LinkUp for this link
-	sends     uint64 // messages sent, for sampling the queue length
-	held      bool   // frames held for the end of the drain (holder)
-
-	// early holds, in order, what arrived on the link before the core was
-	// told of it (before start: the joinpoint not resolved yet); stepped
-	// right after the LinkUp (announce). The peer's core was told the
-	// link is up and relies on it being FIFO and reliable: a StateRequest
-	// is sent once.
-	early []message.Message
-}
-
-type sessionState struct {
-	s    ClientSession
-	subs map[message.SubID]bool // accepted subscriptions (with reqs, bounded by MaxSubsPerClient)
-	reqs map[uint64]bool        // Subscribe requests not yet answered, by Req
-	// Publisher backpressure. lastFwd is the highest sequence number
-	// forwarded to the core. Once the runtime refused one (refusing), it
-	// refuses every publication after resumeAt (lastFwd+1, or the first
-	// refused one if nothing was forwarded on this session yet), so that
-	// the core never sees a hole, and resumes with the first one at or
-	// before it (the client sends everything again from the refused one).
-	// Copies of publications already forwarded pass: the core acknowledges
-	// them without publishing them twice.
-	refusing bool
-	resumeAt uint64
-	lastFwd  uint64
-	held     bool // frames held for the end of the drain (holder)
+	joined       atomic.Bool // for /healthz, read by other goroutines
+	logHasFailed atomic.Bool // the publication log failed (Health)
+	cuts         linkCuts    // failure injection: links refused until healed (cut.go)
+	dialCtx      context.Context
+	stopDialing  context.CancelFunc
 }
 
 type evKind uint8
@@ -239,40 +209,6 @@ func (r *Runtime) Registry() *prometheus.Registry { return r.m.reg }
 // Joined reports whether the broker is a full member of the overlay (and
 // has not left): what /healthz answers.
 func (r *Runtime) Joined() bool { return r.joined.Load() }
-
-// Health is nil when the broker is a full member, else why not.
-func (r *Runtime) Health(ctx context.Context) error {
-	if r.joined.Load() {
-		return nil
-	}
-	var why error
-	err := r.Do(ctx, func(n *overlay.Node) {
-		st := n.Status()
-		switch {
-		case st.Left:
-			why = errors.New("left the overlay")
-		case st.Leaving:
-			why = errors.New("leaving the overlay")
-		case st.Joined:
-			why = nil
-		case r.joinFailed != "":
-			why = errors.New("join failed: " + r.joinFailed)
-		default:
-			why = errors.New("not joined yet")
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return why
-}
-
-// Status returns the core's snapshot, taken on the runtime goroutine.
-func (r *Runtime) Status(ctx context.Context) (overlay.Status, error) {
-	var st overlay.Status
-	err := r.Do(ctx, func(n *overlay.Node) { st = n.Status() })
-	return st, err
-}
 
 // Do runs f on the runtime goroutine with the core, and waits for it. f
 // must not block. It fails when ctx ends first or the runtime has stopped.
@@ -503,68 +439,7 @@ func (r *Runtime) shutdown() {
 	}
 	r.joined.Store(false)
 	r.refreshStatus()
-}
-
-func (r *Runtime) refreshStatus() {
-	st := r.node.Status()
-	r.joined.Store(st.Joined && !st.Left && !st.Leaving)
-	r.m.setSnapshot(st)
-}
-
-// dialTimeout and dialPatience are overlay's, at this broker's timers.
-func (r *Runtime) dialTimeout() time.Duration { return overlay.DialTimeout(r.cfg.FailureTimeout) }
-
-func (r *Runtime) dialPatience() time.Duration {
-	return overlay.DialPatience(r.dialTimeout(), r.cfg.GoneAfter)
-}
-
-// resolveJoinpoints turns the configured joinpoints into the core's list:
-// an "ID@addr" one as it is (the core dials it, paced by its own backoff);
-// a bare address is dialled to learn which broker answers there (all at
-// once, each bounded by dialTimeout), and left out if none does. Only when
-// no joinpoint at all is left is the round repeated, after a backoff that
-// doubles up to maxJoinPause, for as long as the broker runs: its
-// joinpoints may be restarting too.
-func (r *Runtime) resolveJoinpoints(ctx context.Context) {
-	const maxJoinPause = 5 * time.Second
-	pause := min(max(r.cfg.FailureTimeout, 200*time.Millisecond), maxJoinPause)
-	join := r.joinList()
-	for round := 1; ; round++ {
-		jps := make([]overlay.Peer, len(join))
-		errs := make([]error, len(join))
-		var wg sync.WaitGroup
-		for i, j := range join {
-			jp := SplitJoinpoint(j)
-			if jp.ID != "" {
-				jps[i] = jp
-				continue
-			}
-			wg.Go(func() {
-				dctx, cancel := context.WithTimeout(ctx, r.dialTimeout())
-				defer cancel()
-				l, err := r.tr.Dial(dctx, "", jp.Addr)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				r.put(event{kind: evDialed, link: l})
-				jps[i] = overlay.Peer{ID: l.Peer(), Addr: jp.Addr}
-			})
-		}
-		wg.Wait()
-		found := slices.DeleteFunc(jps, func(p overlay.Peer) bool { return p.ID == "" })
-		if len(found) > 0 {
-			r.put(event{kind: evJoinpoints, peers: found})
-			return
-		}
-		r.log.Warn().Err(errors.Join(errs...)).Int("round", round).Str("next_in", pause.String()).Msg("no joinpoint answered")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, maxJoinPause)
-	}
+	r.closeLog()
 }
 
 // start calls Bootstrap (no joinpoints) or Join, then announces the links
@@ -589,26 +464,6 @@ func (r *Runtime) start(jps []overlay.Peer) {
 		}
 	}
 	r.refreshStatus()
-}
-
-// maxEarly bounds the messages held on a link before the core is told of
-// it (linkState.early): a peer heartbeats every heartbeat period, so this
-// covers a joinpoint resolution of many seconds. Beyond it the link is
-// closed: its peer sees it go down, and its core re-sends what matters on
-// the next link (LinkUp: a StateRequest still awaited, floods,
-// retransmissions).
-const maxEarly = 1024
-
-// announce tells the core of a link it was not told of yet, then steps
-// what arrived on it meanwhile, in order.
-func (r *Runtime) announce(peer message.BrokerID, ls *linkState) {
-	ls.announced = true
-	r.node.LinkUp(peer)
-	early := ls.early
-	ls.early = nil
-	if len(early) > 0 {
-		r.peerMessages(ls.l, early)
-	}
 }
 
 func (r *Runtime) handle(ev event) {
@@ -686,178 +541,6 @@ func (r *Runtime) handle(ev event) {
 	}
 }
 
-// peerMessages steps the core with messages received on l.
-func (r *Runtime) peerMessages(l PeerLink, msgs []message.Message) {
-	peer := l.Peer()
-	ls := r.links[peer]
-	if ls == nil || ls.l != l {
-		// A link closed on the core's request, or replaced: what was in
-		// flight on it is lost, as for any link that goes down.
-		r.log.Debug().Str("peer", string(peer)).Int("messages", len(msgs)).Msg("messages on a closed link ignored")
-		return
-	}
-	if !ls.announced {
-		// The core has not been told of this link yet (it is not started:
-		// the joinpoint is being resolved). Dropped, a message is lost on
-		// a link its sender sees up, and not every one is sent again: a
-		// recovering neighbour's StateRequest is not, and the neighbour
-		// then waited for us until gone_after and became routable without
-		// our side's subscriptions. Held until announce.
-		if len(ls.early)+len(msgs) > maxEarly {
-			r.log.Warn().Str("peer", string(peer)).Int("held", len(ls.early)).Msg("too many messages before the core started; closing the link")
-			ls.l.Close("too many messages before the broker started")
-			delete(r.links, peer)
-			r.m.linkCloses.WithLabelValues("early").Inc()
-			return
-		}
-		ls.early = append(ls.early, msgs...)
-		return
-	}
-	for _, m := range msgs {
-		if r.trace {
-			r.log.Trace().Str("from", string(peer)).Str("type", m.Type().String()).Msg("step")
-		}
-		r.m.peerIn(m.Type())
-		r.node.Step(peer, m)
-		if r.links[peer] != ls {
-			return // closed while stepping (a slow link): the rest is lost with it
-		}
-	}
-}
-
-// dialFailed tells the core that its dial of peer did not succeed,
-// unless the peer's own dial won the race and its link is up.
-func (r *Runtime) dialFailed(peer message.BrokerID, err error) {
-	if ls := r.links[peer]; ls != nil {
-		if !ls.announced && r.started {
-			r.announce(peer, ls)
-		}
-		return
-	}
-	r.log.Debug().Str("peer", string(peer)).Err(err).Msg("dial failed")
-	if r.started {
-		r.node.DialFailed(peer)
-	}
-}
-
-// linkUp records a link (replacing an older one to the same peer) and
-// tells the core, once the core is a member or joining.
-func (r *Runtime) linkUp(l PeerLink) {
-	peer := l.Peer()
-	delete(r.dialing, peer)
-	if old := r.links[peer]; old != nil {
-		if old.l == l {
-			return
-		}
-		// The transport keeps one link per pair; a second one means the
-		// first is dead and was not reported yet.
-		old.l.Close("replaced by a new link")
-		r.m.linkCloses.WithLabelValues("replaced").Inc()
-		if old.announced {
-			r.node.LinkDown(peer)
-		}
-	}
-	ls := &linkState{l: l}
-	r.links[peer] = ls
-	r.log.Debug().Str("peer", string(peer)).Msg("link up")
-	if r.started {
-		r.announce(peer, ls)
-	}
-}
-
-func (r *Runtime) clientUp(s ClientSession) (message.ClientID, bool) {
-	if len(r.sessions) >= r.cfg.Limits.MaxClients {
-		r.log.Warn().Int("limit", r.cfg.Limits.MaxClients).Msg("client refused: too many clients")
-		r.m.clientDisconnects.WithLabelValues("too many clients").Inc()
-		s.Close(fmt.Sprintf("too many clients (limit %d)", r.cfg.Limits.MaxClients))
-		return 0, false
-	}
-	r.nextClient++
-	c := r.nextClient
-	r.sessions[c] = &sessionState{s: s, subs: map[message.SubID]bool{}, reqs: map[uint64]bool{}}
-	r.sessionIDs[s] = c
-	r.m.clientSessions.Set(float64(len(r.sessions)))
-	r.node.ClientOpen(c)
-	return c, true
-}
-
-func (r *Runtime) dropSession(c message.ClientID) {
-	ss := r.sessions[c]
-	if ss == nil {
-		return
-	}
-	delete(r.sessions, c)
-	delete(r.sessionIDs, ss.s)
-	r.m.clientSessions.Set(float64(len(r.sessions)))
-}
-
-func (r *Runtime) clientMessage(c message.ClientID, ss *sessionState, m message.Message) {
-	r.m.clientReq(m.Type())
-	switch m := m.(type) {
-	case *message.Publish:
-		if m.Seq > ss.lastFwd && (ss.refusing && m.Seq > ss.resumeAt || r.now().Before(r.congested)) {
-			if !ss.refusing {
-				ss.refusing, ss.resumeAt = true, m.Seq
-				if ss.lastFwd > 0 {
-					ss.resumeAt = ss.lastFwd + 1
-				}
-			}
-			r.answer(c, &message.PubAck{Seq: m.Seq, Err: "backpressure"})
-			return
-		}
-		if m.Seq > ss.lastFwd {
-			ss.refusing = false
-			ss.lastFwd = m.Seq
-		}
-	case *message.Subscribe:
-		if len(ss.subs)+len(ss.reqs) >= r.cfg.Limits.MaxSubsPerClient {
-			r.answer(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("too many subscriptions for this session (limit %d)", r.cfg.Limits.MaxSubsPerClient)})
-			return
-		}
-		ss.reqs[m.Req] = true
-	case *message.Unsubscribe:
-		delete(ss.subs, m.Sub)
-	}
-	r.node.Client(c, m)
-}
-
-// coalesceAcks drops (sets to nil) every successful PubAck that a later
-// successful PubAck to the same client in out supersedes: acknowledgements
-// are cumulative, so the client learns the same from the last one, and a
-// publisher with many publications in flight gets one acknowledgement per
-// batch instead of one per publication (its session queue stays short). A
-// refusal in between keeps the acknowledgement before it: the client must
-// see them in order.
-func (r *Runtime) coalesceAcks(out []overlay.ClientEnvelope) {
-	if len(out) < 2 {
-		return
-	}
-	clear(r.laterAck)
-	for i := len(out) - 1; i >= 0; i-- {
-		a, ok := out[i].Msg.(*message.PubAck)
-		if !ok {
-			continue
-		}
-		if a.Err != "" {
-			r.laterAck[out[i].To] = false
-			continue
-		}
-		if r.laterAck[out[i].To] {
-			out[i].Msg = nil
-		} else {
-			r.laterAck[out[i].To] = true
-		}
-	}
-}
-
-// answer queues the runtime's own answer to a client request. It is sent
-// after the core's outputs of the same batch, so that a client sees the
-// answers to its requests in the order it made them (a refusal must not
-// overtake the acknowledgement of an earlier publication).
-func (r *Runtime) answer(c message.ClientID, m message.Message) {
-	r.answers = append(r.answers, overlay.ClientEnvelope{To: c, Msg: m})
-}
-
 // drain carries out everything the core asked for since the last call.
 func (r *Runtime) drain() {
 	defer func() {
@@ -873,7 +556,7 @@ func (r *Runtime) drain() {
 	}()
 	for round := 0; round < 8; round++ {
 		rd := r.node.Ready()
-		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices) == 0 {
+		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices)+len(rd.Appends)+len(rd.Released) == 0 {
 			return
 		}
 		for _, n := range rd.Notices {
@@ -892,6 +575,7 @@ func (r *Runtime) drain() {
 		for i := range rd.Messages {
 			r.sendPeer(rd.Messages[i].To, rd.Messages[i].Msg)
 		}
+		r.persist(&rd) // the log before the PubAcks (durable.go)
 		r.coalesceAcks(rd.ToClients)
 		r.sendClients(rd.ToClients)
 		// Inputs fed to the core while carrying out (LinkUp of a link
@@ -929,150 +613,6 @@ func (r *Runtime) notice(n overlay.Notice) {
 	}
 }
 
-func (r *Runtime) dial(p overlay.Peer) {
-	if ls := r.links[p.ID]; ls != nil {
-		if !ls.announced {
-			r.announce(p.ID, ls)
-			return
-		}
-		// The core asks for a link it was told is up: it must consider
-		// that one dead. Replace it.
-		ls.l.Close("core asked for a new link")
-		delete(r.links, p.ID)
-		r.m.linkCloses.WithLabelValues("redial").Inc()
-	}
-	switch r.dialing[p.ID] {
-	case dialActive, dialSlowAsked:
-		return // the dial in flight will answer
-	case dialSlow:
-		r.dialing[p.ID] = dialSlowAsked // its outcome answers this request
-		return
-	}
-	r.dialing[p.ID] = dialActive
-	ctx, tr, timeout, patience := r.dialCtx, r.tr, r.dialTimeout(), r.dialPatience()
-	go func() {
-		dctx, cancel := context.WithTimeout(ctx, patience)
-		defer cancel()
-		type result struct {
-			l   PeerLink
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			l, err := tr.Dial(dctx, p.ID, p.Addr)
-			done <- result{l, err}
-		}()
-		var res result
-		slow := time.NewTimer(timeout)
-		select {
-		case res = <-done:
-			slow.Stop()
-		case <-slow.C:
-			// The core is told now, as for a peer that does not answer
-			// (it suspects it and goes around it), but the handshake is
-			// not thrown away: on a starved machine it is slow, not
-			// lost, and each new one costs more CPU than waiting.
-			r.put(event{kind: evDialSlow, peer: p.ID})
-			res = <-done
-		}
-		switch {
-		case res.err != nil:
-			r.put(event{kind: evDialFailed, peer: p.ID, err: res.err})
-		case res.l.Peer() != p.ID:
-			// Another broker answers at that address now.
-			r.put(event{kind: evDialed, link: res.l})
-			r.put(event{kind: evDialFailed, peer: p.ID, err: fmt.Errorf("runtime: %s answered at %s instead of %s", res.l.Peer(), p.Addr, p.ID)})
-		default:
-			r.put(event{kind: evDialed, link: res.l})
-		}
-	}()
-}
-
-// dialState is where a dial in flight stands with the core.
-type dialState uint8
-
-const (
-	dialNone      dialState = iota
-	dialActive              // the core waits for its outcome
-	dialSlow                // the core was told DialFailed at dialTimeout; the handshake goes on
-	dialSlowAsked           // as dialSlow, and the core asked again: it waits for the outcome
-)
-
-// sendPeer sends m on the link to peer; see Runtime for the policy when
-// the link's queue is full.
-func (r *Runtime) sendPeer(peer message.BrokerID, m message.Message) {
-	ls := r.links[peer]
-	if ls == nil || !ls.announced {
-		r.m.unroutable.WithLabelValues("peer").Inc()
-		r.log.Debug().Str("peer", string(peer)).Str("type", m.Type().String()).Msg("no link for a core output (link just went down)")
-		return
-	}
-	if r.trace {
-		r.log.Trace().Str("to", string(peer)).Str("type", m.Type().String()).Msg("send")
-	}
-	var ok bool
-	if h, held := ls.l.(holder); held {
-		r.markHeld(h, &ls.held)
-		ok = h.Hold(m)
-	} else {
-		ok = ls.l.TrySend(m)
-	}
-	if ok {
-		r.m.peerOut(m.Type())
-		// Above the high-water mark the link is congested: refuse new
-		// publications for a tick (PubAck "backpressure") before the
-		// queue is full and the whole runtime has to wait. Checked every
-		// 64 sends (Queued takes the link's lock).
-		if ls.sends++; ls.sends%64 == 0 && ls.l.Queued() > r.highWater {
-			r.congested = r.now().Add(r.cfg.Tick)
-		}
-		return
-	}
-	// Full, or closed. Wait for room, at most LinkBlock: Send returns as
-	// soon as the writer freed some room, or at once if the link is closed.
-	r.m.linkBlocked.Inc()
-	start := r.now()
-	errc := make(chan error, 1)
-	l := ls.l
-	go func() { errc <- l.Send(m) }()
-	timer := time.NewTimer(r.cfg.Limits.LinkBlock)
-	defer timer.Stop()
-	select {
-	case err := <-errc:
-		if err == nil {
-			// Room came, but the link is the bottleneck: refuse new
-			// publications for as long as we had to wait.
-			r.m.peerOut(m.Type())
-			r.congested = r.now().Add(max(r.cfg.Tick, r.now().Sub(start)))
-			return
-		}
-		// The link closed under us; its PeerDown is on its way, but the
-		// core must not wait for it (it would keep sending into the void).
-		r.log.Info().Str("peer", string(peer)).Err(err).Msg("link closed while sending")
-		r.m.unroutable.WithLabelValues("peer").Inc()
-		r.m.linkCloses.WithLabelValues("down").Inc()
-	case <-timer.C:
-		r.log.Warn().Str("peer", string(peer)).Str("waited", r.now().Sub(start).String()).Msg("closing a stuck link: no room in its send queue")
-		l.Close(fmt.Sprintf("slow peer: no room in the send queue for %v", r.cfg.Limits.LinkBlock))
-		r.m.linkCloses.WithLabelValues("slow peer").Inc()
-	}
-	delete(r.links, peer)
-	r.node.LinkDown(peer)
-}
-
-// frameSession is a ClientSession that also takes encoded frames
-// (internal/quic's Session): deliveries are encoded once per publication
-// and the same bytes queued on every session.
-type frameSession interface {
-	// HoldFrame queues an encoded frame without blocking and without
-	// waking the session's writer (false: queue full or closed); see
-	// holder.
-	HoldFrame(frame []byte) bool
-	// Version is the protocol version agreed in the handshake: from 2 on
-	// the client understands DeliverSet.
-	Version() uint16
-}
-
 // holder is a link or session whose writer can be woken once per batch
 // (internal/quic's Link and Session): during a drain the runtime queues
 // with Hold (TrySend without waking the writer) and flushes every link and
@@ -1082,15 +622,6 @@ type frameSession interface {
 type holder interface {
 	Hold(m message.Message) bool
 	Flush()
-}
-
-// trySend queues m on s (held, see holder) and remembers to flush it.
-func (r *Runtime) trySendClient(ss *sessionState, m message.Message) bool {
-	if h, ok := ss.s.(holder); ok {
-		r.markHeld(h, &ss.held)
-		return h.Hold(m)
-	}
-	return ss.s.TrySend(m)
 }
 
 // markHeld records that h has held frames to flush at the end of the drain.
@@ -1115,197 +646,6 @@ func (r *Runtime) flushHeld() {
 type heldQueue struct {
 	h    holder
 	flag *bool // the link's or session's held mark
-}
-
-// sendClients carries out the core's outputs to clients (nil ones are
-// skipped: coalesced acknowledgements). The core emits the deliveries of one
-// publication together; each such run goes to sendDeliveries.
-func (r *Runtime) sendClients(out []overlay.ClientEnvelope) {
-	for i := 0; i < len(out); {
-		d, ok := out[i].Msg.(*message.Deliver)
-		if !ok {
-			if out[i].Msg != nil {
-				r.sendClient(out[i].To, out[i].Msg)
-			}
-			i++
-			continue
-		}
-		r.denc.Reset(d)
-		j := i + 1
-		for ; j < len(out); j++ {
-			d2, ok := out[j].Msg.(*message.Deliver)
-			if !ok || !r.denc.Same(&d2.Pub, d2.Attrs, d2.Payload, d2.Time) {
-				break
-			}
-		}
-		r.sendDeliveries(out[i:j])
-		i = j
-	}
-}
-
-// sendDeliveries sends the deliveries of one publication (r.denc holds it)
-// to their sessions. A session that takes frames gets the publication
-// encoded once for all sessions: one DeliverSet frame listing all its
-// matching subscriptions (protocol version 2), or one Deliver frame per
-// subscription built from the shared encoding (version 1). Per session the
-// deliveries keep their order; across sessions order does not matter.
-func (r *Runtime) sendDeliveries(run []overlay.ClientEnvelope) {
-	if len(run) > 1 {
-		// Group each session's deliveries (stable: their order is kept).
-		r.runBuf = append(r.runBuf[:0], run...)
-		slices.SortStableFunc(r.runBuf, func(a, b overlay.ClientEnvelope) int {
-			switch {
-			case a.To < b.To:
-				return -1
-			case a.To > b.To:
-				return 1
-			}
-			return 0
-		})
-		run = r.runBuf
-		defer clear(r.runBuf) // do not pin the messages until the next run
-	}
-	if t := run[0].Msg.(*message.Deliver).Time; t > 0 {
-		// One observation per publication delivered here (not per
-		// delivery: with 100 local subscribers the histogram cost as much
-		// as encoding).
-		r.m.deliveryLatency.Observe(r.now().Sub(time.Unix(0, t)).Seconds())
-	}
-	for i := 0; i < len(run); {
-		c := run[i].To
-		j := i + 1
-		for j < len(run) && run[j].To == c {
-			j++
-		}
-		r.deliverTo(c, run[i:j])
-		i = j
-	}
-}
-
-// deliverTo sends one session its deliveries of the publication r.denc
-// holds; a session whose queue is full is disconnected (see Runtime).
-func (r *Runtime) deliverTo(c message.ClientID, ds []overlay.ClientEnvelope) {
-	ss := r.sessions[c]
-	if ss == nil {
-		r.m.unroutable.WithLabelValues("client").Add(float64(len(ds)))
-		r.log.Debug().Uint64("client", uint64(c)).Msg("no session for a delivery (client just left)")
-		return
-	}
-	fs, frames := ss.s.(frameSession)
-	sent := true
-	switch {
-	case frames && fs.Version() >= 2 && r.ownSubs(ds):
-		r.subsBuf = r.subsBuf[:0]
-		for i := range ds {
-			r.subsBuf = append(r.subsBuf, ds[i].Msg.(*message.Deliver).Sub.N)
-		}
-		r.markHeld(ss.s.(holder), &ss.held)
-		sent = fs.HoldFrame(r.denc.DeliverSetFrame(r.subsBuf))
-	case frames:
-		r.markHeld(ss.s.(holder), &ss.held)
-		for i := 0; i < len(ds) && sent; i++ {
-			sent = fs.HoldFrame(r.denc.DeliverFrame(&ds[i].Msg.(*message.Deliver).Sub))
-		}
-	default:
-		for i := 0; i < len(ds) && sent; i++ {
-			sent = r.trySendClient(ss, ds[i].Msg)
-		}
-	}
-	if !sent {
-		r.slowConsumer(c, ss)
-	}
-}
-
-// ownSubs reports whether every delivery is to a subscription this broker
-// incarnation made: a DeliverSet names subscriptions by N only, the client
-// knows their edge and epoch from its SubAcks.
-func (r *Runtime) ownSubs(ds []overlay.ClientEnvelope) bool {
-	for i := range ds {
-		s := &ds[i].Msg.(*message.Deliver).Sub
-		if s.Edge != message.BrokerID(r.cfg.ID) || s.Epoch != r.epoch {
-			return false
-		}
-	}
-	return true
-}
-
-// slowConsumer disconnects a client whose send queue is full.
-func (r *Runtime) slowConsumer(c message.ClientID, ss *sessionState) {
-	r.log.Warn().Uint64("client", uint64(c)).Int("queue", r.cfg.Limits.SendQueue).Msg("disconnecting a slow consumer: its send queue is full")
-	ss.s.Close(fmt.Sprintf("slow consumer: %d messages queued and not read", r.cfg.Limits.SendQueue))
-	r.m.clientDisconnects.WithLabelValues("slow consumer").Inc()
-	r.dropSession(c)
-	r.node.ClientClose(c)
-}
-
-// sendClient sends m to a client session; a client whose queue is full is
-// disconnected (see Runtime).
-func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
-	ss := r.sessions[c]
-	if ss == nil {
-		r.m.unroutable.WithLabelValues("client").Inc()
-		r.log.Debug().Uint64("client", uint64(c)).Str("type", m.Type().String()).Msg("no session for a core output (client just left)")
-		return
-	}
-	switch m := m.(type) {
-	case *message.PubAck:
-		if m.Err != "" {
-			r.m.pubAckErrors.WithLabelValues(m.Err).Inc()
-		}
-	case *message.SubAck:
-		delete(ss.reqs, m.Req)
-		if m.Err == "" {
-			ss.subs[m.Sub] = true
-		}
-	case *message.UnsubAck:
-		delete(ss.subs, m.Sub)
-	}
-	if r.trySendClient(ss, m) {
-		return
-	}
-	r.slowConsumer(c, ss)
-}
-
-// State is what /state serves: the core's overlay.Status (its fields at the top
-// level of the JSON object) and what the runtime adds.
-type State struct {
-	overlay.Status
-	Runtime RuntimeState `json:"runtime"`
-}
-
-// RuntimeState describes the runtime around the core.
-type RuntimeState struct {
-	Addr           string             `json:"addr"`
-	Delta          int                `json:"delta"`
-	Tick           string             `json:"tick"`
-	Heartbeat      string             `json:"heartbeat"`
-	FailureTimeout string             `json:"failure_timeout"`
-	Connected      []message.BrokerID `json:"connected"` // peers with a transport link, sorted
-	Dialing        []message.BrokerID `json:"dialing"`   // dials in flight, sorted
-	Sessions       int                `json:"sessions"`
-	InputQueue     int                `json:"input_queue"`
-	JoinFailed     string             `json:"join_failed,omitempty"`
-}
-
-// State returns the snapshot served on /state, taken on the runtime
-// goroutine.
-func (r *Runtime) State(ctx context.Context) (State, error) {
-	var st State
-	err := r.Do(ctx, func(n *overlay.Node) {
-		st.Status = n.Status()
-		rs := &st.Runtime
-		rs.Addr = r.cfg.AdvertisedAddr()
-		rs.Delta = r.cfg.Delta
-		rs.Tick = r.cfg.Tick.String()
-		rs.Heartbeat = r.cfg.Heartbeat.String()
-		rs.FailureTimeout = r.cfg.FailureTimeout.String()
-		rs.Connected = sortedKeys(r.links)
-		rs.Dialing = sortedKeys(r.dialing)
-		rs.Sessions = len(r.sessions)
-		rs.InputQueue = len(r.in)
-		rs.JoinFailed = r.joinFailed
-	})
-	return st, err
 }
 
 func sortedKeys[V any](m map[message.BrokerID]V) []message.BrokerID {

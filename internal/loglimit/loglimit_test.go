@@ -1,4 +1,4 @@
-package main
+package loglimit
 
 import (
 	"bytes"
@@ -13,9 +13,9 @@ import (
 )
 
 // limitedLogger is a JSON logger through a limiter on a fake clock.
-func limitedLogger(burst int, window time.Duration, maxKeys int) (zerolog.Logger, *logLimiter, *bytes.Buffer, *time.Time) {
+func limitedLogger(burst int, window time.Duration, maxKeys int) (zerolog.Logger, *Limiter, *bytes.Buffer, *time.Time) {
 	var buf bytes.Buffer
-	l := newLogLimiter(&buf, zerolog.New(&buf), burst, window, maxKeys)
+	l := New(&buf, zerolog.New(&buf), burst, window, maxKeys)
 	now := time.Unix(1000, 0)
 	l.now = func() time.Time { return now }
 	return zerolog.New(l).With().Timestamp().Logger(), l, &buf, &now
@@ -37,7 +37,7 @@ func lines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	return out
 }
 
-func TestLogLimiterCountsRepeats(t *testing.T) {
+func TestLimiterCountsRepeats(t *testing.T) {
 	log, _, buf, now := limitedLogger(3, time.Second, 16)
 	for i := 0; i < 1000; i++ {
 		log.Info().Str("peer", "B2").Msg("join retry")
@@ -65,7 +65,7 @@ func TestLogLimiterCountsRepeats(t *testing.T) {
 	}
 }
 
-func TestLogLimiterLevelIsPartOfTheKey(t *testing.T) {
+func TestLimiterLevelIsPartOfTheKey(t *testing.T) {
 	log, _, buf, _ := limitedLogger(1, time.Second, 16)
 	log.Info().Msg("x")
 	log.Warn().Msg("x")
@@ -75,7 +75,7 @@ func TestLogLimiterLevelIsPartOfTheKey(t *testing.T) {
 	}
 }
 
-func TestLogLimiterBoundedKeys(t *testing.T) {
+func TestLimiterBoundedKeys(t *testing.T) {
 	log, l, buf, _ := limitedLogger(1, time.Hour, 4)
 	for i := 0; i < 100; i++ {
 		log.Info().Msg("a") // suppressed after the first
@@ -93,14 +93,14 @@ func TestLogLimiterBoundedKeys(t *testing.T) {
 	}
 }
 
-func TestLogLimiterRunFlushesAtTheEnd(t *testing.T) {
+func TestLimiterRunFlushesAtTheEnd(t *testing.T) {
 	log, l, buf, _ := limitedLogger(1, time.Hour, 16)
 	for i := 0; i < 10; i++ {
 		log.Error().Msg("dial failed")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); l.run(ctx) }()
+	go func() { defer close(done); l.Run(ctx) }()
 	cancel()
 	select {
 	case <-done:
@@ -113,9 +113,9 @@ func TestLogLimiterRunFlushesAtTheEnd(t *testing.T) {
 	}
 }
 
-func TestLogLimiterConcurrent(t *testing.T) {
+func TestLimiterConcurrent(t *testing.T) {
 	var buf syncBuffer
-	l := newLogLimiter(&buf, zerolog.New(&buf), 2, time.Hour, 8)
+	l := New(&buf, zerolog.New(&buf), 2, time.Hour, 8)
 	log := zerolog.New(l)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -154,7 +154,7 @@ func (s *syncBuffer) String() string {
 
 // Lines of one message with other fields are other lines: they all pass
 // (a link up to each of ten peers is ten events, not a loop).
-func TestLogLimiterFieldsArePartOfTheKey(t *testing.T) {
+func TestLimiterFieldsArePartOfTheKey(t *testing.T) {
 	log, _, buf, _ := limitedLogger(1, time.Second, 64)
 	for i := 0; i < 10; i++ {
 		log.Info().Int("peer", i).Msg("link up")

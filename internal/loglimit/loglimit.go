@@ -1,4 +1,6 @@
-package main
+// Package loglimit rate-limits a JSON log: repeats of one line beyond a
+// burst per window are counted and summarised in one line.
+package loglimit
 
 import (
 	"context"
@@ -12,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// logLimiter rate-limits a broker's log: per line (its text without the
+// Limiter rate-limits a broker's log: per line (its text without the
 // time stamp: the same message with the same fields) it lets the first
 // burst lines of a window through and counts the rest, and when the window
 // is over it writes one line "MESSAGE: repeated N times in the last W"
@@ -27,7 +29,7 @@ import (
 // at most maxKeys lines are tracked (each key at most maxKeyLen bytes); a
 // new one beyond that first ends the window of another (its summary is
 // written then).
-type logLimiter struct {
+type Limiter struct {
 	w       io.Writer
 	out     zerolog.Logger
 	burst   int
@@ -36,13 +38,13 @@ type logLimiter struct {
 	now     func() time.Time
 
 	mu   sync.Mutex
-	keys map[string]*logWindow
+	keys map[string]*lineWindow
 	// next is the earliest end of a window (zero: none open): windows are
 	// looked at only when one may be over.
 	next time.Time
 }
 
-type logWindow struct {
+type lineWindow struct {
 	start      time.Time
 	n          int // lines in this window, written or not
 	suppressed int
@@ -50,16 +52,14 @@ type logWindow struct {
 	msg        string
 }
 
-// The broker's limits: 5 identical lines per 2 s, then a count.
-const (
-	logBurst   = 5
-	logWindowD = 2 * time.Second
-	logMaxKeys = 1024
-	maxKeyLen  = 512
-)
+// maxKeyLen bounds the part of a line that tells lines apart.
+const maxKeyLen = 512
 
-func newLogLimiter(w io.Writer, out zerolog.Logger, burst int, window time.Duration, maxKeys int) *logLimiter {
-	return &logLimiter{w: w, out: out, burst: burst, window: window, maxKeys: maxKeys, now: time.Now, keys: map[string]*logWindow{}}
+// New returns a limiter writing to w that lets burst identical lines per
+// window through and tracks at most maxKeys distinct lines; the summaries
+// go to out.
+func New(w io.Writer, out zerolog.Logger, burst int, window time.Duration, maxKeys int) *Limiter {
+	return &Limiter{w: w, out: out, burst: burst, window: window, maxKeys: maxKeys, now: time.Now, keys: map[string]*lineWindow{}}
 }
 
 var (
@@ -69,7 +69,7 @@ var (
 )
 
 // Write takes one JSON log line: written through, or counted.
-func (l *logLimiter) Write(p []byte) (int, error) {
+func (l *Limiter) Write(p []byte) (int, error) {
 	level := zerolog.NoLevel
 	if m := levelField.FindSubmatch(p); m != nil {
 		if lv, err := zerolog.ParseLevel(string(m[1])); err == nil {
@@ -91,7 +91,7 @@ func (l *logLimiter) Write(p []byte) (int, error) {
 		if len(l.keys) >= l.maxKeys {
 			l.evictLocked()
 		}
-		w = &logWindow{start: now, level: level}
+		w = &lineWindow{start: now, level: level}
 		if m := messageField.FindSubmatch(p); m != nil {
 			_ = json.Unmarshal(m[1], &w.msg)
 		}
@@ -114,13 +114,13 @@ func (l *logLimiter) Write(p []byte) (int, error) {
 
 // Flush writes the summaries of the windows that are over at now (all of
 // them if all is set) and forgets them.
-func (l *logLimiter) Flush(now time.Time, all bool) {
+func (l *Limiter) Flush(now time.Time, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.flushLocked(now, all)
 }
 
-func (l *logLimiter) flushLocked(now time.Time, all bool) {
+func (l *Limiter) flushLocked(now time.Time, all bool) {
 	if !all && (l.next.IsZero() || now.Before(l.next)) {
 		return
 	}
@@ -139,9 +139,9 @@ func (l *logLimiter) flushLocked(now time.Time, all bool) {
 }
 
 // evictLocked ends the window of the oldest message tracked, to make room.
-func (l *logLimiter) evictLocked() {
+func (l *Limiter) evictLocked() {
 	var oldest string
-	var ow *logWindow
+	var ow *lineWindow
 	for k, w := range l.keys {
 		if ow == nil || w.start.Before(ow.start) {
 			oldest, ow = k, w
@@ -153,7 +153,7 @@ func (l *logLimiter) evictLocked() {
 	}
 }
 
-func (l *logLimiter) summaryLocked(w *logWindow, now time.Time) {
+func (l *Limiter) summaryLocked(w *lineWindow, now time.Time) {
 	if w.suppressed == 0 {
 		return
 	}
@@ -162,9 +162,9 @@ func (l *logLimiter) summaryLocked(w *logWindow, now time.Time) {
 		Msg(fmt.Sprintf("%s: repeated %d times in the last %v", w.msg, w.suppressed, d))
 }
 
-// run writes the summaries of windows that end while nothing else is
+// Run writes the summaries of windows that end while nothing else is
 // logged, until ctx ends; then every pending summary.
-func (l *logLimiter) run(ctx context.Context) {
+func (l *Limiter) Run(ctx context.Context) {
 	t := time.NewTicker(l.window / 2)
 	defer t.Stop()
 	for {

@@ -1,0 +1,229 @@
+package overlay
+
+import (
+	"slices"
+
+	"github.com/deltapub/deltapub/message"
+)
+
+// ErrLogFull refuses a publication while the publication log holds
+// Config.MaxLogBytes of publications not yet safe downstream. It begins
+// with "backpressure", so clients retry it paced, as any backpressure.
+const ErrLogFull = "backpressure: publication log full"
+
+// The publication log (docs/durable.md, docs/protocol.md §"Log once").
+// With Config.Durable the core decides what the log holds, and the
+// environment carries it out, like etcd/raft's "entries to persist before
+// messages are sent":
+//
+//   - every publication accepted from a local client is in Ready.Appends;
+//     its PubAck is in the same Ready's ToClients, and the environment
+//     must persist Appends before it sends ToClients (it may send
+//     Messages first: a publication may travel before it is
+//     acknowledged, see the protocol's argument);
+//   - Ready.Released reports, per local source, the seq up to which its
+//     publications are safe (out of the queue: proven safe for every
+//     recipient, or never queued): the environment may drop them from
+//     the log;
+//   - a broker restarted with its log is given its content (Restore)
+//     before it starts; once joined it offers the retained publications
+//     again under their original identity, and it continues every
+//     logged source's sequence.
+
+// durableState is the core's view of the publication log.
+type durableState struct {
+	on    bool
+	max   int64 // Config.MaxLogBytes
+	bytes int64 // message.LogSize of every publication not yet released
+	src   map[message.Source]*durSrc
+	order []message.Source // sources in the order first logged (the bound)
+	// recover holds the logged publications to offer again once joined
+	// (Restore), per source in seq order.
+	recover []message.Pub
+	// purged is Counters.Purged when the safe watermarks were last
+	// computed: they can only advance when the queue lost entries or a
+	// publication was logged (dirty).
+	purged uint64
+	dirty  bool
+}
+
+// durSrc is one local source's log state.
+type durSrc struct {
+	last  uint64  // last seq logged
+	safe  uint64  // seq up to which Released was reported
+	sizes []int64 // LogSize of the publications safe+1 … last
+}
+
+func (d *durableState) init(cfg *Config) {
+	d.on = cfg.Durable
+	d.max = cfg.MaxLogBytes
+	d.src = map[message.Source]*durSrc{}
+}
+
+// source returns the state of s, creating it (and forgetting, at the
+// MaxSources bound, the oldest sources with nothing unreleased).
+func (n *Node) durSource(s message.Source) *durSrc {
+	d := &n.dur
+	if x := d.src[s]; x != nil {
+		return x
+	}
+	x := &durSrc{}
+	d.src[s] = x
+	d.order = append(d.order, s)
+	if excess := len(d.order) - n.cfg.MaxSources; excess > 0 {
+		kept := d.order[:0]
+		for _, o := range d.order {
+			if excess > 0 && len(d.src[o].sizes) == 0 && o != s {
+				delete(d.src, o)
+				excess--
+				continue
+			}
+			kept = append(kept, o)
+		}
+		clear(d.order[len(kept):])
+		d.order = kept
+	}
+	return x
+}
+
+// logFull reports whether a new publication must be refused (ErrLogFull).
+func (n *Node) logFull() bool {
+	return n.dur.on && n.dur.max > 0 && n.dur.bytes >= n.dur.max
+}
+
+// logAppend records the accepted local publication p in the log.
+func (n *Node) logAppend(p *message.Pub) {
+	if !n.dur.on {
+		return
+	}
+	x := n.durSource(p.ID.Source())
+	sz := p.LogSize()
+	if len(x.sizes) == 0 {
+		x.safe = p.ID.Seq - 1
+	}
+	x.last = p.ID.Seq
+	x.sizes = append(x.sizes, sz)
+	n.dur.bytes += sz
+	n.dur.dirty = true
+	n.out.Appends = append(n.out.Appends, message.Pub{ID: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time})
+}
+
+// Restore gives a broker restarted with its log what the log holds, before
+// Bootstrap or Join: last is every logged source's last seq, pubs the
+// publications not released (per source in seq order). A publisher of
+// such a source continues its sequence here (a resend of a logged
+// publication is acknowledged, not published twice), and pubs are offered
+// to the overlay again once this broker is joined. Ignored without
+// Config.Durable.
+func (n *Node) Restore(last []message.PubID, pubs []message.Pub) {
+	if !n.dur.on || n.mem.member {
+		return
+	}
+	for _, id := range last {
+		s := id.Source()
+		x := n.durSource(s)
+		x.last, x.safe = max(x.last, id.Seq), max(x.safe, id.Seq)
+		st := n.fwd.seen[s]
+		if st == nil {
+			st = &srcState{}
+			st.toward = st.tbuf[:0]
+			n.fwd.seen[s] = st
+			n.fwd.seenOrder = append(n.fwd.seenOrder, s)
+		}
+		st.seq = max(st.seq, id.Seq)
+	}
+	for i := range pubs {
+		p := pubs[i]
+		p.Stamps = nil
+		x := n.durSource(p.ID.Source())
+		if len(x.sizes) == 0 {
+			x.safe = p.ID.Seq - 1
+		}
+		x.last = max(x.last, p.ID.Seq)
+		sz := p.LogSize()
+		x.sizes = append(x.sizes, sz)
+		n.dur.bytes += sz
+		n.dur.recover = append(n.dur.recover, p)
+	}
+}
+
+// reoffer sends the restored publications into the overlay, once joined,
+// before anything a client publishes here: under their original identity,
+// so brokers that had them already drop the copies as duplicates.
+func (n *Node) reoffer() {
+	if len(n.dur.recover) == 0 {
+		return
+	}
+	pubs := n.dur.recover
+	n.dur.recover = nil
+	for i := range pubs {
+		p := &pubs[i]
+		s := p.ID.Source()
+		st := n.fwd.seen[s]
+		last := uint64(0)
+		if st != nil {
+			last = st.seq
+		}
+		n.counters.Reoffered++
+		n.acceptSeen(s, st, p, "")
+		n.fwd.seen[s].seq = max(last, p.ID.Seq)
+	}
+	n.dur.dirty = true
+}
+
+// durableTick reports the safe watermarks that advanced (Ready.Released).
+func (n *Node) durableTick() {
+	d := &n.dur
+	if !d.on || !n.mem.joined || len(d.recover) > 0 || (!d.dirty && d.purged == n.counters.Purged) {
+		return
+	}
+	d.dirty, d.purged = false, n.counters.Purged
+	var low map[message.Source]uint64 // lowest queued seq per local source
+	for _, e := range n.fwd.queue {
+		if e.purged || e.except != "" {
+			continue
+		}
+		if low == nil {
+			low = map[message.Source]uint64{}
+		}
+		s := e.pub.ID.Source()
+		if v, ok := low[s]; !ok || e.pub.ID.Seq < v {
+			low[s] = e.pub.ID.Seq
+		}
+	}
+	for _, s := range d.order {
+		x := d.src[s]
+		if len(x.sizes) == 0 {
+			continue
+		}
+		safe := x.last
+		if v, ok := low[s]; ok {
+			safe = v - 1
+		}
+		if safe <= x.safe {
+			continue
+		}
+		k := int(min(safe-x.safe, uint64(len(x.sizes))))
+		for _, sz := range x.sizes[:k] {
+			d.bytes -= sz
+		}
+		x.sizes = slices.Delete(x.sizes, 0, k)
+		x.safe = safe
+		n.out.Released = append(n.out.Released, message.PubID{Publisher: s.Publisher, Epoch: s.Epoch, Seq: safe})
+	}
+}
+
+// LogStatus describes the core's view of the log (Status.Log).
+type LogStatus struct {
+	Bytes   int64 // publications not yet released, as message.LogSize counts
+	Pending int   // publications not yet released
+	Reoffer int   // restored publications waiting to be offered again
+}
+
+func (n *Node) logStatus() LogStatus {
+	st := LogStatus{Bytes: n.dur.bytes, Reoffer: len(n.dur.recover)}
+	for _, x := range n.dur.src {
+		st.Pending += len(x.sizes)
+	}
+	return st
+}

@@ -1,0 +1,185 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/deltapub/deltapub/internal/storage"
+	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/overlay"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Durability values (BrokerConfig.Durability).
+const (
+	DurabilityFsync = "fsync"
+	DurabilityWrite = "write"
+	DurabilityNone  = "none"
+)
+
+// defaultMaxLogBytes is limits.max_log_bytes when left 0.
+const defaultMaxLogBytes = 1 << 30
+
+// EffectiveDurability is Durability with its default filled in: fsync
+// with a data directory, none without one.
+func (c *BrokerConfig) EffectiveDurability() string {
+	switch {
+	case c.Durability != "":
+		return c.Durability
+	case c.DataDir != "":
+		return DurabilityFsync
+	}
+	return DurabilityNone
+}
+
+// errLogFailed prefixes the PubAcks refused after a failed append.
+const errLogFailed = "backpressure: publication log failed"
+
+// pubLog is the runtime's side of the publication log: it carries out
+// the core's Ready.Appends (one batch per drain round: group commit) and
+// Ready.Released.
+type pubLog struct {
+	log  storage.Log
+	sync bool // fsync each batch before its PubAcks (durability fsync)
+	// failed is the first append error. From then on no publication is
+	// acknowledged by this incarnation (the core took the failed batch
+	// for logged, and would acknowledge a resend of it): every PubAck
+	// becomes a refusal until the broker is restarted and recovers what
+	// was logged. Owned by the Run goroutine; failedMsg for Health.
+	failed error
+
+	fsyncSeconds prometheus.Histogram
+	appends      prometheus.Counter
+}
+
+// OpenLog opens the publication log in st (when durability is not none),
+// hands what it holds to the core (which continues every logged source's
+// sequence and offers the unsafe publications again once joined) and
+// registers its metrics. Call before Run. An unreadable log is an error
+// naming its path: the broker must not start on top of it.
+func (r *Runtime) OpenLog(st storage.Store) error {
+	d := r.cfg.EffectiveDurability()
+	if d == DurabilityNone {
+		return nil
+	}
+	if st == nil {
+		return errors.New("runtime: durability " + d + " needs a data directory (data_dir, --data-dir)")
+	}
+	l, err := st.OpenLog()
+	if err != nil {
+		return err
+	}
+	rec, err := l.Recover()
+	if err != nil {
+		l.Close()
+		return err
+	}
+	r.node.Restore(rec.Last, rec.Pubs)
+	pl := &pubLog{log: l, sync: d == DurabilityFsync}
+	pl.fsyncSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "deltapub_log_append_seconds",
+		Help:    "Time to append one batch of publications to the log (group commit), its fsync included with durability fsync.",
+		Buckets: prometheus.ExponentialBuckets(20e-6, 2, 18), // 20 µs … 2.6 s
+	})
+	pl.appends = prometheus.NewCounter(prometheus.CounterOpts{Name: "deltapub_log_appended_total", Help: "Publications appended to the log."})
+	stat := func(f func(s storage.LogStats) float64) func() float64 {
+		return func() float64 { return f(l.Stats()) }
+	}
+	r.m.reg.MustRegister(pl.fsyncSeconds, pl.appends,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "deltapub_log_bytes", Help: "Publications retained in the log (not yet safe downstream), in bytes as limits.max_log_bytes counts them."},
+			stat(func(s storage.LogStats) float64 { return float64(s.Bytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "deltapub_log_records", Help: "Publications retained in the log."},
+			stat(func(s storage.LogStats) float64 { return float64(s.Records) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "deltapub_log_sources", Help: "Sources with publications retained in the log (their ranges: /state log.sources)."},
+			stat(func(s storage.LogStats) float64 { return float64(len(s.Sources)) })),
+	)
+	r.plog = pl
+	if len(rec.Pubs) > 0 {
+		r.log.Info().Int("publications", len(rec.Pubs)).Int("sources", len(rec.Last)).Msg("publication log recovered: offering its unsafe publications again once joined")
+	}
+	return nil
+}
+
+// persist carries out the log's part of rd before its ToClients are sent:
+// one append (and sync) for the round's publications, then the releases.
+func (r *Runtime) persist(rd *overlay.Ready) {
+	pl := r.plog
+	if pl == nil || (len(rd.Appends) == 0 && len(rd.Released) == 0) {
+		return
+	}
+	if len(rd.Appends) > 0 && pl.failed == nil {
+		t0 := time.Now()
+		if err := pl.log.Append(rd.Appends, pl.sync); err != nil {
+			pl.failed = err
+			r.logHasFailed.Store(true)
+			r.log.Error().Err(err).Msg("publication log append failed: this broker acknowledges no publication until it is restarted")
+		} else {
+			pl.fsyncSeconds.Observe(time.Since(t0).Seconds())
+			pl.appends.Add(float64(len(rd.Appends)))
+		}
+	}
+	if len(rd.Released) > 0 && pl.failed == nil {
+		rs := make([]storage.Release, len(rd.Released))
+		for i, id := range rd.Released {
+			rs[i] = storage.Release{Source: id.Source(), Seq: id.Seq}
+		}
+		if err := pl.log.Release(rs); err != nil {
+			// Harmless for safety (the publications are only offered
+			// again after a restart), but the log stops shrinking.
+			r.log.Warn().Err(err).Msg("publication log release failed")
+		}
+	}
+	if pl.failed != nil {
+		refuseAcks(rd.ToClients, pl.failed)
+	}
+}
+
+// refuseAcks turns every successful PubAck in out into a refusal.
+func refuseAcks(out []overlay.ClientEnvelope, why error) {
+	for i := range out {
+		if a, ok := out[i].Msg.(*message.PubAck); ok && a.Err == "" {
+			out[i].Msg = &message.PubAck{Seq: a.Seq, Err: fmt.Sprintf("%s (%v)", errLogFailed, why)}
+		}
+	}
+}
+
+// logFailed is the log's failure, if any (Health).
+func (r *Runtime) logFailed() error {
+	if r.plog == nil {
+		return nil
+	}
+	return r.plog.failed
+}
+
+// closeLog closes the log at shutdown.
+func (r *Runtime) closeLog() {
+	if r.plog == nil {
+		return
+	}
+	if err := r.plog.log.Close(); err != nil {
+		r.log.Warn().Err(err).Msg("closing the publication log")
+	}
+	r.plog = nil
+}
+
+// LogState is the log's part of /state.
+type LogState struct {
+	Durability string                `json:"durability"`
+	Bytes      int64                 `json:"bytes"`
+	Records    int                   `json:"records"`
+	Sources    []storage.SourceRange `json:"sources,omitempty"` // retained range per source
+	Failed     string                `json:"failed,omitempty"`
+}
+
+func (r *Runtime) logState() *LogState {
+	if r.plog == nil {
+		return nil
+	}
+	s := r.plog.log.Stats()
+	ls := &LogState{Durability: r.cfg.EffectiveDurability(), Bytes: s.Bytes, Records: s.Records, Sources: s.Sources}
+	if r.plog.failed != nil {
+		ls.Failed = r.plog.failed.Error()
+	}
+	return ls
+}
