@@ -259,7 +259,7 @@ func (n *Node) Tick() {
 				n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
 			}
 		}
-		if !p.up && !p.suspected && !p.dialing && p.dialWait == 0 && n.wanted(id) {
+		if !p.up && !p.suspected && !p.dialing && p.dialWait == 0 && (n.wanted(id) || n.floodInvolves(id)) {
 			n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
 		}
 	}

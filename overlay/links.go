@@ -1,6 +1,10 @@
 package overlay
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/deltapub/deltapub/message"
+)
 
 // Links nobody needs any more are closed by the broker that dialled them.
 //
@@ -75,6 +79,15 @@ func (n *Node) linkUsed(p *peer) bool {
 	if _, ok := n.assembling[id]; ok {
 		return true
 	}
+	return n.floodInvolves(id)
+}
+
+// floodInvolves reports whether a pending flood awaits id's answer or
+// waits to answer id. Such a peer's link is dialled again when it goes
+// down unsuspected (closed by the other end as unneeded while a flood to
+// it was in flight): the flood is sent again on the new link
+// (floodsResend), and an answer lost with the old one is given again.
+func (n *Node) floodInvolves(id message.BrokerID) bool {
 	for _, f := range n.floods.pending {
 		if f.isOut(id) || slices.Contains(f.waiters, id) {
 			return true
