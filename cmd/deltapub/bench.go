@@ -83,30 +83,38 @@ func benchOverlayCmd(fs *flag.FlagSet) func([]string) int {
 	fs.StringVar(&o.LogDir, "logs", "", "keep the brokers' logs in this `directory`")
 	return func([]string) int {
 		o.Baseline = !*noBaseline
-		var err error
-		if o.Binary, err = os.Executable(); err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub bench overlay: cannot find this executable to start brokers:", err)
-			return 1
-		}
-		if err := o.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub bench overlay:", err)
-			return 2
-		}
-		if !*jsonOut {
-			o.Progress = func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
-		}
-		rep, err := bench.Overlay(o)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub bench overlay:", err)
-			return 1
-		}
-		if *jsonOut {
-			printJSON(rep)
-		} else {
-			rep.WriteText(os.Stdout)
-		}
-		return 0
+		return runBrokerBench("overlay", &o.Binary, &o.Progress, *jsonOut, func() error { return o.Validate() }, func() (*bench.OverlayReport, error) { return bench.Overlay(o) })
 	}
+}
+
+// runBrokerBench drives a benchmark that starts broker processes of this
+// executable: it sets binary, validates the options, runs, and prints the
+// report as JSON or as text (progress lines on stderr with text). Exit
+// codes: 2 for bad options, 1 for a failed run.
+func runBrokerBench[R interface{ WriteText(io.Writer) }](name string, binary *string, progress *func(string, ...any), asJSON bool, validate func() error, run func() (R, error)) int {
+	var err error
+	if *binary, err = os.Executable(); err != nil {
+		fmt.Fprintf(os.Stderr, "deltapub bench %s: cannot find this executable to start brokers: %v\n", name, err)
+		return 1
+	}
+	if err := validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "deltapub bench %s: %v\n", name, err)
+		return 2
+	}
+	if !asJSON {
+		*progress = func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+	}
+	rep, err := run()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "deltapub bench %s: %v\n", name, err)
+		return 1
+	}
+	if asJSON {
+		printJSON(rep)
+	} else {
+		rep.WriteText(os.Stdout)
+	}
+	return 0
 }
 
 const benchCompareAbout = `Measures deltapub and NATS in one run on loopback with 250-byte payloads

@@ -2,8 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 	"strings"
 
 	"github.com/deltapub/deltapub/internal/bench"
@@ -30,28 +28,6 @@ func benchDurableCmd(fs *flag.FlagSet) func([]string) int {
 				o.Durabilities = append(o.Durabilities, d)
 			}
 		}
-		var err error
-		if o.Binary, err = os.Executable(); err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub bench durable: cannot find this executable to start brokers:", err)
-			return 1
-		}
-		if err := o.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub bench durable:", err)
-			return 2
-		}
-		if !*jsonOut {
-			o.Progress = func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
-		}
-		rep, err := bench.Durable(o)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub bench durable:", err)
-			return 1
-		}
-		if *jsonOut {
-			printJSON(rep)
-		} else {
-			rep.WriteText(os.Stdout)
-		}
-		return 0
+		return runBrokerBench("durable", &o.Binary, &o.Progress, *jsonOut, func() error { return o.Validate() }, func() (*bench.DurableReport, error) { return bench.Durable(o) })
 	}
 }
