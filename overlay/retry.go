@@ -99,8 +99,16 @@ func (n *Node) tryJoinpoint() {
 	n.peer(jp.ID).joinDial = true
 }
 
+// askJoin sends the current joinpoint our JoinRequest, which it gets
+// JoinRetryTicks to answer from now. Counted from the try, a dial that
+// took most of it left the joinpoint a few milliseconds; the walk moved on
+// and asked the next one too, both admitted us, and the overlay placed us
+// under two parents (the later topology flood won at some brokers, and a
+// subscription flood stopped at the joinpoint whose map no longer showed
+// us as its child: TestJoinAnswerTimedFromTheRequest).
 func (n *Node) askJoin(id message.BrokerID) {
 	n.mem.jn.asked = true
+	n.mem.jn.wait = n.cfg.JoinRetryTicks
 	n.send(id, &message.JoinRequest{Node: n.self})
 }
 

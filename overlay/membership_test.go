@@ -77,3 +77,36 @@ func TestLegalPhaseChange(t *testing.T) {
 		t.Errorf("Phase(99) = %q", s)
 	}
 }
+
+// A joinpoint whose link came up late in its turn (a slow handshake) gets
+// JoinRetryTicks from the JoinRequest to answer: the walk does not move on
+// to the next joinpoint while the first answers, so only one admits the
+// joiner. Timed from the try, the walk asked B1 as well a tick after B3,
+// both admitted B4 under themselves, and the overlay's maps disagreed on
+// B4's parent.
+func TestJoinAnswerTimedFromTheRequest(t *testing.T) {
+	h := newHarness(t, 1)
+	h.buildTree("B1", [][2]message.BrokerID{{"B2", "B1"}, {"B3", "B1"}})
+	h.gated = map[[2]message.BrokerID]bool{pair("B4", "B3"): true}
+	h.slow = map[[2]message.BrokerID]bool{{"B3", "B4"}: true} // B3's answer takes its time
+	h.add("B4", 1)
+	h.do("B4", func(n *Node) {
+		n.Join([]Peer{{ID: "B3", Addr: "addr-B3"}, {ID: "B1", Addr: "addr-B1"}})
+	})
+	h.run(h.cfg.JoinRetryTicks - 2)
+	h.openGated("B4", "B3") // late in B3's turn: B4 asks B3 now
+	h.run(4)                // past the end of the turn counted from the try
+	h.releaseSlow()
+	h.runUntil(200, "B4 joined", func() bool { return h.nodes["B4"].Joined() })
+	for _, d := range h.dials {
+		if d == [2]message.BrokerID{"B4", "B1"} {
+			t.Fatalf("B4 dialled B1 while B3 was answering its JoinRequest")
+		}
+	}
+	h.run(20)
+	for _, id := range []message.BrokerID{"B1", "B3", "B4"} { // B2 is beyond δ+1 hops of B4
+		if p := h.nodes[id].topo.Parent("B4"); p != "B3" {
+			t.Errorf("%s places B4 under %q, want B3", id, p)
+		}
+	}
+}
