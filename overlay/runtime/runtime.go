@@ -604,9 +604,14 @@ func (r *Runtime) notice(n overlay.Notice) {
 	case overlay.NoticeJoined:
 		r.joined.Store(true)
 		r.joinFailed = ""
+		// The snapshot (deltapub_joined, /state) at once, not at the next
+		// second: whoever waits for the join (a testbed starting brokers
+		// one after another, an operator's script) sees it now.
+		r.refreshStatus()
 	case overlay.NoticeLeft:
 		r.left = true
 		r.joined.Store(false)
+		r.refreshStatus()
 		r.savePlace() // none: a broker that left rejoins as a new member
 	case overlay.NoticeJoinFailed:
 		r.joinFailed = n.Detail
