@@ -26,6 +26,7 @@ const (
 	TypeLeaveRequest
 	TypeGapFlood
 	TypePart
+	TypeReplicaPub // the replica-based baseline (replicas/, message/replica.go)
 	// append new broker protocol types here (up to 127)
 )
 
