@@ -6,6 +6,7 @@ set -euo pipefail
 usage() {
 	cat <<'USAGE'
 Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim] [--out DIR] [--failures "1 2 3"]
+       scripts/reproduce-srds09.sh --compare-replicas [--mode sim|inproc|process] [--out DIR]
 
 Runs testbed/examples/srds09.toml once per number of simultaneous crashes
 K (R1; R1 R2; R1 R2 R3, all at t=20s, restarted at t=30s) and writes each
@@ -21,15 +22,29 @@ machine (the script warns when the load average is above 2): a busy machine
 starves brokers past the failure timeout and the run fails with false
 suspicions. Expect about 1.5 to 2 minutes per run in process mode on a
 quiet 2-core machine (see docs/testbed.md); sim mode takes about 20 s.
+
+With --compare-replicas it runs the slides' comparison instead (slide 24,
+docs/results/srds09-replicas.md): the same tree and workload once with
+δ = 2 and once with the replica-based baseline, 2 replicas per virtual node
+(docs/baseline.md); R2 and R3 crash at t=20s (with replicas: R2a and R3a,
+one replica of each virtual node) and stay down. It writes both runs to
+DIR/delta and DIR/replicas (default DIR: results/srds09-replicas-MODE), sets
+the load at R1 (with replicas: the replica R1a) before (10–20 s) and after
+(22–40 s) side by side, plots it (DIR/r1-load.png), and ends with the line
+`ratio R1 cpu (delta/replicas): X.XX` (in sim mode, which measures no CPU,
+the ratio of messages processed at R1). The baseline runs in sim mode only
+so far.
 USAGE
 }
 
 mode=process
 out=""
 failures="1 2 3"
+compare=no
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	-h | --help) usage; exit 0 ;;
+	--compare-replicas) compare=yes; shift ;;
 	--mode) mode="$2"; shift 2 ;;
 	--out) out="$2"; shift 2 ;;
 	--failures) failures="$2"; shift 2 ;;
@@ -37,7 +52,11 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${out:-results/srds09-$mode}"
+if [[ $compare == yes ]]; then
+	out="${out:-results/srds09-replicas-$mode}"
+else
+	out="${out:-results/srds09-$mode}"
+fi
 mkdir -p "$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -52,6 +71,33 @@ load="$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
 echo "load average at start: $load (nproc $(nproc 2>/dev/null || echo ?))"
 if [[ "$mode" != sim ]] && awk -v l="$load" 'BEGIN{exit !(l > 2)}'; then
 	echo "reproduce-srds09: warning: the machine is busy (load $load); 83 broker processes need it quiet" >&2
+fi
+
+if [[ $compare == yes ]]; then
+	# Everything before the first [[faults]] of the experiment, then the
+	# comparison's one fault: R2 and R3 (their first replicas) crash at 20 s.
+	head_of() { awk '/^\[\[faults\]\]/{exit} {print}' "$root/testbed/examples/srds09.toml"; }
+	head_of | sed -e 's/^name = "srds09"/name = "srds09-delta2"/' -e 's/^delta = 3/delta = 2/' >"$tmp/delta.toml"
+	printf '[[faults]]\nat = "20s"\ncrash = ["R2", "R3"]\n' >>"$tmp/delta.toml"
+	head_of | sed -e 's/^name = "srds09"/name = "srds09-replicas2"/' -e 's/^delta = 3/mode = "replicas"\nreplicas = 2/' >"$tmp/replicas.toml"
+	printf '[[faults]]\nat = "20s"\ncrash = ["R2a", "R3a"]\n' >>"$tmp/replicas.toml"
+	status=0
+	for run in delta replicas; do
+		t0=$SECONDS
+		echo "=== $run: $(grep -E '^(delta|mode|replicas) =' "$tmp/$run.toml" | tr '\n' ' ')crash at 20s ($mode mode)"
+		"$bin" testbed check "$tmp/$run.toml" >/dev/null
+		set +e
+		"$bin" testbed run "$tmp/$run.toml" --mode "$mode" --out "$out/$run" --quiet >"$out/$run.txt" 2>"$out/$run.log"
+		rc=$?
+		set -e
+		grep -E "^  (publications|deliveries|control)|^verdict|FAIL:" "$out/$run.txt" || cat "$out/$run.log"
+		echo "  wall time $((SECONDS - t0)) s"
+		[[ $rc -eq 0 ]] || status=1
+	done
+	[[ $status -eq 0 ]] || { echo "reproduce-srds09: a run failed; no comparison" >&2; exit 1; }
+	"$bin" testbed compare --load R1,R1a --labels delta,replicas --before 10s:20s --after 22s:40s \
+		--plot "$out/r1-load.png" "$out/delta" "$out/replicas" | tee "$out/compare.txt"
+	exit 0
 fi
 
 status=0

@@ -82,9 +82,9 @@ func sentControl(s *sim.Sim, c *brokerCounters, id message.BrokerID) map[string]
 	return out
 }
 
-// isPublicationMsg tells publication traffic (message.Pub) from control
+// isPublicationMsg tells publication traffic (message.Pub, ReplicaPub) from control
 // traffic (heartbeats, DACKs, joins, subscriptions, confirmations).
-func isPublicationMsg(m message.Message) bool { return m.Type() == message.TypePub }
+func isPublicationMsg(m message.Message) bool { return message.IsPublication(m.Type()) }
 
 func ticks(d, tick time.Duration) int {
 	n := int((d + tick - 1) / tick)
@@ -99,6 +99,9 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	o := spec.Overlay
 	counters := map[message.BrokerID]*brokerCounters{}
 	base := b.factory
+	if p.Layout != nil {
+		base = p.replicaFactory
+	}
 	cfg := sim.DefaultConfig()
 	cfg.Seed = spec.Seed
 	cfg.Core.Delta = o.Delta
@@ -135,16 +138,8 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	if err != nil {
 		return fmt.Errorf("testbed: sim: %v", err)
 	}
-	tree := sim.NewTree(message.BrokerID(p.Topo.Names[0]))
-	for _, n := range p.Topo.Names[1:] {
-		if err := tree.Add(message.BrokerID(p.Topo.Parent[n]), message.BrokerID(n)); err != nil {
-			return fmt.Errorf("testbed: sim: %v", err)
-		}
-	}
-	// Build the overlay one join at a time; virtual time starts counting
-	// for the experiment once every broker has joined.
-	if err := s.BuildTree(tree, 10*time.Second); err != nil {
-		return fmt.Errorf("testbed: sim: building the overlay: %v", err)
+	if err := buildSimOverlay(s, p); err != nil {
+		return err
 	}
 	start := s.Now()
 	rec.Note(fmt.Sprintf("sim: overlay of %d brokers built in %v of virtual time before t=0", len(p.Topo.Names), start.Round(time.Millisecond)))
@@ -229,7 +224,11 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 				case ActRestart:
 					// The data directory's place first, as process and
 					// inproc, and its log (not with restart_clean).
-					err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean})
+					if p.Layout != nil {
+						err = s.RestartWith(id, sim.RestartOptions{StaleLink: -1}) // the layout names its peers
+					} else {
+						err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean})
+					}
 				case ActFreeze:
 					err = s.Freeze(id)
 				case ActResume:

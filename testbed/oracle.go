@@ -166,6 +166,9 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 				n++
 			}
 		}
+		if p.Layout != nil {
+			n = p.maxDownPerVNode(state)
+		}
 		if st.at == tl.bounds[len(tl.bounds)-1] {
 			tl.down[len(tl.down)-1] = n
 		} else {
@@ -236,7 +239,7 @@ const maxLostExamples = 10
 func Judge(p *Plan, r *Recorder) Verdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delta := p.Spec.Overlay.Delta
+	delta := p.tolerance()
 	w := p.Spec.Metrics.FaultWindow.Duration
 	tl := newTimeline(p, r.faults, r.manual)
 	pubBroker := map[string]string{}

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/replicas"
 )
 
 // Error is one problem in an experiment file, at a line (0 when the line is
@@ -76,6 +77,11 @@ type Plan struct {
 	Publishers  []*Publisher
 	Subscribers []*Subscriber
 	Faults      []Fault
+	// With [overlay] mode = "replicas": the tree of virtual nodes, and
+	// the layout of their replicas (Topo then lists the replicas;
+	// replicas.go).
+	VTopo  *Topology
+	Layout *replicas.Layout
 }
 
 // Publisher is one publishing client.
@@ -256,8 +262,12 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 		return nil, errs.err()
 	}
 	p := &Plan{Spec: s, Topo: topo}
+	if !planReplicas(s, p, errs) {
+		return nil, errs.err()
+	}
 	planClients(s, p, errs)
 	planFaults(s, p, errs)
+	checkReplicaFaults(p, errs)
 	if s.Metrics.Sample.Duration < 10*time.Millisecond {
 		errs.add(L("metrics.sample"), "sample = %v: at least 10ms", s.Metrics.Sample.Duration)
 	}
@@ -364,7 +374,7 @@ func planClients(s *Spec, p *Plan, errs *errList) {
 			errs.add(s.lines.line(fmt.Sprintf("publishers[%d]", i)), "publishers need attrs (e.g. attrs = { class = \"'STOCK'\", price = \"uniform(0,200)\" })")
 			continue
 		}
-		brokers, err := selectBrokers(p.Topo, ps.Brokers, ps.Count, streamRNG(s.Seed, fmt.Sprintf("place:pub:%d", i)))
+		brokers, err := p.place(ps.Brokers, ps.Count, streamRNG(s.Seed, fmt.Sprintf("place:pub:%d", i)))
 		if err != nil {
 			errs.add(key("brokers"), "%v", err)
 			continue
@@ -400,7 +410,7 @@ func planClients(s *Spec, p *Plan, errs *errList) {
 			errs.add(key("filter"), "%v", err)
 			continue
 		}
-		brokers, err := selectBrokers(p.Topo, ss.Brokers, ss.Count, streamRNG(s.Seed, fmt.Sprintf("place:sub:%d", i)))
+		brokers, err := p.place(ss.Brokers, ss.Count, streamRNG(s.Seed, fmt.Sprintf("place:sub:%d", i)))
 		if err != nil {
 			errs.add(key("brokers"), "%v", err)
 			continue

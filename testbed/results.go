@@ -24,6 +24,7 @@ type Summary struct {
 	WallSeconds float64 `json:"wall_seconds"`
 	Brokers     int     `json:"brokers"`
 	Delta       int     `json:"delta"`
+	Replicas    int     `json:"replicas,omitempty"` // [overlay] mode = "replicas": replicas per virtual node (Delta does not apply)
 	Verdict
 	DelayMs               DelayReport              `json:"delay_ms"`
 	ControlMessages       *int64                   `json:"control_messages"` // null when the mode cannot count them
@@ -200,7 +201,7 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 	r.mu.Lock()
 	sum := &Summary{
 		Name: p.Spec.Name, Mode: mode, Seed: p.Spec.Seed, Started: started.UTC().Format(time.RFC3339),
-		WallSeconds: round3(wall.Seconds()), Brokers: len(p.Topo.Names), Delta: p.Spec.Overlay.Delta,
+		WallSeconds: round3(wall.Seconds()), Brokers: len(p.Topo.Names), Delta: p.Spec.Overlay.Delta, Replicas: p.replicasK(),
 		Verdict: v, FaultWindowMs: ms(p.Spec.Metrics.FaultWindow.Duration), EndMs: ms(p.Spec.End()), WarmupMs: ms(p.Spec.Warmup.Duration),
 		BrokerStats: map[string]BrokerSummary{}, NearFaults: nearFaults(p, 6), Notes: append([]string(nil), r.notes...),
 	}

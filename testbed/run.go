@@ -78,6 +78,9 @@ func Run(ctx context.Context, p *Plan, mode, out string, o Options, progress io.
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, fmt.Errorf("testbed: %v", err)
 	}
+	if err := replicaMode(p, mode); err != nil {
+		return nil, err
+	}
 	be, err := NewBackend(mode, o)
 	if err != nil {
 		return nil, err
@@ -197,7 +200,7 @@ func (r *Recorder) Elapsed() time.Duration {
 func FormatSummary(sum *Summary, dir string) string {
 	var b strings.Builder
 	v := sum.Verdict
-	fmt.Fprintf(&b, "%s (%s mode, %d brokers, δ=%d, seed %d, %.1fs wall)\n", sum.Name, sum.Mode, sum.Brokers, sum.Delta, sum.Seed, sum.WallSeconds)
+	fmt.Fprintf(&b, "%s (%s mode, %d brokers, %s, seed %d, %.1fs wall)\n", sum.Name, sum.Mode, sum.Brokers, faultModel(sum.Delta, sum.Replicas), sum.Seed, sum.WallSeconds)
 	fmt.Fprintf(&b, "  publications %d (acked %d), subscriptions %d (confirmed %d)\n", v.Publications, v.Acked, v.Subscriptions, v.Confirmed)
 	fmt.Fprintf(&b, "  deliveries %d, expected %d, lost %d, duplicates %d, reordered %d, spurious %d, extra %d\n",
 		v.Deliveries, v.ExpectedDeliveries, v.Lost, v.Duplicates, v.Reordered, v.Spurious, v.Extra)

@@ -66,6 +66,8 @@ type OverlaySpec struct {
 	Durability     string   `toml:"durability"`      // publication log: fsync | write | none; default the broker's (fsync with a data dir)
 	LinkDelay      Duration `toml:"link_delay"`      // sim mode only: one-way delay per link; default 1ms
 	LinkJitter     Duration `toml:"link_jitter"`     // sim mode only: added uniform jitter; default 0
+	Mode           string   `toml:"mode"`            // delta (default) | replicas: the replica-based baseline (docs/baseline.md)
+	Replicas       int      `toml:"replicas"`        // mode replicas: replicas per virtual node, 2..8; default 2
 }
 
 // TopologySpec says how the broker tree is built.

@@ -86,8 +86,8 @@ func (p *Plan) Describe() string {
 	for _, pb := range p.Publishers {
 		pubs += pb.Count()
 	}
-	out := fmt.Sprintf("%s: %d brokers (%s), δ=%d, %d publishers (%d publications), %d subscribers (%d subscriptions), %d faults, duration %v + drain %v, seed %d",
-		s.Name, len(p.Topo.Names), s.Topology.Kind, s.Overlay.Delta, len(p.Publishers), pubs, len(p.Subscribers), subs, len(p.Faults), s.Duration.Duration, s.Drain.Duration, s.Seed)
+	out := fmt.Sprintf("%s: %d brokers (%s), %s, %d publishers (%d publications), %d subscribers (%d subscriptions), %d faults, duration %v + drain %v, seed %d",
+		s.Name, len(p.Topo.Names), s.Topology.Kind, faultModel(s.Overlay.Delta, p.replicasK()), len(p.Publishers), pubs, len(p.Subscribers), subs, len(p.Faults), s.Duration.Duration, s.Drain.Duration, s.Seed)
 	for _, f := range p.Faults {
 		out += fmt.Sprintf("\n  at %v: %s", f.At, f)
 	}

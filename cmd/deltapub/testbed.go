@@ -99,8 +99,16 @@ func testbedReportCmd(*flag.FlagSet) func([]string) int {
 	}
 }
 
-func testbedCompareCmd(*flag.FlagSet) func([]string) int {
+func testbedCompareCmd(fs *flag.FlagSet) func([]string) int {
+	load := fs.String("load", "", "BROKER1,BROKER2: also set the load of BROKER1 in DIR1 and BROKER2 in DIR2 side by side (docs/results/srds09-replicas.md)")
+	labels := fs.String("labels", "run1,run2", "with --load: names of the two runs")
+	before := fs.String("before", "", "with --load: the window before, FROM:TO (e.g. 10s:20s)")
+	after := fs.String("after", "", "with --load: the window after, FROM:TO")
+	plotFile := fs.String("plot", "", "with --load: write a PNG of both brokers' message rates over time")
 	return func(args []string) int {
+		if *load != "" {
+			return testbedCompareLoad(args, *load, *labels, *before, *after, *plotFile)
+		}
 		a, _, _, err := testbed.ReadResults(args[0])
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -354,7 +354,7 @@ func (s *Sim) closeLink(b *broker, to message.BrokerID) {
 func (s *Sim) send(b *broker, env overlay.Envelope) {
 	typ := env.Msg.Type()
 	name := s.countType(typ)
-	if typ != message.TypePub {
+	if !message.IsPublication(typ) {
 		b.countControl(typ) // what the core output, sent or not (as its own counters)
 	}
 	l := b.linkTo[env.To] // s.links[keyOf(b.id, env.To)]

@@ -1,0 +1,61 @@
+package testbed
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The baseline's example in sim mode: one replica of two adjacent virtual
+// nodes crashed and restarted, every receiver getting each publication
+// from two replicas: PASS only if nothing is lost, duplicated or
+// reordered.
+func TestReplicasExampleSim(t *testing.T) {
+	p, err := Load("examples/replicas.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout == nil || len(p.Topo.Names) != 20 || !p.Topo.Has("B2a") || p.Topo.Has("B2") {
+		t.Fatalf("layout: %v", p.Topo.Names)
+	}
+	for _, pb := range p.Publishers {
+		if pb.Broker != "B1a" && pb.Broker != "B1b" {
+			t.Errorf("publisher %s on %s, want a replica of B1", pb.Name, pb.Broker)
+		}
+	}
+	dir := t.TempDir()
+	sum, err := Run(context.Background(), p, "sim", dir, Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := sum.Verdict
+	if v.Verdict != "PASS" || v.ExpectedDeliveries == 0 || v.Duplicates != 0 || sum.Replicas != 2 {
+		t.Fatalf("%s", FormatSummary(sum, dir))
+	}
+	if _, err := Run(context.Background(), p, "inproc", t.TempDir(), Options{}, nil); err == nil || !strings.Contains(err.Error(), "sim only") {
+		t.Fatalf("inproc mode: %v, want refused", err)
+	}
+}
+
+func TestReplicasPlanErrors(t *testing.T) {
+	b, err := os.ReadFile("examples/replicas.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := string(b)
+	for _, c := range []struct{ old, new, want string }{
+		{`mode = "replicas"`, `mode = "mirror"`, `mode = "mirror": want "delta" (default) or "replicas"`},
+		{`replicas = 2`, `replicas = 1`, "replicas = 1: want 2..8"},
+		{`mode = "replicas"`, `mode = "delta"`, `replicas = 2 is for mode = "replicas"`},
+		{`crash = ["B2a", "B5b"]`, `crash = ["B2a", "B2b"]`, "every replica of virtual node B2 would be down (B2a, B2b)"},
+		{`crash = ["B2a", "B5b"]`, `crash = ["B2a", "B5b"]` + "\nfreeze = [\"B3a\"]", "freeze B3a at 10s: mode \"replicas\" models crashes and restarts only"},
+		{`crash = ["B2a", "B5b"]`, `crash = ["B2", "B5b"]`, `unknown broker "B2"`},
+	} {
+		src := strings.Replace(base, c.old, c.new, 1)
+		_, err := Parse("replicas.toml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s → %s: %v, want %q", c.old, c.new, err, c.want)
+		}
+	}
+}
