@@ -99,9 +99,12 @@ type Runtime struct {
 	cfg   BrokerConfig
 	epoch uint64 // this incarnation's, the core's Config.Epoch
 	node  *overlay.Node
-	log   zerolog.Logger
-	m     *runtimeMetrics
-	now   func() time.Time
+	// conflating counts the conflated subscriptions of all sessions
+	// (conflate.go): zero keeps the delivery path free of the check.
+	conflating int
+	log        zerolog.Logger
+	m          *runtimeMetrics
+	now        func() time.Time
 
 	in   chan event
 	done chan struct{} // closed when Run returns
@@ -366,6 +369,7 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 					r.savePlace()
 				}
 			}
+			r.flushConflated(now)
 			r.drain()
 		case <-ctxDone:
 			ctxDone = nil
