@@ -75,6 +75,20 @@ if [[ "$mode" != sim ]] && awk -v l="$load" 'BEGIN{exit !(l > 2)}'; then
 	echo "reproduce-srds09: warning: the machine is busy (load $load); 83 broker processes need it quiet" >&2
 fi
 
+# run_one FILE DIR EXTRA: checks and runs FILE into DIR (DIR.txt, DIR.log),
+# prints its verdict lines (and those matching EXTRA); fails with the run.
+run_one() {
+	local t0=$SECONDS rc
+	"$bin" testbed check "$1" >/dev/null
+	set +e
+	"$bin" testbed run "$1" --mode "$mode" --out "$2" --quiet >"$2.txt" 2>"$2.log"
+	rc=$?
+	set -e
+	grep -E "^  (publications|deliveries|$3)|^verdict|FAIL:" "$2.txt" || cat "$2.log"
+	echo "  wall time $((SECONDS - t0)) s, load average now $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?)"
+	return "$rc"
+}
+
 if [[ $compare == yes ]]; then
 	# Everything before the first [[faults]] of the experiment, then the
 	# comparison's one fault: R2 and R3 (their first replicas) crash at 20 s.
@@ -85,16 +99,8 @@ if [[ $compare == yes ]]; then
 	printf '[[faults]]\nat = "20s"\ncrash = ["R2a", "R3a"]\n' >>"$tmp/replicas.toml"
 	status=0
 	for run in delta replicas; do
-		t0=$SECONDS
 		echo "=== $run: $(grep -E '^(delta|mode|replicas) =' "$tmp/$run.toml" | tr '\n' ' ')crash at 20s ($mode mode)"
-		"$bin" testbed check "$tmp/$run.toml" >/dev/null
-		set +e
-		"$bin" testbed run "$tmp/$run.toml" --mode "$mode" --out "$out/$run" --quiet >"$out/$run.txt" 2>"$out/$run.log"
-		rc=$?
-		set -e
-		grep -E "^  (publications|deliveries|control)|^verdict|FAIL:" "$out/$run.txt" || cat "$out/$run.log"
-		echo "  wall time $((SECONDS - t0)) s"
-		[[ $rc -eq 0 ]] || status=1
+		run_one "$tmp/$run.toml" "$out/$run" "control" || status=1
 	done
 	[[ $status -eq 0 ]] || { echo "reproduce-srds09: a run failed; no comparison" >&2; exit 1; }
 	"$bin" testbed compare --load R1,R1a --labels delta,replicas --before 10s:20s --after 22s:40s \
@@ -104,7 +110,6 @@ fi
 
 status=0
 for k in $failures; do
-	t0=$SECONDS
 	case "$k" in
 	1) rs='"R1"' ;;
 	2) rs='"R1", "R2"' ;;
@@ -118,14 +123,7 @@ for k in $failures; do
 		-e "s/^restart = \\[.*\\]/restart = [$rs]/" \
 		"$root/testbed/examples/srds09.toml" >"$file"
 	echo "=== $k simultaneous failure(s): crash [$rs] at 20s, restart at 30s ($mode mode)"
-	"$bin" testbed check "$file" >/dev/null
-	set +e
-	"$bin" testbed run "$file" --mode "$mode" --out "$out/failures-$k" --quiet >"$out/failures-$k.txt" 2>"$out/failures-$k.log"
-	rc=$?
-	set -e
-	grep -E "^  (publications|deliveries|delay ms|at [0-9]|broker memory)|^verdict|FAIL:" "$out/failures-$k.txt" || cat "$out/failures-$k.log"
-	echo "  wall time $((SECONDS - t0)) s, load average now $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?)"
-	[[ $rc -eq 0 ]] || status=1
+	run_one "$file" "$out/failures-$k" "delay ms|at [0-9]|broker memory" || status=1
 done
 echo "figures: $out/failures-*/delay.png, rate.png, cpu.png"
 exit "$status"
