@@ -3,8 +3,10 @@ package testbed
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The baseline's example in sim mode: one replica of two adjacent virtual
@@ -35,6 +37,25 @@ func TestReplicasExampleSim(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), p, "inproc", t.TempDir(), Options{}, nil); err == nil || !strings.Contains(err.Error(), "sim only") {
 		t.Fatalf("inproc mode: %v, want refused", err)
+	}
+	// The load of B2a (crashed at 10 s) against its sibling B2b, which
+	// carries on: B2a processes nothing after.
+	png := filepath.Join(t.TempDir(), "load.png")
+	c := LoadComparison{Dirs: [2]string{dir, dir}, Labels: [2]string{"a", "b"}, Brokers: [2]string{"B2b", "B2a"},
+		Before: [2]time.Duration{4 * time.Second, 10 * time.Second}, After: [2]time.Duration{12 * time.Second, 20 * time.Second}, Plot: png}
+	out, err := c.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "ratio B2b cpu (a/b): +Inf") || !strings.Contains(out, "| msgs in+out/s after |") {
+		t.Errorf("comparison:\n%s", out)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Errorf("plot: %v", err)
+	}
+	c.After = [2]time.Duration{40 * time.Second, 50 * time.Second}
+	if _, err := c.Run(); err == nil || !strings.Contains(err.Error(), "no samples of B2b") {
+		t.Errorf("a window past the run: %v", err)
 	}
 }
 
