@@ -26,7 +26,7 @@ failed. --seed S alone replays run S.
 `
 
 func testbedRunCmd(fs *flag.FlagSet) func([]string) int {
-	mode := fs.String("mode", "process", "backend: process (broker processes), inproc (brokers in this process), sim (deterministic simulator, virtual time)")
+	mode := fs.String("mode", "", "backend: process (broker processes, here or on the file's [[hosts]] over ssh), inproc (brokers in this process), sim (deterministic simulator, virtual time), netns (each host a network namespace, links shaped; root); default: the file's mode, else process")
 	out := fs.String("out", "", "results directory (default results/NAME-MODE)")
 	quiet := fs.Bool("quiet", false, "no live progress line")
 	binary := fs.String("binary", "", "deltapub binary for broker processes (default: this executable)")
@@ -35,6 +35,12 @@ func testbedRunCmd(fs *flag.FlagSet) func([]string) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
+		}
+		if *mode == "" {
+			*mode = plan.Spec.Mode
+		}
+		if *mode == "" {
+			*mode = "process"
 		}
 		dir := *out
 		if dir == "" {
@@ -162,6 +168,21 @@ func testbedFuzzCmd(fs *flag.FlagSet) func([]string) int {
 			return 130
 		}
 		if sum.Failed > 0 {
+			return 1
+		}
+		return 0
+	}
+}
+
+const testbedClockAbout = `Answers every line read on standard input with this machine's time in Unix
+nanoseconds: the host side of the clock offset measurement of a testbed
+run over ssh. Reads at most 4,096 lines.
+`
+
+func testbedClockCmd(*flag.FlagSet) func([]string) int {
+	return func([]string) int {
+		if err := testbed.ClockServe(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		return 0
