@@ -350,3 +350,26 @@ func (p *Plan) hasPartition() bool {
 	}
 	return false
 }
+
+// describeHosts lists each host and the brokers placed on it ("" without
+// [[hosts]]).
+func (p *Plan) describeHosts() string {
+	if p.Placement == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, h := range p.Spec.Hosts {
+		var on []string
+		for _, n := range p.Topo.Names {
+			if p.Placement[n] == h.Name {
+				on = append(on, n)
+			}
+		}
+		where := h.SSH
+		if where == "" {
+			where = "netns"
+		}
+		fmt.Fprintf(&b, "\n  host %s (%s): %s", h.Name, where, strings.Join(on, " "))
+	}
+	return b.String()
+}

@@ -250,7 +250,7 @@ ssh_options = [` + quoteList(opts) + `]
 	wrongKey[1] = other
 	cases := []struct {
 		name, hosts, want string
-		opts          []string
+		opts              []string
 	}{
 		{"unreachable", fmt.Sprintf("[[hosts]]\nname = \"h1\"\nssh = \"root@%s\"\naddress = %q\n[[hosts]]\nname = \"far\"\nssh = \"root@%s:2222\"\naddress = %q\n", addrs[0], addrs[0], addrs[1], addrs[1]), "host far", nil},
 		{"refused key", fmt.Sprintf("[[hosts]]\nname = \"h1\"\nssh = \"root@%s\"\naddress = %q\n", addrs[0], addrs[0]), "Permission denied", wrongKey},

@@ -327,7 +327,10 @@ func (b netnsBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	if err != nil {
 		return err
 	}
-	return runRealtime(ctx, p, rec, h, b.o)
+	err = runRealtime(ctx, p, rec, h, b.o)
+	c := nw.Counters()
+	rec.Note(fmt.Sprintf("netns switch: %d packets forwarded, %d lost (loss), %d dropped by partitions, %d at a full link queue, %d unroutable", c.Forwarded, c.Lost, c.Partitioned, c.QueueFull, c.Unroutable))
+	return err
 }
 
 // describeShapes says what [network] does, for the notes.

@@ -54,12 +54,12 @@ type SwitchCounters struct {
 }
 
 type netSwitch struct {
-	ports  []*swPort
-	byIP   map[[4]byte]*swPort
-	rwg    sync.WaitGroup // the readers
-	swg    sync.WaitGroup // the senders
-	done   chan struct{}  // closed by close
-	closed atomic.Bool
+	ports                               []*swPort
+	byIP                                map[[4]byte]*swPort
+	rwg                                 sync.WaitGroup // the readers
+	swg                                 sync.WaitGroup // the senders
+	done                                chan struct{}  // closed by close
+	closed                              atomic.Bool
 	fwd, lost, parted, full, unroutable atomic.Int64
 }
 
@@ -88,7 +88,9 @@ type swPacket struct {
 	due time.Time
 }
 
-func newNetSwitch() *netSwitch { return &netSwitch{byIP: map[[4]byte]*swPort{}, done: make(chan struct{})} }
+func newNetSwitch() *netSwitch {
+	return &netSwitch{byIP: map[[4]byte]*swPort{}, done: make(chan struct{})}
+}
 
 func (s *netSwitch) addPort(host string, ip [4]byte, f *os.File) *swPort {
 	p := &swPort{host: host, ip: ip, f: f, links: map[[4]byte]*swLink{}}
