@@ -5,7 +5,8 @@ set -euo pipefail
 
 usage() {
 	cat <<'USAGE'
-Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim] [--out DIR] [--failures "1 2 3"]
+Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim|netns] [--out DIR] [--failures "1 2 3"]
+                                   [--hosts N] [--link-delay D]
 
 Runs testbed/examples/srds09.toml once per number of simultaneous crashes
 K (R1; R1 R2; R1 R2 R3, all at t=20s, restarted at t=30s) and writes each
@@ -21,18 +22,26 @@ machine (the script warns when the load average is above 2): a busy machine
 starves brokers past the failure timeout and the run fails with false
 suspicions. Expect about 1.5 to 2 minutes per run in process mode on a
 quiet 2-core machine (see docs/testbed.md); sim mode takes about 20 s.
+
+netns mode (root) places the brokers round-robin on --hosts N emulated
+hosts (default 21, the slides' cluster) with --link-delay D one way between
+any two (default 0.1ms, their gigabit Ethernet; 20ms is a WAN).
 USAGE
 }
 
 mode=process
 out=""
 failures="1 2 3"
+hosts=21
+link_delay=0.1ms
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	-h | --help) usage; exit 0 ;;
 	--mode) mode="$2"; shift 2 ;;
 	--out) out="$2"; shift 2 ;;
 	--failures) failures="$2"; shift 2 ;;
+	--hosts) hosts="$2"; shift 2 ;;
+	--link-delay) link_delay="$2"; shift 2 ;;
 	*) echo "reproduce-srds09: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
@@ -68,6 +77,10 @@ for k in $failures; do
 		-e "s/^crash = \\[.*\\]/crash = [$rs]/" \
 		-e "s/^restart = \\[.*\\]/restart = [$rs]/" \
 		"$root/testbed/examples/srds09.toml" >"$file"
+	if [[ "$mode" == netns ]]; then
+		for ((h = 1; h <= hosts; h++)); do printf '\n[[hosts]]\nname = "h%d"\n' "$h"; done >>"$file"
+		printf '\n[network]\ndelay = "%s"\n' "$link_delay" >>"$file"
+	fi
 	echo "=== $k simultaneous failure(s): crash [$rs] at 20s, restart at 30s ($mode mode)"
 	"$bin" testbed check "$file" >/dev/null
 	set +e
