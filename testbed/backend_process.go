@@ -35,17 +35,26 @@ import (
 // itself), and stopAll kills every one on every exit path.
 type processBackend struct{ o Options }
 
-func (b processBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
-	bin := b.o.Binary
-	if bin == "" {
-		bin = p.Spec.Process.Binary
+// brokerBinary is the deltapub binary brokers run: --binary, else
+// process.binary, else this executable.
+func brokerBinary(o Options, p *Plan) (string, error) {
+	if o.Binary != "" {
+		return o.Binary, nil
 	}
-	if bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("testbed: process mode: cannot find the deltapub binary: %v", err)
-		}
-		bin = exe
+	if p.Spec.Process.Binary != "" {
+		return p.Spec.Process.Binary, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("testbed: cannot find the deltapub binary: %v", err)
+	}
+	return exe, nil
+}
+
+func (b processBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
+	bin, err := brokerBinary(b.o, p)
+	if err != nil {
+		return err
 	}
 	if len(p.Spec.Hosts) > 0 {
 		return runOnHosts(ctx, p, rec, bin, b.o)

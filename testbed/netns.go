@@ -298,16 +298,9 @@ func (b netnsBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 			return fmt.Errorf("testbed: netns mode: host %s: ssh and address are for process mode (netns assigns the address)", h.Name)
 		}
 	}
-	bin := b.o.Binary
-	if bin == "" {
-		bin = p.Spec.Process.Binary
-	}
-	if bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("testbed: netns mode: cannot find the deltapub binary: %v", err)
-		}
-		bin = exe
+	bin, err := brokerBinary(b.o, p)
+	if err != nil {
+		return err
 	}
 	names := make([]string, len(p.Spec.Hosts))
 	for i, h := range p.Spec.Hosts {
