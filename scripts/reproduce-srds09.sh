@@ -5,8 +5,9 @@ set -euo pipefail
 
 usage() {
 	cat <<'USAGE'
-Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim] [--out DIR] [--failures "1 2 3 r3"]
-       scripts/reproduce-srds09.sh --compare-replicas [--mode sim|inproc|process] [--out DIR]
+Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim|netns] [--out DIR] [--failures "1 2 3 r3"]
+                                   [--hosts N] [--link-delay D]
+       scripts/reproduce-srds09.sh --compare-replicas [--mode sim] [--out DIR]
 
 Runs testbed/examples/srds09.toml once per number of simultaneous crashes
 K (R1; R1 R2; R1 R2 R3, all at t=20s, restarted at t=30s) and writes each
@@ -36,6 +37,10 @@ the load at R1 (with replicas: the replica R1a) before (10–20 s) and after
 `ratio R1 cpu (delta/replicas): X.XX` (in sim mode, which measures no CPU,
 the ratio of messages processed at R1). The baseline runs in sim mode only
 so far.
+
+netns mode (root) places the brokers round-robin on --hosts N emulated
+hosts (default 21, the slides' cluster) with --link-delay D one way between
+any two (default 0.1ms, their gigabit Ethernet; 20ms is a WAN).
 USAGE
 }
 
@@ -43,6 +48,8 @@ mode=process
 out=""
 failures="1 2 3"
 compare=no
+hosts=21
+link_delay=0.1ms
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	-h | --help) usage; exit 0 ;;
@@ -50,6 +57,8 @@ while [[ $# -gt 0 ]]; do
 	--mode) mode="$2"; shift 2 ;;
 	--out) out="$2"; shift 2 ;;
 	--failures) failures="$2"; shift 2 ;;
+	--hosts) hosts="$2"; shift 2 ;;
+	--link-delay) link_delay="$2"; shift 2 ;;
 	*) echo "reproduce-srds09: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
@@ -122,6 +131,10 @@ for k in $failures; do
 		-e "s/^crash = \\[.*\\]/crash = [$rs]/" \
 		-e "s/^restart = \\[.*\\]/restart = [$rs]/" \
 		"$root/testbed/examples/srds09.toml" >"$file"
+	if [[ "$mode" == netns ]]; then
+		for ((h = 1; h <= hosts; h++)); do printf '\n[[hosts]]\nname = "h%d"\n' "$h"; done >>"$file"
+		printf '\n[network]\ndelay = "%s"\n' "$link_delay" >>"$file"
+	fi
 	echo "=== $k simultaneous failure(s): crash [$rs] at 20s, restart at 30s ($mode mode)"
 	run_one "$file" "$out/failures-$k" "delay ms|at [0-9]|broker memory" || status=1
 done

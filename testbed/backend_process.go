@@ -35,19 +35,31 @@ import (
 // itself), and stopAll kills every one on every exit path.
 type processBackend struct{ o Options }
 
+// brokerBinary is the deltapub binary brokers run: --binary, else
+// process.binary, else this executable.
+func brokerBinary(o Options, p *Plan) (string, error) {
+	if o.Binary != "" {
+		return o.Binary, nil
+	}
+	if p.Spec.Process.Binary != "" {
+		return p.Spec.Process.Binary, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("testbed: cannot find the deltapub binary: %v", err)
+	}
+	return exe, nil
+}
+
 func (b processBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
-	bin := b.o.Binary
-	if bin == "" {
-		bin = p.Spec.Process.Binary
+	bin, err := brokerBinary(b.o, p)
+	if err != nil {
+		return err
 	}
-	if bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("testbed: process mode: cannot find the deltapub binary: %v", err)
-		}
-		bin = exe
+	if len(p.Spec.Hosts) > 0 {
+		return runOnHosts(ctx, p, rec, bin, b.o)
 	}
-	h, err := newProcHost(p, bin, b.o.Out)
+	h, err := newProcHost(p, bin, b.o.Out, nil)
 	if err != nil {
 		return err
 	}
@@ -65,6 +77,7 @@ type proc struct {
 	out    int64
 	ctrl   int64
 	epochN int
+	rpid   int // the broker's pid on its host (remote launcher)
 }
 
 type procHost struct {
@@ -85,11 +98,16 @@ type procHost struct {
 	stopOnce sync.Once
 	http     *http.Client
 	ctl      *http.Client // cut and heal: a longer timeout than scrapes (a busy broker must still be cut)
+	// l runs the broker processes: here (the default), in a network
+	// namespace or on a host over ssh.
+	l launcher
 }
 
-func newProcHost(p *Plan, bin, out string) (*procHost, error) {
+// newProcHost prepares a run of p's brokers; l nil runs them here, on
+// 127.0.0.1.
+func newProcHost(p *Plan, bin, out string, l launcher) (*procHost, error) {
 	h := &procHost{p: p, bin: bin, procs: map[string]*proc{}, port: map[string]int{}, aport: map[string]int{},
-		spawn: make(chan func()), http: &http.Client{Timeout: time.Second}, ctl: &http.Client{Timeout: 10 * time.Second}}
+		spawn: make(chan func()), http: &http.Client{Timeout: time.Second}, ctl: &http.Client{Timeout: 10 * time.Second}, l: l}
 	if out != "" {
 		h.logs = filepath.Join(out, "logs")
 		if err := os.MkdirAll(h.logs, 0o755); err != nil {
@@ -103,6 +121,12 @@ func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 		}
 		h.data, h.dataTemp = d, true
 	}
+	if h.l == nil {
+		h.l = localLauncher{bin: bin, data: h.data}
+	} else if ll, ok := h.l.(localLauncher); ok && ll.data == "" {
+		ll.data = h.data
+		h.l = ll
+	}
 	// Ports: fixed from process.base_port (checked free before anything
 	// starts, so a clash is one clear error rather than a broker dying at
 	// join time), or free ones picked now outside the kernel's ephemeral
@@ -111,7 +135,7 @@ func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 	if base := p.Spec.Process.BasePort; base != 0 {
 		for i, n := range p.Topo.Names {
 			h.port[n], h.aport[n] = base+2*i, base+2*i+1
-			if !portFree(h.port[n], h.aport[n]) {
+			if h.l.local() && !portFree(h.port[n], h.aport[n]) {
 				return nil, fmt.Errorf("testbed: process mode: port %d or %d for %s is busy (change process.base_port, or drop it to pick free ports)", h.port[n], h.aport[n], n)
 			}
 		}
@@ -136,8 +160,12 @@ func newProcHost(p *Plan, bin, out string) (*procHost, error) {
 	return h, nil
 }
 
-func (h *procHost) addr(n string) string  { return fmt.Sprintf("127.0.0.1:%d", h.port[n]) }
-func (h *procHost) admin(n string) string { return fmt.Sprintf("127.0.0.1:%d", h.aport[n]) }
+func (h *procHost) addr(n string) string {
+	return net.JoinHostPort(h.l.ip(n), strconv.Itoa(h.port[n]))
+}
+func (h *procHost) admin(n string) string {
+	return net.JoinHostPort(h.l.ip(n), strconv.Itoa(h.aport[n]))
+}
 
 func (h *procHost) clientAddr(n string) string  { return h.addr(n) }
 func (h *procHost) clientDial() client.DialFunc { return nil }
@@ -160,7 +188,7 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 		"--heartbeat", o.Heartbeat.Duration.String(), "--failure-timeout", o.FailureTimeout.Duration.String(),
 		"--dack-period", o.DACKPeriod.Duration.String(), "--gone-after", o.GoneAfter.Duration.String(),
 		"--max-queue", strconv.Itoa(o.MaxQueue), "--log-format", "json",
-		"--data-dir", filepath.Join(h.data, name)}
+		"--data-dir", h.l.dataDir(name)}
 	if o.Durability != "" {
 		args = append(args, "--durability", o.Durability)
 	}
@@ -179,12 +207,12 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 		}
 		logf = f
 	}
-	cmd := exec.Command(h.bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Env = brokerEnv(os.Environ(), h.p.Spec.Process)
+	var logw io.Writer = io.Discard
 	if logf != nil {
-		cmd.Stdout, cmd.Stderr = logf, logf
+		logw = logf
 	}
+	cmd, pid := h.l.command(name, args, h.p.Spec.Process, logw)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	errc := make(chan error, 1)
 	h.spawn <- func() { errc <- cmd.Start() }
 	if err := <-errc; err != nil {
@@ -201,6 +229,15 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 		}
 		close(pr.done)
 	}()
+	if pid != nil {
+		rpid, err := pid(pr.done)
+		if err != nil {
+			_ = cmd.Process.Kill()
+			<-pr.done
+			return fmt.Errorf("%v: %s", err, h.logTail(name))
+		}
+		pr.rpid = rpid
+	}
 	h.mu.Lock()
 	if old := h.procs[name]; old != nil {
 		h.ctrlDone += old.ctrl
@@ -292,7 +329,7 @@ func (h *procHost) signal(name string, sig syscall.Signal) (*proc, error) {
 		return nil, fmt.Errorf("%s is not running", name)
 	default:
 	}
-	if err := pr.cmd.Process.Signal(sig); err != nil {
+	if err := h.l.signal(pr, sig); err != nil {
 		return nil, err
 	}
 	return pr, nil
@@ -325,7 +362,7 @@ func (h *procHost) leave(name string) (<-chan leaveResult, error) {
 	t0 := time.Now()
 	bound := leaveWait(h.p.Spec.Overlay)
 	return awaitLeave(t0, bound, pr.done, func() error {
-		_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+		_ = h.l.signal(pr, syscall.SIGKILL)
 		return fmt.Errorf("%s still running %v after SIGTERM (killed; its log: %s)", name, bound, h.lastLogLine(name))
 	}, func() error {
 		// ProcessState is set by cmd.Wait before done is closed.
@@ -386,7 +423,7 @@ func (h *procHost) wipe(name string) error {
 			return fmt.Errorf("%s is still running", name)
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(h.data, name)); err != nil {
+	if err := h.l.wipe(name); err != nil {
 		return fmt.Errorf("restart_clean %s: %v", name, err)
 	}
 	return nil
@@ -487,7 +524,7 @@ func (h *procHost) stopAll() {
 			default:
 			}
 			// SIGKILL works on stopped processes too.
-			_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+			_ = h.l.signal(pr, syscall.SIGKILL)
 		}
 		for _, pr := range procs {
 			select {
@@ -496,6 +533,7 @@ func (h *procHost) stopAll() {
 			}
 		}
 		close(h.spawn)
+		h.l.close()
 		if h.dataTemp {
 			_ = os.RemoveAll(h.data)
 		}
@@ -628,6 +666,12 @@ func procCPU(pid int) (float64, int64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	return parseProcStat(b)
+}
+
+// parseProcStat reads utime+stime (seconds) and the RSS (bytes) from the
+// text of /proc/PID/stat.
+func parseProcStat(b []byte) (float64, int64, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, 0, fmt.Errorf("bad /proc stat")
@@ -658,7 +702,7 @@ func (h *procHost) sample(name string) BrokerSample {
 	h.mu.Unlock()
 	s.Up = !frozen
 	now := time.Now()
-	if cpu, rss, err := procCPU(pr.cmd.Process.Pid); err == nil {
+	if cpu, rss, err := h.l.cpu(pr); err == nil {
 		if !pr.cpuAt.IsZero() {
 			s.CPU = 100 * (cpu - pr.cpu) / now.Sub(pr.cpuAt).Seconds()
 		} else {

@@ -146,6 +146,8 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 			err = ls.h.heal(a.Broker, a.Peer)
 		case ActLeave:
 			err = ls.leave(ctx, a.Broker, fault)
+		case ActPartition, ActHealPartition:
+			err = applyPartition(ls.h, a)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", a, err))

@@ -150,6 +150,20 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 				cuts[pairOf(a.Broker, a.Peer)] = true
 			case ActHeal:
 				delete(cuts, pairOf(a.Broker, a.Peer))
+			case ActPartition:
+				// The brokers cut off count as down, as frozen ones do.
+				for _, m := range a.Members {
+					if bs, ok := state[m]; !ok || bs == stUp {
+						state[m] = stFrozen
+						frozeAt[m] = st.at
+					}
+				}
+			case ActHealPartition:
+				for _, m := range a.Members {
+					if state[m] == stFrozen {
+						state[m] = stUp
+					}
+				}
 			case ActLeave:
 				// Not a failure: the tree is repaired around the
 				// leaver (it no longer counts at all).

@@ -82,6 +82,8 @@ type Plan struct {
 	// replicas.go).
 	VTopo  *Topology
 	Layout *replicas.Layout
+	// Placement is the host of every broker (nil without [[hosts]]).
+	Placement map[string]string
 }
 
 // Publisher is one publishing client.
@@ -123,9 +125,15 @@ type Action struct {
 	Peer   string
 	Line   int  // where the file asks for it
 	Clean  bool // ActRestart: the data directory is lost first (restart_clean)
+	// Hosts and Members: ActPartition and ActHealPartition, the hosts cut
+	// off and the brokers placed on them.
+	Hosts, Members []string
 }
 
 func (a Action) String() string {
+	if len(a.Hosts) > 0 {
+		return a.Kind + " " + strings.Join(a.Hosts, ",")
+	}
 	if a.Peer != "" {
 		return fmt.Sprintf("%s %s-%s", a.Kind, a.Broker, a.Peer)
 	}
@@ -265,6 +273,7 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	if !planReplicas(s, p, errs) {
 		return nil, errs.err()
 	}
+	planHosts(s, p, errs)
 	planClients(s, p, errs)
 	planFaults(s, p, errs)
 	checkReplicaFaults(p, errs)
@@ -299,8 +308,8 @@ func buildTopology(s *Spec, errs *errList) *Topology {
 		}
 		return true
 	}
-	if t.Kind != "explicit" && len(s.Brokers) > 0 {
-		errs.add(L("broker[0]"), "[[broker]] tables are only for topology kind \"explicit\" (kind is %q)", t.Kind)
+	if t.Kind != "explicit" && len(s.Brokers) > 0 && !placementOnly(s.Brokers) {
+		errs.add(L("broker[0]"), "[[broker]] tables are only for topology kind \"explicit\" (kind is %q), or name and host alone to place a broker", t.Kind)
 		return nil
 	}
 	switch t.Kind {
@@ -540,8 +549,9 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 		pairs(ActCut, fs0.Cut)
 		pairs(ActHeal, fs0.Heal)
 		single(ActLeave, fs0.Leave)
-		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.RestartClean)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal)+len(fs0.Leave) == 0 {
-			errs.add(line, "fault %d does nothing: give crash, restart, restart_clean, freeze, resume, cut, heal or leave", i+1)
+		partitionActions(p, &f, fs0, key, errs)
+		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.RestartClean)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal)+len(fs0.Leave)+len(fs0.Partition)+len(fs0.HealPartition) == 0 {
+			errs.add(line, "fault %d does nothing: give crash, restart, restart_clean, freeze, resume, cut, heal, leave, partition or heal_partition", i+1)
 		}
 		fs = append(fs, idxFault{f, i})
 	}
@@ -642,4 +652,5 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 		}
 		p.Faults = append(p.Faults, f)
 	}
+	checkPartitions(p, errs)
 }

@@ -85,6 +85,9 @@ func Run(ctx context.Context, p *Plan, mode, out string, o Options, progress io.
 	if err != nil {
 		return nil, err
 	}
+	if err := checkMode(p, mode); err != nil {
+		return nil, err
+	}
 	rec := NewRecorder()
 	started := time.Now()
 	rec.startWall = started

@@ -47,6 +47,11 @@ type Spec struct {
 	Metrics    MetricsSpec      `toml:"metrics"`
 	Process    ProcessSpec      `toml:"process"`
 	Inproc     InprocSpec       `toml:"inproc"`
+	// Mode is the backend when the command line names none: process
+	// (default) | inproc | sim | netns.
+	Mode    string      `toml:"mode"`
+	Hosts   []HostSpec  `toml:"hosts"`   // machines the brokers run on (hosts.go)
+	Network NetworkSpec `toml:"network"` // netns mode: link shaping (hosts.go)
 
 	// File is the path the spec was read from (not a TOML key).
 	File string `toml:"-"`
@@ -81,6 +86,7 @@ type TopologySpec struct {
 type BrokerSpec struct {
 	Name string `toml:"name"`
 	Join string `toml:"join"` // the broker it joins; empty for the root (exactly one)
+	Host string `toml:"host"` // the [[hosts]] entry it runs on; default round-robin
 }
 
 // PublisherSpec is one [[publishers]] group.
@@ -118,6 +124,10 @@ type FaultSpec struct {
 	// process; docs/protocol.md §3) and is gone for good: its clients are
 	// told, its publishers stop, the tree is repaired around it.
 	Leave []string `toml:"leave"`
+	// Partition cuts the named hosts off from the others (netns mode);
+	// HealPartition joins them again.
+	Partition     []string `toml:"partition"`
+	HealPartition []string `toml:"heal_partition"`
 }
 
 // MetricsSpec tunes what is measured.
@@ -137,6 +147,9 @@ type ProcessSpec struct {
 	GOMAXPROCS int `toml:"gomaxprocs"`
 	// GOGC of each broker process; default 0: Go's default (100).
 	GOGC int `toml:"gogc"`
+	// SSHOptions are added to every ssh command line ([[hosts]] with ssh),
+	// e.g. ["-i", "/path/key", "-o", "UserKnownHostsFile=/path/known"].
+	SSHOptions []string `toml:"ssh_options"`
 }
 
 // InprocSpec tunes the inproc backend.

@@ -91,5 +91,5 @@ func (p *Plan) Describe() string {
 	for _, f := range p.Faults {
 		out += fmt.Sprintf("\n  at %v: %s", f.At, f)
 	}
-	return out
+	return out + p.describeHosts()
 }

@@ -51,6 +51,8 @@ var commands = []command{
 	{name: "testbed report", summary: "print the summary of an earlier run and redraw its plots", args: "DIR", nargs: 1, setup: testbedReportCmd},
 	{name: "testbed compare", summary: "set two earlier runs side by side", args: "DIR1 DIR2", nargs: 2, setup: testbedCompareCmd},
 	{name: "testbed fuzz", summary: "random experiments within δ, each run and judged", about: testbedFuzzAbout, setup: testbedFuzzCmd},
+	{name: "testbed manifests", summary: "write Kubernetes manifests for FILE: StatefulSet and Service for the brokers, Jobs for the clients", args: "FILE", nargs: 1, about: testbedManifestsAbout, setup: testbedManifestsCmd},
+	{name: "testbed clock", summary: "answer time stamps on stdin (a host's side of a run's clock offsets)", about: testbedClockAbout, setup: testbedClockCmd},
 
 	{name: "bench match", summary: "matching index vs brute force on a workload", about: benchMatchAbout, setup: benchMatchCmd},
 	{name: "bench durable", summary: "publish throughput and publish→ack p50/p99 with durability fsync, write and none, side by side", about: benchDurableAbout, setup: benchDurableCmd},

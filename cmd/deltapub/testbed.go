@@ -26,7 +26,7 @@ failed. --seed S alone replays run S.
 `
 
 func testbedRunCmd(fs *flag.FlagSet) func([]string) int {
-	mode := fs.String("mode", "process", "backend: process (broker processes), inproc (brokers in this process), sim (deterministic simulator, virtual time)")
+	mode := fs.String("mode", "", "backend: process (broker processes, here or on the file's [[hosts]] over ssh), inproc (brokers in this process), sim (deterministic simulator, virtual time), netns (each host a network namespace, links shaped; root); default: the file's mode, else process")
 	out := fs.String("out", "", "results directory (default results/NAME-MODE)")
 	quiet := fs.Bool("quiet", false, "no live progress line")
 	binary := fs.String("binary", "", "deltapub binary for broker processes (default: this executable)")
@@ -35,6 +35,12 @@ func testbedRunCmd(fs *flag.FlagSet) func([]string) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
+		}
+		if *mode == "" {
+			*mode = plan.Spec.Mode
+		}
+		if *mode == "" {
+			*mode = "process"
 		}
 		dir := *out
 		if dir == "" {
@@ -170,6 +176,60 @@ func testbedFuzzCmd(fs *flag.FlagSet) func([]string) int {
 			return 130
 		}
 		if sum.Failed > 0 {
+			return 1
+		}
+		return 0
+	}
+}
+
+const testbedClockAbout = `Answers every line read on standard input with this machine's time in Unix
+nanoseconds: the host side of the clock offset measurement of a testbed
+run over ssh. Reads at most 4,096 lines.
+`
+
+func testbedClockCmd(*flag.FlagSet) func([]string) int {
+	return func([]string) int {
+		if err := testbed.ClockServe(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	}
+}
+
+const testbedManifestsAbout = `Writes Kubernetes manifests for the experiment of FILE (a kind: List in JSON,
+which kubectl apply -f reads): a ConfigMap with every pod's arguments, a
+headless Service and a StatefulSet for the brokers (pod i is broker i in
+breadth-first order, started once the one before it is ready), and indexed
+Jobs for the subscribers (one per subscription) and the publishers. The
+faults are listed in an annotation, not applied; the oracle does not run
+there.
+`
+
+func testbedManifestsCmd(fs *flag.FlagSet) func([]string) int {
+	image := fs.String("image", "", "container `image` with deltapub on its PATH and /bin/sh (required)")
+	ns := fs.String("namespace", "default", "Kubernetes `namespace` (the brokers' DNS names depend on it)")
+	quic := fs.Int("quic-port", 7000, "UDP `port` of every broker")
+	adm := fs.Int("admin-port", 7001, "TCP `port` of every broker's admin endpoint")
+	out := fs.String("out", "", "write to `file` (default: standard output)")
+	return func(args []string) int {
+		plan, err := testbed.Load(args[0])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		b, err := testbed.Manifests(plan, testbed.ManifestOptions{Image: *image, Namespace: *ns, QUICPort: *quic, AdminPort: *adm})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		if *out == "" {
+			_, err = os.Stdout.Write(b)
+		} else {
+			err = os.WriteFile(*out, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		return 0
