@@ -156,6 +156,14 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 	noNATS := fs.Bool("no-nats", false, "measure deltapub only")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the deltapub brokers during each run to `DIR`")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", 5, "length of each profile")
+	fs.IntVar(&cfg.Reliable.Messages, "reliable-messages", 0, "messages of each acknowledged (reliable) throughput run (0: messages/10)")
+	fs.IntVar(&cfg.Reliable.Rate, "reliable-rate", 1000, "publications/s of the reliable latency runs")
+	fs.IntVar(&cfg.Reliable.FailoverRate, "failover-rate", 10_000, "publications/s of the failover runs")
+	fs.IntVar(&cfg.Reliable.FailoverSeconds, "failover-seconds", 15, "publishing time of each failover run")
+	fs.IntVar(&cfg.Reliable.FailoverKillAt, "failover-kill-at", 4, "second of the failover run at which the server is killed")
+	fs.BoolVar(&cfg.Reliable.Skip, "no-reliable", false, "skip the reliable (acknowledged, JetStream) runs")
+	fs.BoolVar(&cfg.Reliable.SkipFailover, "no-failover", false, "skip the failover runs")
+	fs.BoolVar(&cfg.SkipCore, "no-core", false, "skip the core runs (single to filtered): reliable and failover runs only")
 	return func([]string) int {
 		// The package reads 0 as its default everywhere; on the command
 		// line 0 means the default only where the help says so.
@@ -164,7 +172,9 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 			v, min int
 		}{{"messages", cfg.Messages, 1}, {"fanout-subs", cfg.FanoutSubs, 1}, {"latency-rate", cfg.LatencyRate, 1},
 			{"filter-subs", cfg.FilterSubs, 1}, {"repeat", cfg.Repeat, 1}, {"profile-seconds", cfg.ProfileSeconds, 1},
-			{"fanout-messages", cfg.FanoutMessages, 0}, {"latency-messages", cfg.LatencyMessages, 0}, {"filter-pubs", cfg.FilterPubs, 0}} {
+			{"fanout-messages", cfg.FanoutMessages, 0}, {"latency-messages", cfg.LatencyMessages, 0}, {"filter-pubs", cfg.FilterPubs, 0},
+			{"reliable-messages", cfg.Reliable.Messages, 0}, {"reliable-rate", cfg.Reliable.Rate, 1}, {"failover-rate", cfg.Reliable.FailoverRate, 1},
+			{"failover-seconds", cfg.Reliable.FailoverSeconds, 1}, {"failover-kill-at", cfg.Reliable.FailoverKillAt, 1}} {
 			if f.v < f.min {
 				fmt.Fprintf(os.Stderr, "deltapub bench compare: --%s %d: must be at least %d\n", f.name, f.v, f.min)
 				return 2

@@ -56,6 +56,12 @@ type Config struct {
 	ProfileDir     string
 	ProfileSeconds int
 	Progress       io.Writer // one line per run; nil: discarded
+	// Reliable sizes the reliable-delivery and failover runs (after the
+	// others; JetStream with NATSServer).
+	Reliable ReliableConfig
+	// SkipCore skips the core runs (single … filtered): reliable and
+	// failover runs only.
+	SkipCore bool
 }
 
 // Validate fills in the defaults and checks the sizes (Run does it too):
@@ -104,6 +110,9 @@ func (c *Config) fill() error {
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
+	}
+	if err := c.Reliable.fill(c.Messages); err != nil {
+		return err
 	}
 	switch {
 	case c.Launcher == nil:
@@ -204,8 +213,23 @@ type Report struct {
 	P99Ratio       float64 `json:"p99_latency_ratio"`
 	FilteredRatio  float64 `json:"filtered_ratio"`
 
-	Deltapub Figures  `json:"deltapub"`
-	NATS     *Figures `json:"nats,omitempty"`
+	// deltapub's acknowledged throughput (δ = 2) over JetStream R3 file
+	// storage's: durability none against the default sync, fsync against
+	// sync_interval: always.
+	JetStreamR3Ratio     float64 `json:"jetstream_r3_ratio,omitempty"`
+	JetStreamR3SyncRatio float64 `json:"jetstream_r3_sync_ratio,omitempty"`
+	// Failover figures by system (deltapub, deltapub_testbed_preset,
+	// jetstream_r3, nats); the runs in full under failover.
+	FailoverPauseMs    map[string]float64 `json:"failover_pause_ms,omitempty"`
+	FailoverLost       map[string]int64   `json:"failover_lost,omitempty"`
+	FailoverDuplicates map[string]int64   `json:"failover_duplicates,omitempty"`
+
+	Deltapub Figures       `json:"deltapub"`
+	NATS     *Figures      `json:"nats,omitempty"`
+	Reliable []ReliableRun `json:"reliable,omitempty"`
+	// CoreSkipped: the core runs (single … filtered) were not run.
+	CoreSkipped bool       `json:"core_skipped,omitempty"`
+	Failover    []Failover `json:"failover,omitempty"`
 
 	PayloadBytes int       `json:"payload_bytes"`
 	Delta        int       `json:"delta"`
@@ -218,7 +242,7 @@ type Report struct {
 // Failed reports whether a run of either system failed (its figures are
 // zero: see Figures.Errors).
 func (r *Report) Failed() bool {
-	return len(r.Deltapub.Errors) > 0 || (r.NATS != nil && len(r.NATS.Errors) > 0)
+	return len(r.Deltapub.Errors) > 0 || (r.NATS != nil && len(r.NATS.Errors) > 0) || r.reliableFailed()
 }
 
 // Run measures both systems (deltapub only without cfg.NATSServer).
@@ -321,6 +345,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	t0 := time.Now()
 	k := 0
+	if cfg.SkipCore {
+		steps = nil
+		rep.CoreSkipped = true
+	}
 	for _, s := range steps {
 		results := make([][]*Figures, len(systems))
 		lastErr := make([]error, len(systems))
@@ -375,6 +403,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				}
 			}
 		}
+	}
+	if err := runReliable(ctx, &cfg, rep); err != nil {
+		return rep, err
 	}
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.Machine.LoadEnd = loadAvg()
@@ -485,7 +516,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		rows[2].dp = d.Chain3.Rate
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", "figure (250 B payloads)", "deltapub", "NATS "+r.NATSVersion, "unit", "ratio", "goal")
+	if r.CoreSkipped {
+		rows = nil
+	} else {
+		fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", "figure (250 B payloads)", "deltapub", "NATS "+r.NATSVersion, "unit", "ratio", "goal")
+	}
 	for _, x := range rows {
 		nt, rt, goalS := "—", "—", ""
 		if hasNATS && !x.noNATS {
@@ -516,6 +551,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 		}
 	}
+	r.writeReliableTable(&b)
 	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; load average %s at the start, %s at the end; deltapub δ = %d; %.0f s\n",
 		r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Machine.OS, r.Machine.LoadStart, r.Machine.LoadEnd, r.Delta, r.Seconds)
 	_, err := io.WriteString(w, b.String())
