@@ -134,6 +134,21 @@ library, NATS's nats.go); a message counts when the subscriber
 application sees it. deltapub brokers run as 'deltapub broker' processes
 of this executable; every server is killed when its run ends.
 
+Then the reliable peers (unless --no-reliable): deltapub δ = 2 over
+B1–B2–B3 with durability none, write and fsync against JetStream R1 and R3
+(three servers), memory and file storage, file with the default sync and
+with sync_interval: always: acknowledged publish → consume msgs/s and p50/p99
+at --reliable-rate. And failover (unless --no-failover): --failover-rate
+msgs/s for --failover-seconds, SIGKILL at --failover-kill-at of deltapub's
+middle broker B2 (default and testbed presets), JetStream R3's stream
+leader, and core NATS's subscriber server: the longest pause between
+deliveries at the subscriber, losses and duplicates.
+
+--json FILE writes the report as JSON; --readme FILE replaces the block
+between the bench-compare markers of FILE with a Markdown table of the
+ratios, goals and the machine line. Regenerating the published figures:
+  deltapub bench compare --json docs/bench/compare-result.json --readme README.md
+
 nats-server v2.15.2 is taken from --nats-dir, or built there once with
 'go install' through the Go module proxy (needs the go tool; minutes).
 Progress goes to stderr, the table to stdout.
@@ -152,6 +167,7 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", 180*time.Second, "bound on each run")
 	fs.IntVar(&cfg.Repeat, "repeat", 1, "repetitions of each run (systems interleaved); the median is reported")
 	jsonFile := fs.String("json", "", "also write the report as JSON to `FILE`")
+	readme := fs.String("readme", "", "replace the bench-compare block of this Markdown `FILE` with the ratios and the machine line")
 	natsDir := fs.String("nats-dir", "", "directory of the nats-server binary (default: $XDG_CACHE_HOME/deltapub/nats)")
 	noNATS := fs.Bool("no-nats", false, "measure deltapub only")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the deltapub brokers during each run to `DIR`")
@@ -196,6 +212,12 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 			fmt.Fprintln(os.Stderr, "deltapub bench compare:", err)
 			return 2
 		}
+		if *readme != "" {
+			if err := benchcompare.CheckMarkdownBlock(*readme); err != nil {
+				fmt.Fprintln(os.Stderr, "deltapub bench compare: --readme:", err)
+				return 2
+			}
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		if !*noNATS {
@@ -218,6 +240,12 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 		if *jsonFile != "" {
 			if werr := writeFile(*jsonFile, rep.WriteJSON); werr != nil {
 				fmt.Fprintln(os.Stderr, "deltapub bench compare: --json:", werr)
+				return 1
+			}
+		}
+		if *readme != "" {
+			if werr := rep.WriteMarkdownBlock(*readme); werr != nil {
+				fmt.Fprintln(os.Stderr, "deltapub bench compare: --readme:", werr)
 				return 1
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -38,12 +39,12 @@ func TestReportTableAndJSON(t *testing.T) {
 	}
 	table := tb.String()
 	for _, want := range []string{
-		"single 1→1", "300,000", "500,000", "0.60  ≥ 0.5 met",
+		"single 1→1", "300,000", "500,000", "0.60  ≥ 0.6 met",
 		"two servers", "0.25  ≥ 0.5 MISSED",
 		"3-broker chain B1→B3", "80,000",
 		"fan-out 1→100", "0.90  ≥ 0.8 met",
 		"latency p99", "2.25  ≤ 2 MISSED",
-		"filtered, 10000 subs", "1.20  > 1 met",
+		"filtered, 10000 subs", "1.20  ≥ 1.2 met",
 		"bytes to subscribers", "3.0", "6.0", "0.50",
 		"failed run: latency: boom",
 		"machine: 2 CPUs, test cpu",
@@ -247,5 +248,47 @@ func TestReliableJetStreamTiny(t *testing.T) {
 	}
 	if rep.JetStreamR3Ratio <= 0 || rep.JetStreamR3SyncRatio <= 0 {
 		t.Errorf("ratios %v %v", rep.JetStreamR3Ratio, rep.JetStreamR3SyncRatio)
+	}
+}
+
+// --readme: the block between the markers is replaced, the rest kept; a
+// file without the markers is refused and left as it was.
+func TestWriteMarkdownBlock(t *testing.T) {
+	rep := &Report{NATSVersion: NATSVersion, Machine: Machine{CPUs: 2, Model: "test cpu"},
+		NATS:     &Figures{Single: Throughput{Rate: 500_000}},
+		Deltapub: Figures{Single: Throughput{Rate: 300_000}},
+		Reliable: []ReliableRun{{Key: "deltapub_none", Label: "deltapub δ=2, none", Throughput: Throughput{Rate: 90_000}},
+			{Key: "jetstream_r3_file", Label: "JetStream R3 file, default sync", Throughput: Throughput{Rate: 30_000}}},
+		JetStreamR3Ratio: 3,
+		FailoverPauseMs:  map[string]float64{"deltapub": 300, "jetstream_r3": 7000},
+		FailoverLost:     map[string]int64{"deltapub": 0, "jetstream_r3": 0}, FailoverDuplicates: map[string]int64{},
+	}
+	dir := t.TempDir()
+	path := dir + "/README.md"
+	orig := "# title\n\n" + MarkdownBegin + " (regenerated) -->\nold table\n" + MarkdownEnd + "\n\nafter\n"
+	if err := os.WriteFile(path, []byte(orig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteMarkdownBlock(path); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	got := string(b)
+	for _, want := range []string{"# title\n\n" + MarkdownBegin + " (regenerated) -->\n| figure |", "| 0.60 | ≥ 0.6 met |",
+		"| 3.00 | ≥ 4 **missed** |", "| 0.04 | ≤ 0.2, 0 lost, 0 duplicates met |", "Machine: ", "test cpu", MarkdownEnd + "\n\nafter\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("block lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old table") {
+		t.Errorf("old block kept:\n%s", got)
+	}
+	plain := dir + "/plain.md"
+	os.WriteFile(plain, []byte("no markers\n"), 0o644)
+	if err := rep.WriteMarkdownBlock(plain); err == nil || !strings.Contains(err.Error(), "no \""+MarkdownBegin) {
+		t.Errorf("file without markers: %v", err)
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "no markers\n" {
+		t.Errorf("file without markers changed: %q", b)
 	}
 }
