@@ -37,6 +37,7 @@ type RunningBroker struct {
 	Stop   func() error
 	Exited <-chan struct{} // closed if the broker ends by itself
 	Output func() string   // its log tail, for errors
+	Pid    int             // its process (0: in this process)
 }
 
 // BrokerLauncher starts a deltapub broker.
@@ -63,7 +64,7 @@ func ProcessLauncher(exe string) BrokerLauncher {
 		if err != nil {
 			return nil, err
 		}
-		return &RunningBroker{Stop: p.Kill, Exited: p.Exited(), Output: p.Output}, nil
+		return &RunningBroker{Stop: p.Kill, Exited: p.Exited(), Output: p.Output, Pid: p.Pid()}, nil
 	}
 }
 
