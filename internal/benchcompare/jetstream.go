@@ -62,10 +62,13 @@ const (
 	// jsMaxPending is the publisher's window of unacknowledged publishes,
 	// the same as deltapub's MaxInFlight in this harness.
 	jsMaxPending = 4096
-	// jsAckTimeout bounds the wait for one publish acknowledgement; a
-	// publish that times out is sent again (failover runs) with the same
-	// message id, so the stream keeps it once.
-	jsAckTimeout = 2 * time.Second
+	// jsAckTimeout bounds the wait for one publish acknowledgement in
+	// failover runs; a publish that times out is sent again with the same
+	// message id, so the stream keeps it once. Elsewhere a timeout fails
+	// the run, and jsRunAckTimeout leaves room for a full window of synced
+	// writes on a loaded machine.
+	jsAckTimeout    = 2 * time.Second
+	jsRunAckTimeout = 30 * time.Second
 	// jsStallWait bounds the wait for room in the window.
 	jsStallWait = 20 * time.Second
 	// jsRetries bounds the sends of one publication in failover runs.
@@ -252,8 +255,12 @@ func (s *jsServers) Connect(ctx context.Context, i int, _ connOptions) (endpoint
 		return nil, fmt.Errorf("benchcompare: connect to nats-server %s: %w", s.names[i], err)
 	}
 	e.nc = nc
+	ackTimeout := jsRunAckTimeout
+	if s.retry {
+		ackTimeout = jsAckTimeout
+	}
 	e.js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(jsMaxPending),
-		jetstream.WithPublishAsyncTimeout(jsAckTimeout),
+		jetstream.WithPublishAsyncTimeout(ackTimeout),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) { e.failed(m, err) }))
 	if err != nil {
 		nc.Close()
