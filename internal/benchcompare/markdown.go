@@ -39,7 +39,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			g      goal
 		}{
 			{"single 1→1, msgs/s", d.Single.Rate, n.Single.Rate, goalSingle},
-			{"two servers (B1→B2 | A→C), msgs/s", d.TwoServer.Rate, n.TwoServer.Rate, goalTwoServer},
+			{"two servers (B1→B2; A→C), msgs/s", d.TwoServer.Rate, n.TwoServer.Rate, goalTwoServer},
 			{fmt.Sprintf("fan-out 1→%d, deliveries/s", d.Fanout.Subs), d.Fanout.Rate, n.Fanout.Rate, goalFanout},
 			{fmt.Sprintf("latency p99 @ %d/s, µs", d.Latency.Rate), d.Latency.P99Us, n.Latency.P99Us, goalP99},
 			{fmt.Sprintf("filtered, %d subs, deliveries/s", d.Filtered.Subs), d.Filtered.Rate, n.Filtered.Rate, goalFiltered},
