@@ -404,7 +404,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
-	if err := runReliable(ctx, &cfg, rep); err != nil {
+	if err := runReliable(ctx, &cfg, rep, prof); err != nil {
 		return rep, err
 	}
 	rep.Seconds = time.Since(t0).Seconds()

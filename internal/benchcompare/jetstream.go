@@ -73,8 +73,10 @@ const (
 	jsStallWait = 20 * time.Second
 	// jsRetries bounds the sends of one publication in failover runs.
 	jsRetries = 15
-	// jsAckWait is the consumer's redelivery timeout (the server's
-	// default, 30 s, would outlast the failover run).
+	// jsAckWait is the consumer's redelivery timeout in failover runs (the
+	// server's default, 30 s, would outlast the run); elsewhere the
+	// default, so that a consumer lagging behind synced writes is not sent
+	// everything again.
 	jsAckWait = 5 * time.Second
 )
 
@@ -150,7 +152,8 @@ func (j jsSystem) Start(ctx context.Context, _ int) (servers, error) {
 		s.names = append(s.names, name)
 	}
 	for i := range ps {
-		if err := WaitHTTP(ctx, s.mons[i]+"/healthz", 30*time.Second, s.procs[i].Exited(), nil); err != nil {
+		// Generous: a synced store on a busy disk starts slowly.
+		if err := WaitHTTP(ctx, s.mons[i]+"/healthz", 60*time.Second, s.procs[i].Exited(), nil); err != nil {
 			out := s.procs[i].Output()
 			s.Close()
 			return nil, fmt.Errorf("benchcompare: nats-server %s: %w\n%s", s.names[i], err, out)
@@ -419,8 +422,12 @@ func (e *jsEndpoint) Flush(ctx context.Context) error {
 // that must not lose a message across a server crash uses.
 func (e *jsEndpoint) Subscribe(ctx context.Context, s subSpec, h handler) error {
 	name := fmt.Sprintf("C%d", len(e.cons)+1)
+	var ackWait time.Duration // 0: the server's default
+	if e.retry {
+		ackWait = jsAckWait
+	}
 	c, err := e.js.CreateOrUpdateConsumer(ctx, jsStream, jetstream.ConsumerConfig{Durable: name,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: jsAckWait, MaxAckPending: 2 * Window,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 2 * Window,
 		DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return fmt.Errorf("benchcompare: JetStream consumer: %w", err)

@@ -113,7 +113,7 @@ func failoverSystems(cfg *Config) (keys []string, systems []system) {
 }
 
 // runReliable runs the reliable and failover runs into rep.
-func runReliable(ctx context.Context, cfg *Config, rep *Report) error {
+func runReliable(ctx context.Context, cfg *Config, rep *Report, prof *profiler) error {
 	rc := &cfg.Reliable
 	type job struct {
 		name string
@@ -127,7 +127,7 @@ func runReliable(ctx context.Context, cfg *Config, rep *Report) error {
 				r := ReliableRun{Key: keys[i], Label: sys.Name()}
 				var errs []string
 				var err error
-				if r.Throughput, err = runThroughput(ctx, sys, 3, 0, 2, 1, rc.Messages, nil); err != nil {
+				if r.Throughput, err = runThroughput(ctx, sys, 3, 0, 2, 1, rc.Messages, prof.with("reliable-"+keys[i])); err != nil {
 					errs = append(errs, "throughput: "+err.Error())
 				}
 				if r.Latency, err = runLatencyOn(ctx, sys, 3, 0, 2, rc.Rate, rc.LatencyMsgs); err != nil {
