@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/deltapub/deltapub/client"
@@ -231,8 +232,11 @@ func (e *deltapubEndpoint) waitAcks() {
 	go func(acks <-chan (<-chan error), out chan<- error) {
 		var first error
 		for ch := range acks {
-			if err := <-ch; err != nil && first == nil {
-				first = err
+			if err := <-ch; err != nil {
+				e.failed.Add(1)
+				if first == nil {
+					first = err
+				}
 			}
 		}
 		out <- first
@@ -254,7 +258,10 @@ type deltapubEndpoint struct {
 	// in order by one goroutine; ackErr then gives the first error.
 	acks   chan (<-chan error)
 	ackErr chan error
+	failed atomic.Int64 // publications whose acknowledgement failed
 }
+
+func (e *deltapubEndpoint) gaveUpCount() int { return int(e.failed.Load()) }
 
 func (e *deltapubEndpoint) Publish(ctx context.Context, m *outMsg) error {
 	done, err := e.c.PublishAsync(ctx, matching.Publication{Attrs: m.Attrs, Payload: m.Payload})

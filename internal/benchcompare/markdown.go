@@ -68,7 +68,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString("\n| acknowledged publish → consume | msgs/s | p50 µs | p99 µs |\n|---|---:|---:|---:|\n")
 		for _, x := range r.Reliable {
 			if x.Error != "" {
-				fmt.Fprintf(&b, "| %s | failed | | |\n", x.Label)
+				fmt.Fprintf(&b, "| %s | failed: %s | | |\n", x.Label, mdCell(x.Error))
 				continue
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", x.Label, num(x.Throughput.Rate), num(x.Latency.P50Us), num(x.Latency.P99Us))
@@ -76,13 +76,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if len(r.Failover) > 0 {
 		f0 := r.Failover[0]
-		fmt.Fprintf(&b, "\n| failover at %d msgs/s, kill -9 at %d s | killed | pause ms | lost | duplicates |\n|---|---|---:|---:|---:|\n", f0.Rate, f0.KillAtS)
+		fmt.Fprintf(&b, "\n| failover at %d msgs/s, kill -9 at %d s | killed | pause ms | lost (of them unacknowledged) | duplicates | error |\n|---|---|---:|---:|---:|---|\n", f0.Rate, f0.KillAtS)
 		for _, f := range r.Failover {
 			if f.Error != "" && f.Sent == 0 {
-				fmt.Fprintf(&b, "| %s | failed | | | |\n", f.System)
+				fmt.Fprintf(&b, "| %s | failed | | | | %s |\n", f.System, mdCell(f.Error))
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | %d |\n", f.System, f.Killed, num(f.PauseMs), f.Lost, f.Duplicates)
+			fmt.Fprintf(&b, "| %s | %s | %s | %d (%d) | %d | %s |\n", f.System, f.Killed, num(f.PauseMs), f.Lost, f.GaveUp, f.Duplicates, mdCell(f.Error))
 		}
 	}
 	m := r.Machine
@@ -90,6 +90,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		r.Started.Format("2006-01-02 15:04"), m.CPUs, m.Model, m.GoVersion, m.OS, r.NATSVersion, m.LoadStart, m.LoadEnd, r.Seconds)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// mdCell makes s safe inside a Markdown table cell (one line, no pipe).
+func mdCell(s string) string {
+	return strings.NewReplacer("|", "/", "\n", " ").Replace(strings.TrimSpace(s))
 }
 
 // WriteMarkdownBlock replaces the block between the marker lines of the

@@ -101,8 +101,8 @@ func reliableSystems(cfg *Config) (keys []string, systems []system) {
 func failoverSystems(cfg *Config) (keys []string, systems []system) {
 	keys = []string{"deltapub", "deltapub_testbed_preset"}
 	systems = []system{
-		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "default", label: "deltapub δ=2"},
-		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "testbed", label: "deltapub δ=2, testbed preset"},
+		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "default", label: "deltapub δ=2", checkAcks: true},
+		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "testbed", label: "deltapub δ=2, testbed preset", checkAcks: true},
 	}
 	if cfg.NATSServer != "" {
 		keys = append(keys, "jetstream_r3", "nats")
@@ -162,8 +162,8 @@ func runReliable(ctx context.Context, cfg *Config, rep *Report, prof *profiler) 
 				if f.Error == "" || f.Sent > 0 {
 					rep.FailoverPauseMs[keys[i]], rep.FailoverLost[keys[i]], rep.FailoverDuplicates[keys[i]] = f.PauseMs, f.Lost, f.Duplicates
 				}
-				msg := fmt.Sprintf("killed %s: pause %.0f ms (%.0f ms after the kill; %.0f ms before it), %d lost, %d duplicates of %d sent",
-					f.Killed, f.PauseMs, f.PauseAfterKillMs, f.PauseBeforeKillMs, f.Lost, f.Duplicates, f.Sent)
+				msg := fmt.Sprintf("killed %s: pause %.0f ms (%.0f ms after the kill; %.0f ms before it), %d lost (%d of them unacknowledged), %d duplicates of %d sent",
+					f.Killed, f.PauseMs, f.PauseAfterKillMs, f.PauseBeforeKillMs, f.Lost, f.GaveUp, f.Duplicates, f.Sent)
 				if f.Error != "" {
 					msg += " FAILED: " + f.Error
 				}
@@ -239,13 +239,16 @@ func (r *Report) writeReliableTable(w io.Writer) {
 	}
 	if len(r.Failover) > 0 {
 		f0 := r.Failover[0]
-		fmt.Fprintf(w, "\nfailover @ %d msgs/s, kill -9 at %d s of %d s   %10s %8s %8s  %s\n", f0.Rate, f0.KillAtS, f0.Seconds, "pause ms", "lost", "dups", "killed")
+		fmt.Fprintf(w, "\nfailover @ %d msgs/s, kill -9 at %d s of %d s   %10s %8s %8s %8s  %s\n", f0.Rate, f0.KillAtS, f0.Seconds, "pause ms", "lost", "unacked", "dups", "killed")
 		for _, f := range r.Failover {
 			if f.Error != "" && f.Sent == 0 {
 				fmt.Fprintf(w, "%-44s FAILED: %s\n", f.System, f.Error)
 				continue
 			}
-			fmt.Fprintf(w, "%-44s %10s %8d %8d  %s\n", f.System, num(f.PauseMs), f.Lost, f.Duplicates, f.Killed)
+			fmt.Fprintf(w, "%-44s %10s %8d %8d %8d  %s\n", f.System, num(f.PauseMs), f.Lost, f.GaveUp, f.Duplicates, f.Killed)
+			if f.Error != "" {
+				fmt.Fprintf(w, "  %s: %s\n", f.System, f.Error)
+			}
 		}
 		if dp, js := r.FailoverPauseMs["deltapub"], r.FailoverPauseMs["jetstream_r3"]; js > 0 {
 			ok := dp <= js/5 && r.FailoverLost["deltapub"] == 0 && r.FailoverDuplicates["deltapub"] == 0
