@@ -1,6 +1,10 @@
 package message
 
-import "github.com/deltapub/deltapub/matching"
+import (
+	"fmt"
+
+	"github.com/deltapub/deltapub/matching"
+)
 
 // Type numbers are grouped: 1–63 link and handshake (internal/wire),
 // 64–127 broker protocol, 128–191 client protocol. ONLY APPEND within a group;
@@ -51,6 +55,35 @@ type PubAck struct {
 type Subscribe struct {
 	Req    uint64          `msgpack:"r"`
 	Filter matching.Filter `msgpack:"f"`
+	// Conflate, when set, asks the edge broker to deliver at most the
+	// latest matching publication per value of one attribute per interval
+	// (a price ticker's screen). Brokers that do not know it deliver all.
+	Conflate *Conflation `msgpack:"cf,omitempty"`
+}
+
+// Conflation is a subscription's conflation: per value of attribute Key,
+// only the latest publication within each IntervalMS is delivered.
+type Conflation struct {
+	Key        string `msgpack:"k"`
+	IntervalMS uint32 `msgpack:"i"`
+}
+
+// Bounds of a Conflation.
+const (
+	MaxConflateKey        = 64
+	MinConflateIntervalMS = 10
+	MaxConflateIntervalMS = 60_000
+)
+
+// Check reports what is wrong with c, if anything.
+func (c *Conflation) Check() error {
+	switch {
+	case c.Key == "" || len(c.Key) > MaxConflateKey:
+		return fmt.Errorf("conflate: key must be an attribute name of 1 to %d bytes", MaxConflateKey)
+	case c.IntervalMS < MinConflateIntervalMS || c.IntervalMS > MaxConflateIntervalMS:
+		return fmt.Errorf("conflate: interval %d ms: must be within %d..%d ms", c.IntervalMS, MinConflateIntervalMS, MaxConflateIntervalMS)
+	}
+	return nil
 }
 
 // SubAck answers a Subscribe. Confirmed=false with an empty Err means the

@@ -240,9 +240,10 @@ func (n *Node) Tick() {
 			}
 			n.closeIdleLink(p)
 		}
+		n.forgive(p)
 		if p.up && !p.gone || n.monitored(p) { // (an up link is monitored unless its peer is gone)
 			p.silent++
-			if !p.suspected && p.silent >= n.cfg.FailureTicks {
+			if !p.suspected && p.silent >= n.patience(p) {
 				n.suspect(p, fmt.Sprintf("silent for %d ticks", p.silent))
 				changed = true
 			}

@@ -39,6 +39,8 @@ type peer struct {
 	dackSent  uint64 // store version covered by the last DACK on this link
 	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
 	dackIn    int64  // tick of the last DACK received from it (0: none)
+	refuted   int    // its suspicions it refuted (heard again, same incarnation), not yet forgiven: patience.go
+	calm      int    // ticks since the last refutation or suspicion (patience.go)
 }
 
 // monitored reports whether silence from id counts toward a suspicion:
@@ -105,6 +107,7 @@ func (n *Node) vouch(from message.BrokerID, suspects []message.BrokerID) {
 func (n *Node) suspect(p *peer, why string) {
 	p.suspected = true
 	p.suspTicks = 0
+	p.calm = 0
 	p.suspAt = n.now
 	p.suspEpoch = p.epoch
 	if e, ok := n.topo.Get(p.id); ok && e.Epoch > p.suspEpoch {
@@ -127,6 +130,7 @@ func (n *Node) unsuspect(p *peer) {
 	p.suspected = false
 	p.suspTicks = 0
 	p.gone = false
+	n.refuted(p)
 	n.notice(NoticeUnsuspected, p.id, "")
 	n.resendTopo(p)
 }

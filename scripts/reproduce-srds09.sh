@@ -5,12 +5,14 @@ set -euo pipefail
 
 usage() {
 	cat <<'USAGE'
-Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim] [--out DIR] [--failures "1 2 3"]
+Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim] [--out DIR] [--failures "1 2 3 r3"]
 
 Runs testbed/examples/srds09.toml once per number of simultaneous crashes
 K (R1; R1 R2; R1 R2 R3, all at t=20s, restarted at t=30s) and writes each
 run's results (summary.json, deliveries.csv, brokers.csv, delay/rate/cpu
-plots) to DIR/failures-K (default DIR: results/srds09-MODE). Prints each
+plots) to DIR/failures-K (default DIR: results/srds09-MODE). K = r3 crashes
+R3 alone (the slides' load-change figure: R1's and R2's rates and CPU while
+R3 is down). Prints each
 run's verdict, the delay before/during/after the crash and the memory of all
 brokers together, and exits 1 if any run's verdict is FAIL.
 
@@ -61,7 +63,8 @@ for k in $failures; do
 	1) rs='"R1"' ;;
 	2) rs='"R1", "R2"' ;;
 	3) rs='"R1", "R2", "R3"' ;;
-	*) echo "reproduce-srds09: failures must be 1, 2 or 3, got $k" >&2; exit 2 ;;
+	r3) rs='"R3"' ;; # the slides' load-change figure: R3 fails, R1 and R2 carry on
+	*) echo "reproduce-srds09: failures must be 1, 2, 3 or r3, got $k" >&2; exit 2 ;;
 	esac
 	file="$tmp/srds09-$k.toml"
 	sed -e "s/^name = \"srds09\"/name = \"srds09-$k-failures\"/" \

@@ -161,6 +161,9 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 		"--dack-period", o.DACKPeriod.Duration.String(), "--gone-after", o.GoneAfter.Duration.String(),
 		"--max-queue", strconv.Itoa(o.MaxQueue), "--log-format", "json",
 		"--data-dir", filepath.Join(h.data, name)}
+	if o.Durability != "" {
+		args = append(args, "--durability", o.Durability)
+	}
 	if len(joinpoints) > 0 {
 		addrs := make([]string, len(joinpoints))
 		for i, j := range joinpoints {

@@ -108,6 +108,9 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	cfg.Core.DACKTicks = ticks(o.DACKPeriod.Duration, cfg.Tick)
 	cfg.Core.GoneAfterTicks = ticks(o.GoneAfter.Duration, cfg.Tick)
 	cfg.Core.MaxQueue = o.MaxQueue
+	// The simulator models the publication log when the file asks for one
+	// (process mode keeps one by default, in each broker's data directory).
+	cfg.Core.Durable = o.Durability == "fsync" || o.Durability == "write"
 	cfg.LinkDelay, cfg.LinkJitter = o.LinkDelay.Duration, o.LinkJitter.Duration
 	if cfg.DialTimeout < 4*cfg.LinkDelay {
 		cfg.DialTimeout = 4 * cfg.LinkDelay

@@ -249,7 +249,7 @@ func TestRunWritesResultsAndPlots(t *testing.T) {
 	if sum.Verdict.Verdict != "PASS" {
 		t.Fatalf("verdict %s: %v", sum.Verdict.Verdict, sum.Verdict.Reasons)
 	}
-	for _, f := range []string{"summary.json", "deliveries.csv", "brokers.csv", "delay.png", "delay.svg", "rate.png", "rate.svg", "cpu.png", "cpu.svg"} {
+	for _, f := range []string{"summary.json", "deliveries.csv", "brokers.csv", "delay.png", "delay.svg", "rate.png", "rate.svg", "rate-in.png", "rate-in.svg", "cpu.png", "cpu.svg"} {
 		st, err := os.Stat(filepath.Join(dir, f))
 		if err != nil || st.Size() < 100 {
 			t.Errorf("%s: %v (size %v)", f, err, st)

@@ -245,6 +245,11 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	if o.MaxQueue < 1 {
 		errs.add(L("overlay.max_queue"), "max_queue = %d: must be ≥ 1", o.MaxQueue)
 	}
+	switch o.Durability {
+	case "", "fsync", "write", "none":
+	default:
+		errs.add(L("overlay.durability"), "durability = %q: one of fsync, write, none", o.Durability)
+	}
 	// Topology.
 	topo := buildTopology(s, errs)
 	if topo == nil {

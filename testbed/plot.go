@@ -58,7 +58,7 @@ func drawPlots(dir string, sum *Summary, pts []delayPoint, samples []BrokerSampl
 	if err := save(dp, "delay"); err != nil {
 		return files, err
 	}
-	for _, kind := range []string{"rate", "cpu"} {
+	for _, kind := range []string{"rate", "rate-in", "cpu"} {
 		bp, ok, err := brokerPlot(sum, samples, marks, kind)
 		if err != nil {
 			return files, err
@@ -186,6 +186,9 @@ func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind st
 		by[s.Broker] = append(by[s.Broker], s)
 	}
 	title, yl := "messages out per second", "msgs/s"
+	if kind == "rate-in" {
+		title = "messages in per second"
+	}
 	if sum.WarmupMs > 0 {
 		title += fmt.Sprintf(" (from t=%.0fs)", sum.WarmupMs/1000)
 	}
@@ -209,14 +212,18 @@ func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind st
 				}
 				y = s.CPU
 			} else {
-				if s.MsgsOut < 0 {
+				n := s.MsgsOut
+				if kind == "rate-in" {
+					n = s.MsgsIn
+				}
+				if n < 0 {
 					continue
 				}
 				period := time.Second
 				if j > 0 && ss[j].At > ss[j-1].At {
 					period = ss[j].At - ss[j-1].At
 				}
-				y = float64(s.MsgsOut) / period.Seconds()
+				y = float64(n) / period.Seconds()
 			}
 			xys = append(xys, plotter.XY{X: s.At.Seconds(), Y: y})
 			ymax = math.Max(ymax, y)

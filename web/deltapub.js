@@ -101,7 +101,7 @@ export class Client {
           for (const [req, s] of this.subs) {
             s.id = null;
             s.last = new Map();
-            this._send({ type: "subscribe", id: req, filter: s.filter });
+            this._send(this._subscribeFrame(req, s.filter, s.conflate));
           }
         }
         for (const u of this.unacked.values()) this._send(u.frame);
@@ -171,12 +171,21 @@ export class Client {
   // opts.onConfirmed(id) is called once every broker has the subscription
   // (from then on the delivery guarantees apply), opts.onGap(frame) on a
   // gap notice. filter is PADRES text or [[attr, op, value], ...].
+  // opts.conflate = {key, intervalMs}: per value of attribute key, only the
+  // latest publication of each interval (docs/websocket.md, "Conflation").
   subscribe(filter, onDeliver, opts = {}) {
     const req = this.nextReq++;
+    const conflate = opts.conflate ? { key: opts.conflate.key, interval_ms: opts.conflate.intervalMs } : undefined;
     return new Promise((resolve, reject) => {
-      this.subs.set(req, { filter, onDeliver, onGap: opts.onGap, onConfirmed: opts.onConfirmed, id: null, last: new Map(), resolve, reject, req });
-      this._send({ type: "subscribe", id: req, filter });
+      this.subs.set(req, { filter, conflate, onDeliver, onGap: opts.onGap, onConfirmed: opts.onConfirmed, id: null, last: new Map(), resolve, reject, req });
+      this._send(this._subscribeFrame(req, filter, conflate));
     });
+  }
+
+  _subscribeFrame(req, filter, conflate) {
+    const f = { type: "subscribe", id: req, filter };
+    if (conflate) f.conflate = conflate;
+    return f;
   }
 
   unsubscribe(subID) {

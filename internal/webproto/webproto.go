@@ -111,6 +111,14 @@ type inFrame struct {
 	Time      int64        `json:"time" msgpack:"time"`
 	Resume    string       `json:"resume" msgpack:"resume"`
 	Positions []inPosition `json:"positions" msgpack:"positions"`
+	Conflate  *inConflate  `json:"conflate" msgpack:"conflate"`
+}
+
+// inConflate is a subscribe frame's "conflate": per value of attribute
+// key, only the latest publication of each interval_ms.
+type inConflate struct {
+	Key        string `json:"key" msgpack:"key"`
+	IntervalMS uint32 `json:"interval_ms" msgpack:"interval_ms"`
 }
 
 // Decode reads one client frame: JSON when binary is false, msgpack when
@@ -157,7 +165,14 @@ func Decode(data []byte, binary bool) (*Hello, message.Message, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, &message.Subscribe{Req: f.ID, Filter: flt}, nil
+		sub := &message.Subscribe{Req: f.ID, Filter: flt}
+		if f.Conflate != nil {
+			sub.Conflate = &message.Conflation{Key: f.Conflate.Key, IntervalMS: f.Conflate.IntervalMS}
+			if err := sub.Conflate.Check(); err != nil {
+				return nil, nil, bad(CodeBadFrame, "subscribe: %v", err)
+			}
+		}
+		return nil, sub, nil
 	case "unsubscribe":
 		id, err := ParseSubID(f.Sub)
 		if err != nil {

@@ -29,6 +29,10 @@ type sessionState struct {
 	resumeAt uint64
 	lastFwd  uint64
 	held     bool // frames held for the end of the drain (holder)
+	// Conflated subscriptions (conflate.go): requested, by Req, until
+	// their SubAck; then by SubID.
+	conflateReq map[uint64]*message.Conflation
+	conflated   map[message.SubID]*conflater
 }
 
 func (r *Runtime) clientUp(s ClientSession) (message.ClientID, bool) {
@@ -54,6 +58,7 @@ func (r *Runtime) dropSession(c message.ClientID) {
 	}
 	delete(r.sessions, c)
 	delete(r.sessionIDs, ss.s)
+	r.conflating -= len(ss.conflated)
 	r.m.clientSessions.Set(float64(len(r.sessions)))
 }
 
@@ -80,9 +85,13 @@ func (r *Runtime) clientMessage(c message.ClientID, ss *sessionState, m message.
 			r.answer(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("too many subscriptions for this session (limit %d)", r.cfg.Limits.MaxSubsPerClient)})
 			return
 		}
+		if !r.conflateSubscribe(c, ss, m) {
+			return
+		}
 		ss.reqs[m.Req] = true
 	case *message.Unsubscribe:
 		delete(ss.subs, m.Sub)
+		r.conflateEnd(ss, m.Sub)
 	}
 	r.node.Client(c, m)
 }
@@ -150,6 +159,9 @@ func (r *Runtime) trySendClient(ss *sessionState, m message.Message) bool {
 // skipped: coalesced acknowledgements). The core emits the deliveries of one
 // publication together; each such run goes to sendDeliveries.
 func (r *Runtime) sendClients(out []overlay.ClientEnvelope) {
+	if r.conflating > 0 {
+		r.divertConflated(out)
+	}
 	for i := 0; i < len(out); {
 		d, ok := out[i].Msg.(*message.Deliver)
 		if !ok {
@@ -286,6 +298,7 @@ func (r *Runtime) sendClient(c message.ClientID, m message.Message) {
 		if m.Err == "" {
 			ss.subs[m.Sub] = true
 		}
+		r.conflateAck(ss, m)
 	case *message.UnsubAck:
 		delete(ss.subs, m.Sub)
 	}

@@ -99,9 +99,12 @@ type Runtime struct {
 	cfg   BrokerConfig
 	epoch uint64 // this incarnation's, the core's Config.Epoch
 	node  *overlay.Node
-	log   zerolog.Logger
-	m     *runtimeMetrics
-	now   func() time.Time
+	// conflating counts the conflated subscriptions of all sessions
+	// (conflate.go): zero keeps the delivery path free of the check.
+	conflating int
+	log        zerolog.Logger
+	m          *runtimeMetrics
+	now        func() time.Time
 
 	in   chan event
 	done chan struct{} // closed when Run returns
@@ -366,6 +369,7 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 					r.savePlace()
 				}
 			}
+			r.flushConflated(now)
 			r.drain()
 		case <-ctxDone:
 			ctxDone = nil
@@ -604,9 +608,14 @@ func (r *Runtime) notice(n overlay.Notice) {
 	case overlay.NoticeJoined:
 		r.joined.Store(true)
 		r.joinFailed = ""
+		// The snapshot (deltapub_joined, /state) at once, not at the next
+		// second: whoever waits for the join (a testbed starting brokers
+		// one after another, an operator's script) sees it now.
+		r.refreshStatus()
 	case overlay.NoticeLeft:
 		r.left = true
 		r.joined.Store(false)
+		r.refreshStatus()
 		r.savePlace() // none: a broker that left rejoins as a new member
 	case overlay.NoticeJoinFailed:
 		r.joinFailed = n.Detail

@@ -527,3 +527,29 @@ func TestRuntimeKillReturnsWithoutLeaving(t *testing.T) {
 		bs[0].shutdown(t)
 	})
 }
+
+// TestJoinedReportedAtOnce: the status snapshot behind deltapub_joined and
+// /state shows the join when it happens, not at the next periodic refresh
+// (a testbed waits for each broker's join before it starts the next).
+func TestJoinedReportedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := NewMemNetwork()
+		b1 := startTestBroker(t, net, "B1", "127.0.0.1:1", nil, nil)
+		b2 := startTestBroker(t, net, "B2", "127.0.0.1:2", []string{"127.0.0.1:1"}, nil)
+		for i := 0; i < 500 && !b2.rt.joined.Load(); i++ {
+			time.Sleep(time.Millisecond) // virtual
+			synctest.Wait()
+		}
+		if !b2.rt.joined.Load() {
+			t.Fatal("B2 did not join within 500 ms")
+		}
+		b2.rt.m.mu.Lock()
+		snapJoined := b2.rt.m.snap.Joined
+		b2.rt.m.mu.Unlock()
+		if !snapJoined {
+			t.Error("B2 joined, but its status snapshot (deltapub_joined) still says not joined")
+		}
+		b2.shutdown(t)
+		b1.shutdown(t)
+	})
+}
