@@ -134,6 +134,21 @@ library, NATS's nats.go); a message counts when the subscriber
 application sees it. deltapub brokers run as 'deltapub broker' processes
 of this executable; every server is killed when its run ends.
 
+Then the reliable peers (unless --no-reliable): deltapub δ = 2 over
+B1–B2–B3 with durability none, write and fsync against JetStream R1 and R3
+(three servers), memory and file storage, file with the default sync and
+with sync_interval: always: acknowledged publish → consume msgs/s and p50/p99
+at --reliable-rate. And failover (unless --no-failover): --failover-rate
+msgs/s for --failover-seconds, SIGKILL at --failover-kill-at of deltapub's
+middle broker B2 (default and testbed presets), JetStream R3's stream
+leader, and core NATS's subscriber server: the longest pause between
+deliveries at the subscriber, losses and duplicates.
+
+--json FILE writes the report as JSON; --readme FILE replaces the block
+between the bench-compare markers of FILE with a Markdown table of the
+ratios, goals and the machine line. Regenerating the published figures:
+  deltapub bench compare --json docs/bench/compare-result.json --readme README.md
+
 nats-server v2.15.2 is taken from --nats-dir, or built there once with
 'go install' through the Go module proxy (needs the go tool; minutes).
 Progress goes to stderr, the table to stdout.
@@ -152,10 +167,19 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", 180*time.Second, "bound on each run")
 	fs.IntVar(&cfg.Repeat, "repeat", 1, "repetitions of each run (systems interleaved); the median is reported")
 	jsonFile := fs.String("json", "", "also write the report as JSON to `FILE`")
+	readme := fs.String("readme", "", "replace the bench-compare block of this Markdown `FILE` with the ratios and the machine line")
 	natsDir := fs.String("nats-dir", "", "directory of the nats-server binary (default: $XDG_CACHE_HOME/deltapub/nats)")
 	noNATS := fs.Bool("no-nats", false, "measure deltapub only")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of the deltapub brokers during each run to `DIR`")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", 5, "length of each profile")
+	fs.IntVar(&cfg.Reliable.Messages, "reliable-messages", 0, "messages of each acknowledged (reliable) throughput run (0: messages/10)")
+	fs.IntVar(&cfg.Reliable.Rate, "reliable-rate", 1000, "publications/s of the reliable latency runs")
+	fs.IntVar(&cfg.Reliable.FailoverRate, "failover-rate", 10_000, "publications/s of the failover runs")
+	fs.IntVar(&cfg.Reliable.FailoverSeconds, "failover-seconds", 15, "publishing time of each failover run")
+	fs.IntVar(&cfg.Reliable.FailoverKillAt, "failover-kill-at", 4, "second of the failover run at which the server is killed")
+	fs.BoolVar(&cfg.Reliable.Skip, "no-reliable", false, "skip the reliable (acknowledged, JetStream) runs")
+	fs.BoolVar(&cfg.Reliable.SkipFailover, "no-failover", false, "skip the failover runs")
+	fs.BoolVar(&cfg.SkipCore, "no-core", false, "skip the core runs (single to filtered): reliable and failover runs only")
 	return func([]string) int {
 		// The package reads 0 as its default everywhere; on the command
 		// line 0 means the default only where the help says so.
@@ -164,7 +188,9 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 			v, min int
 		}{{"messages", cfg.Messages, 1}, {"fanout-subs", cfg.FanoutSubs, 1}, {"latency-rate", cfg.LatencyRate, 1},
 			{"filter-subs", cfg.FilterSubs, 1}, {"repeat", cfg.Repeat, 1}, {"profile-seconds", cfg.ProfileSeconds, 1},
-			{"fanout-messages", cfg.FanoutMessages, 0}, {"latency-messages", cfg.LatencyMessages, 0}, {"filter-pubs", cfg.FilterPubs, 0}} {
+			{"fanout-messages", cfg.FanoutMessages, 0}, {"latency-messages", cfg.LatencyMessages, 0}, {"filter-pubs", cfg.FilterPubs, 0},
+			{"reliable-messages", cfg.Reliable.Messages, 0}, {"reliable-rate", cfg.Reliable.Rate, 1}, {"failover-rate", cfg.Reliable.FailoverRate, 1},
+			{"failover-seconds", cfg.Reliable.FailoverSeconds, 1}, {"failover-kill-at", cfg.Reliable.FailoverKillAt, 1}} {
 			if f.v < f.min {
 				fmt.Fprintf(os.Stderr, "deltapub bench compare: --%s %d: must be at least %d\n", f.name, f.v, f.min)
 				return 2
@@ -185,6 +211,12 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 		if err := cfg.Validate(); err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub bench compare:", err)
 			return 2
+		}
+		if *readme != "" {
+			if err := benchcompare.CheckMarkdownBlock(*readme); err != nil {
+				fmt.Fprintln(os.Stderr, "deltapub bench compare: --readme:", err)
+				return 2
+			}
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
@@ -208,6 +240,12 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 		if *jsonFile != "" {
 			if werr := writeFile(*jsonFile, rep.WriteJSON); werr != nil {
 				fmt.Fprintln(os.Stderr, "deltapub bench compare: --json:", werr)
+				return 1
+			}
+		}
+		if *readme != "" {
+			if werr := rep.WriteMarkdownBlock(*readme); werr != nil {
+				fmt.Fprintln(os.Stderr, "deltapub bench compare: --readme:", werr)
 				return 1
 			}
 		}

@@ -27,6 +27,8 @@ func TestBenchCompareFlags(t *testing.T) {
 		{[]string{"--no-nats", "--filter-pubs", "-1"}, 2, "--filter-pubs -1: must be at least 0"},
 		{[]string{"--repeat", "10", "--nats-dir", dir}, 2, "repeat 10 out of range"},
 		{[]string{"--messages", "1000", "--latency-messages", "5", "--nats-dir", dir}, 2, "latency messages 5 out of range"},
+		{[]string{"--readme", filepath.Join(dir, "none.md"), "--nats-dir", dir}, 2, "--readme: benchcompare: open"},
+		{[]string{"--failover-kill-at", "20", "--nats-dir", dir}, 2, "failover kill at 20 s out of range"},
 	}
 	for _, c := range cases {
 		code, _, stderr := capture(t, func() int { return dispatch(append([]string{"bench", "compare"}, c.args...)) })

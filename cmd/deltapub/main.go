@@ -58,7 +58,8 @@ var commands = []command{
 	{name: "bench durable", summary: "publish throughput and publish→ack p50/p99 with durability fsync, write and none, side by side", about: benchDurableAbout, setup: benchDurableCmd},
 	{name: "bench overlay", summary: "3-broker chain over QUIC: throughput, latency at 1,000/s, RSS, vs a bare QUIC relay chain", about: benchOverlayAbout, setup: benchOverlayCmd},
 	{name: "bench clients", summary: "many client sessions on one broker (ws or quic): connect rate, bytes per connection, fan-out, reconnect storm", about: benchClientsAbout, setup: benchClientsCmd},
-	{name: "bench compare", summary: "deltapub side by side with NATS on loopback (installs nats-server if missing)", about: benchCompareAbout, setup: benchCompareCmd},
+	{name: "bench compare", summary: "deltapub side by side with core NATS and JetStream on loopback, failover included (installs nats-server if missing)", about: benchCompareAbout, setup: benchCompareCmd},
+	{name: "bench scale", summary: "throughput, p99 and broker memory against path length and routed subscriptions, with plots", about: benchScaleAbout, setup: benchScaleCmd},
 }
 
 func main() { os.Exit(dispatch(os.Args[1:])) }

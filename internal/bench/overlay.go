@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -468,24 +466,9 @@ func brokerSummary(brokers []*benchBroker) string {
 	return strings.Join(parts, "; ")
 }
 
-// rssMB reads a process's resident set size from /proc (0 elsewhere).
-func rssMB(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			if err == nil {
-				return float64(int(kb/1024*10)) / 10
-			}
-		}
-	}
-	return 0
-}
+// rssMB reads a process's resident set size from /proc (0 elsewhere),
+// rounded down to 0.1 MB.
+func rssMB(pid int) float64 { return float64(int(benchcompare.RSSMB(pid)*10)) / 10 }
 
 func mean(xs []float64) float64 {
 	if len(xs) == 0 {

@@ -56,6 +56,12 @@ type Config struct {
 	ProfileDir     string
 	ProfileSeconds int
 	Progress       io.Writer // one line per run; nil: discarded
+	// Reliable sizes the reliable-delivery and failover runs (after the
+	// others; JetStream with NATSServer).
+	Reliable ReliableConfig
+	// SkipCore skips the core runs (single … filtered): reliable and
+	// failover runs only.
+	SkipCore bool
 }
 
 // Validate fills in the defaults and checks the sizes (Run does it too):
@@ -104,6 +110,9 @@ func (c *Config) fill() error {
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
+	}
+	if err := c.Reliable.fill(c.Messages); err != nil {
+		return err
 	}
 	switch {
 	case c.Launcher == nil:
@@ -204,8 +213,23 @@ type Report struct {
 	P99Ratio       float64 `json:"p99_latency_ratio"`
 	FilteredRatio  float64 `json:"filtered_ratio"`
 
-	Deltapub Figures  `json:"deltapub"`
-	NATS     *Figures `json:"nats,omitempty"`
+	// deltapub's acknowledged throughput (δ = 2) over JetStream R3 file
+	// storage's: durability none against the default sync, fsync against
+	// sync_interval: always.
+	JetStreamR3Ratio     float64 `json:"jetstream_r3_ratio,omitempty"`
+	JetStreamR3SyncRatio float64 `json:"jetstream_r3_sync_ratio,omitempty"`
+	// Failover figures by system (deltapub, deltapub_testbed_preset,
+	// jetstream_r3, nats); the runs in full under failover.
+	FailoverPauseMs    map[string]float64 `json:"failover_pause_ms,omitempty"`
+	FailoverLost       map[string]int64   `json:"failover_lost,omitempty"`
+	FailoverDuplicates map[string]int64   `json:"failover_duplicates,omitempty"`
+
+	Deltapub Figures       `json:"deltapub"`
+	NATS     *Figures      `json:"nats,omitempty"`
+	Reliable []ReliableRun `json:"reliable,omitempty"`
+	// CoreSkipped: the core runs (single … filtered) were not run.
+	CoreSkipped bool       `json:"core_skipped,omitempty"`
+	Failover    []Failover `json:"failover,omitempty"`
 
 	PayloadBytes int       `json:"payload_bytes"`
 	Delta        int       `json:"delta"`
@@ -218,7 +242,7 @@ type Report struct {
 // Failed reports whether a run of either system failed (its figures are
 // zero: see Figures.Errors).
 func (r *Report) Failed() bool {
-	return len(r.Deltapub.Errors) > 0 || (r.NATS != nil && len(r.NATS.Errors) > 0)
+	return len(r.Deltapub.Errors) > 0 || (r.NATS != nil && len(r.NATS.Errors) > 0) || r.reliableFailed()
 }
 
 // Run measures both systems (deltapub only without cfg.NATSServer).
@@ -321,6 +345,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	t0 := time.Now()
 	k := 0
+	if cfg.SkipCore {
+		steps = nil
+		rep.CoreSkipped = true
+	}
 	for _, s := range steps {
 		results := make([][]*Figures, len(systems))
 		lastErr := make([]error, len(systems))
@@ -376,6 +404,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
+	if err := runReliable(ctx, &cfg, rep, prof); err != nil {
+		return rep, err
+	}
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.Machine.LoadEnd = loadAvg()
 	if n := rep.NATS; n != nil {
@@ -422,7 +453,16 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return err
 }
 
-// goal is one of issue 6's targets for a ratio.
+// The goals for the ratios deltapub / core NATS.
+var (
+	goalSingle    = goal{atLeast: true, bound: 0.6}
+	goalTwoServer = goal{atLeast: true, bound: 0.5}
+	goalFanout    = goal{atLeast: true, bound: 0.8}
+	goalP99       = goal{bound: 2}
+	goalFiltered  = goal{atLeast: true, bound: 1.2}
+)
+
+// goal is a target for a ratio.
 type goal struct {
 	atLeast bool // ratio ≥ bound (else ≤ bound)
 	strict  bool // > rather than ≥
@@ -468,16 +508,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		g      *goal
 		noNATS bool
 	}
-	g := func(atLeast, strict bool, b float64) *goal { return &goal{atLeast, strict, b} }
+	g := func(x goal) *goal { return &x }
 	rows := []row{
-		{name: "single 1→1", dp: d.Single.Rate, nt: n.Single.Rate, unit: "msgs/s", g: g(true, false, 0.5)},
-		{name: "two servers (B1→B2 | A→C)", dp: d.TwoServer.Rate, nt: n.TwoServer.Rate, unit: "msgs/s", g: g(true, false, 0.5)},
+		{name: "single 1→1", dp: d.Single.Rate, nt: n.Single.Rate, unit: "msgs/s", g: g(goalSingle)},
+		{name: "two servers (B1→B2 | A→C)", dp: d.TwoServer.Rate, nt: n.TwoServer.Rate, unit: "msgs/s", g: g(goalTwoServer)},
 		{name: "3-broker chain B1→B3", unit: "msgs/s", noNATS: true},
-		{name: fmt.Sprintf("fan-out 1→%d, far server", d.Fanout.Subs), dp: d.Fanout.Rate, nt: n.Fanout.Rate, unit: "deliveries/s", g: g(true, false, 0.8)},
+		{name: fmt.Sprintf("fan-out 1→%d, far server", d.Fanout.Subs), dp: d.Fanout.Rate, nt: n.Fanout.Rate, unit: "deliveries/s", g: g(goalFanout)},
 		{name: fmt.Sprintf("latency p50 @ %d/s", d.Latency.Rate), dp: d.Latency.P50Us, nt: n.Latency.P50Us, unit: "µs"},
-		{name: "latency p99", dp: d.Latency.P99Us, nt: n.Latency.P99Us, unit: "µs", g: g(false, false, 2)},
+		{name: "latency p99", dp: d.Latency.P99Us, nt: n.Latency.P99Us, unit: "µs", g: g(goalP99)},
 		{name: "latency p99.9", dp: d.Latency.P999Us, nt: n.Latency.P999Us, unit: "µs"},
-		{name: fmt.Sprintf("filtered, %d subs", d.Filtered.Subs), dp: d.Filtered.Rate, nt: n.Filtered.Rate, unit: "deliveries/s", g: g(true, true, 1)},
+		{name: fmt.Sprintf("filtered, %d subs", d.Filtered.Subs), dp: d.Filtered.Rate, nt: n.Filtered.Rate, unit: "deliveries/s", g: g(goalFiltered)},
 		{name: "  bytes to subscribers", dp: float64(d.Filtered.BytesToSubs) / 1e6, nt: float64(n.Filtered.BytesToSubs) / 1e6, unit: "MB"},
 		{name: "  messages to subscribers", dp: float64(d.Filtered.Carried), nt: float64(n.Filtered.Carried), unit: "msgs"},
 	}
@@ -485,7 +525,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		rows[2].dp = d.Chain3.Rate
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", "figure (250 B payloads)", "deltapub", "NATS "+r.NATSVersion, "unit", "ratio", "goal")
+	if r.CoreSkipped {
+		rows = nil
+	} else {
+		fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", "figure (250 B payloads)", "deltapub", "NATS "+r.NATSVersion, "unit", "ratio", "goal")
+	}
 	for _, x := range rows {
 		nt, rt, goalS := "—", "—", ""
 		if hasNATS && !x.noNATS {
@@ -516,6 +560,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 		}
 	}
+	r.writeReliableTable(&b)
 	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; load average %s at the start, %s at the end; deltapub δ = %d; %.0f s\n",
 		r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Machine.OS, r.Machine.LoadStart, r.Machine.LoadEnd, r.Delta, r.Seconds)
 	_, err := io.WriteString(w, b.String())

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -38,12 +39,12 @@ func TestReportTableAndJSON(t *testing.T) {
 	}
 	table := tb.String()
 	for _, want := range []string{
-		"single 1→1", "300,000", "500,000", "0.60  ≥ 0.5 met",
+		"single 1→1", "300,000", "500,000", "0.60  ≥ 0.6 met",
 		"two servers", "0.25  ≥ 0.5 MISSED",
 		"3-broker chain B1→B3", "80,000",
 		"fan-out 1→100", "0.90  ≥ 0.8 met",
 		"latency p99", "2.25  ≤ 2 MISSED",
-		"filtered, 10000 subs", "1.20  > 1 met",
+		"filtered, 10000 subs", "1.20  ≥ 1.2 met",
 		"bytes to subscribers", "3.0", "6.0", "0.50",
 		"failed run: latency: boom",
 		"machine: 2 CPUs, test cpu",
@@ -129,6 +130,7 @@ func TestDeltapubSideTiny(t *testing.T) {
 		LatencyRate: 2000, LatencyMessages: 200,
 		FilterSubs: 60, FilterConns: 4, FilterPubs: 300, Seed: 7,
 		Timeout: 20 * time.Second, Launcher: InProcessLauncher(), Progress: &progress,
+		Reliable: ReliableConfig{Skip: true, SkipFailover: true},
 	}
 	rep, err := Run(ctx, cfg)
 	if err != nil {
@@ -158,5 +160,135 @@ func TestDeltapubSideTiny(t *testing.T) {
 	}
 	if n := strings.Count(progress.String(), "\n"); n != 6 {
 		t.Errorf("%d progress lines, want 6:\n%s", n, progress.String())
+	}
+}
+
+// The reliable runs of deltapub (δ = 2, B1–B2–B3, each durability) and a
+// failover run at a tiny size, brokers in-process: every acknowledged
+// publication arrives once, also across the stop of B2.
+func TestReliableAndFailoverDeltapubTiny(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	var progress bytes.Buffer
+	cfg := Config{Launcher: InProcessLauncher(), Progress: &progress, Timeout: 40 * time.Second, SkipCore: true,
+		Reliable: ReliableConfig{Messages: 300, Rate: 500, LatencyMsgs: 100, Durabilities: []string{"fsync", "none"},
+			FailoverRate: 200, FailoverSeconds: 3, FailoverKillAt: 1}}
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	if rep.Failed() {
+		t.Fatalf("failed runs:\n%s", progress.String())
+	}
+	if len(rep.Reliable) != 2 || rep.Reliable[0].Key != "deltapub_fsync" || rep.Reliable[1].Key != "deltapub_none" {
+		t.Fatalf("reliable runs %+v", rep.Reliable)
+	}
+	for _, r := range rep.Reliable {
+		if tp := r.Throughput; !tp.Complete || tp.Delivered != 300 || tp.Rate <= 0 {
+			t.Errorf("%s throughput: %+v", r.Key, tp)
+		}
+		if l := r.Latency; !l.Complete || l.Lost != 0 || l.Measured != 90 || l.P99Us < l.P50Us {
+			t.Errorf("%s latency: %+v", r.Key, l)
+		}
+	}
+	if len(rep.Failover) != 2 {
+		t.Fatalf("failover runs %+v", rep.Failover)
+	}
+	for _, f := range rep.Failover {
+		if f.Sent != 600 || f.Lost != 0 || f.Duplicates != 0 || f.Received != 600 || f.PauseMs <= 0 {
+			t.Errorf("failover %s: %+v", f.System, f)
+		}
+		if rep.FailoverLost[f.System] != 0 || rep.FailoverPauseMs[f.System] != f.PauseMs {
+			t.Errorf("failover %s: JSON maps %v %v", f.System, rep.FailoverLost, rep.FailoverPauseMs)
+		}
+	}
+	var tb bytes.Buffer
+	if err := rep.WriteTable(&tb); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"deltapub δ=2, fsync", "failover @ 200 msgs/s", "deltapub_testbed_preset", "B2, the middle broker"} {
+		if !strings.Contains(tb.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, tb.String())
+		}
+	}
+	if strings.Contains(tb.String(), "single 1→1") {
+		t.Errorf("core rows without core runs:\n%s", tb.String())
+	}
+}
+
+// The JetStream side of the reliable runs at a tiny size, when the pinned
+// nats-server is installed (deltapub bench compare installs it; CI does
+// not): every variant starts, creates its stream, and delivers every
+// acknowledged publication.
+func TestReliableJetStreamTiny(t *testing.T) {
+	dir, err := NATSCacheDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	bin := dir + "/nats-server"
+	if !natsVersionOK(context.Background(), bin) {
+		t.Skipf("no nats-server %s in %s", NATSVersion, dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var progress bytes.Buffer
+	cfg := Config{Launcher: InProcessLauncher(), NATSServer: bin, Progress: &progress, Timeout: 40 * time.Second, SkipCore: true,
+		Reliable: ReliableConfig{Messages: 300, Rate: 500, LatencyMsgs: 100, Durabilities: []string{"none", "fsync"}, SkipFailover: true}}
+	rep, err := Run(ctx, cfg)
+	if err != nil || rep.Failed() {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	if len(rep.Reliable) != 2+len(JSVariants) {
+		t.Fatalf("%d reliable runs, want %d", len(rep.Reliable), 2+len(JSVariants))
+	}
+	for _, r := range rep.Reliable {
+		if !r.Throughput.Complete || r.Throughput.Delivered != 300 || r.Latency.Lost != 0 {
+			t.Errorf("%s: %+v %+v", r.Key, r.Throughput, r.Latency)
+		}
+	}
+	if rep.JetStreamR3Ratio <= 0 || rep.JetStreamR3SyncRatio <= 0 {
+		t.Errorf("ratios %v %v", rep.JetStreamR3Ratio, rep.JetStreamR3SyncRatio)
+	}
+}
+
+// --readme: the block between the markers is replaced, the rest kept; a
+// file without the markers is refused and left as it was.
+func TestWriteMarkdownBlock(t *testing.T) {
+	rep := &Report{NATSVersion: NATSVersion, Machine: Machine{CPUs: 2, Model: "test cpu"},
+		NATS:     &Figures{Single: Throughput{Rate: 500_000}},
+		Deltapub: Figures{Single: Throughput{Rate: 300_000}},
+		Reliable: []ReliableRun{{Key: "deltapub_none", Label: "deltapub δ=2, none", Throughput: Throughput{Rate: 90_000}},
+			{Key: "jetstream_r3_file", Label: "JetStream R3 file, default sync", Throughput: Throughput{Rate: 30_000}}},
+		JetStreamR3Ratio: 3,
+		FailoverPauseMs:  map[string]float64{"deltapub": 300, "jetstream_r3": 7000},
+		FailoverLost:     map[string]int64{"deltapub": 0, "jetstream_r3": 0}, FailoverDuplicates: map[string]int64{},
+	}
+	dir := t.TempDir()
+	path := dir + "/README.md"
+	orig := "# title\n\n" + MarkdownBegin + " (regenerated) -->\nold table\n" + MarkdownEnd + "\n\nafter\n"
+	if err := os.WriteFile(path, []byte(orig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteMarkdownBlock(path); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	got := string(b)
+	for _, want := range []string{"# title\n\n" + MarkdownBegin + " (regenerated) -->\n| figure |", "| 0.60 | ≥ 0.6 met |",
+		"| 3.00 | ≥ 4 **missed** |", "| 0.04 | ≤ 0.2, 0 lost, 0 duplicates met |", "Machine: ", "test cpu", MarkdownEnd + "\n\nafter\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("block lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old table") {
+		t.Errorf("old block kept:\n%s", got)
+	}
+	plain := dir + "/plain.md"
+	os.WriteFile(plain, []byte("no markers\n"), 0o644)
+	if err := rep.WriteMarkdownBlock(plain); err == nil || !strings.Contains(err.Error(), "no \""+MarkdownBegin) {
+		t.Errorf("file without markers: %v", err)
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "no markers\n" {
+		t.Errorf("file without markers changed: %q", b)
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/deltapub/deltapub/client"
@@ -23,6 +26,11 @@ type BrokerSpec struct {
 	Admin  string // TCP, /healthz and /debug/pprof
 	Join   string // "" starts a new overlay
 	Delta  int
+	// Preset is the configuration preset ("": the launcher's own).
+	Preset string
+	// DataDir and Durability: the publication log ("" : none).
+	DataDir    string
+	Durability string
 }
 
 // RunningBroker is a started broker.
@@ -30,6 +38,7 @@ type RunningBroker struct {
 	Stop   func() error
 	Exited <-chan struct{} // closed if the broker ends by itself
 	Output func() string   // its log tail, for errors
+	Pid    int             // its process (0: in this process)
 }
 
 // BrokerLauncher starts a deltapub broker.
@@ -46,11 +55,17 @@ func ProcessLauncher(exe string) BrokerLauncher {
 		if s.Join != "" {
 			args = append(args, "--join", s.Join)
 		}
+		if s.Preset != "" {
+			args = append(args, "--preset", s.Preset)
+		}
+		if s.DataDir != "" {
+			args = append(args, "--data-dir", s.DataDir, "--durability", s.Durability)
+		}
 		p, err := StartProcess("broker "+s.ID, exe, args...)
 		if err != nil {
 			return nil, err
 		}
-		return &RunningBroker{Stop: p.Kill, Exited: p.Exited(), Output: p.Output}, nil
+		return &RunningBroker{Stop: p.Kill, Exited: p.Exited(), Output: p.Output, Pid: p.Pid()}, nil
 	}
 }
 
@@ -59,11 +74,16 @@ func ProcessLauncher(exe string) BrokerLauncher {
 // testbed preset's short timeouts keep joins fast.
 func InProcessLauncher() BrokerLauncher {
 	return func(ctx context.Context, s BrokerSpec) (*RunningBroker, error) {
-		cfg, err := runtime.Preset("testbed")
+		preset := s.Preset
+		if preset == "" {
+			preset = "testbed"
+		}
+		cfg, err := runtime.Preset(preset)
 		if err != nil {
 			return nil, err
 		}
 		cfg.ID, cfg.Listen, cfg.Admin, cfg.Delta = s.ID, s.Listen, s.Admin, s.Delta
+		cfg.DataDir, cfg.Durability = s.DataDir, s.Durability
 		if s.Join != "" {
 			cfg.Join = []string{s.Join}
 		}
@@ -96,20 +116,41 @@ func InProcessLauncher() BrokerLauncher {
 type deltapubSystem struct {
 	launch BrokerLauncher
 	delta  int
+	preset string
+	// durability, if set, gives every broker a fresh data directory and
+	// this publication log durability.
+	durability string
+	// checkAcks: Flush fails if any publication was refused (reliable
+	// runs), not only the last.
+	checkAcks bool
+	label     string // Name ("": deltapub)
 }
 
-func (deltapubSystem) Name() string { return "deltapub" }
+func (d deltapubSystem) Name() string {
+	if d.label != "" {
+		return d.label
+	}
+	return "deltapub"
+}
 
 type deltapubServers struct {
-	brokers []*RunningBroker
-	addrs   []string
-	admins  []string
-	once    sync.Once
-	err     error
+	brokers   []*RunningBroker
+	addrs     []string
+	admins    []string
+	dir       string // data directories, removed by Close
+	checkAcks bool
+	once      sync.Once
+	err       error
 }
 
 func (d deltapubSystem) Start(ctx context.Context, n int) (servers, error) {
-	s := &deltapubServers{}
+	s := &deltapubServers{checkAcks: d.checkAcks}
+	if d.durability != "" {
+		var err error
+		if s.dir, err = os.MkdirTemp("", "deltapub-bench-data-"); err != nil {
+			return nil, fmt.Errorf("benchcompare: data directory: %w", err)
+		}
+	}
 	for i := 0; i < n; i++ {
 		listen, err := FreeUDP()
 		if err != nil {
@@ -121,7 +162,10 @@ func (d deltapubSystem) Start(ctx context.Context, n int) (servers, error) {
 			s.Close()
 			return nil, err
 		}
-		spec := BrokerSpec{ID: fmt.Sprintf("B%d", i+1), Listen: listen, Admin: admin, Delta: d.delta}
+		spec := BrokerSpec{ID: fmt.Sprintf("B%d", i+1), Listen: listen, Admin: admin, Delta: d.delta, Preset: d.preset}
+		if s.dir != "" {
+			spec.DataDir, spec.Durability = filepath.Join(s.dir, spec.ID), d.durability
+		}
 		if i > 0 {
 			spec.Join = s.addrs[i-1] // a chain: Bi's parent is B(i-1)
 		}
@@ -150,7 +194,12 @@ func (s *deltapubServers) Close() error {
 	s.once.Do(func() {
 		var errs []error
 		for i := len(s.brokers) - 1; i >= 0; i-- {
-			errs = append(errs, s.brokers[i].Stop())
+			if s.brokers[i] != nil {
+				errs = append(errs, s.brokers[i].Stop())
+			}
+		}
+		if s.dir != "" {
+			errs = append(errs, os.RemoveAll(s.dir))
 		}
 		s.err = errors.Join(errs...)
 	})
@@ -167,25 +216,79 @@ func (s *deltapubServers) Connect(ctx context.Context, i int, o connOptions) (en
 	if err != nil {
 		return nil, err
 	}
-	return &deltapubEndpoint{c: c}, nil
+	e := &deltapubEndpoint{c: c}
+	if s.checkAcks {
+		e.waitAcks()
+	}
+	return e, nil
+}
+
+// waitAcks starts a goroutine that waits for every acknowledgement sent
+// on e.acks, in order, until e.acks is closed; e.ackErr then gives the
+// first error.
+func (e *deltapubEndpoint) waitAcks() {
+	e.acks = make(chan (<-chan error), 4096) // MaxInFlight: never full
+	e.ackErr = make(chan error, 1)
+	go func(acks <-chan (<-chan error), out chan<- error) {
+		var first error
+		for ch := range acks {
+			if err := <-ch; err != nil {
+				e.failed.Add(1)
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		out <- first
+	}(e.acks, e.ackErr)
+}
+
+// Kill kills broker i (SIGKILL for broker processes).
+func (s *deltapubServers) Kill(i int) error {
+	err := s.brokers[i].Stop()
+	s.brokers[i] = nil
+	return err
 }
 
 type deltapubEndpoint struct {
 	c    *client.Client
 	last <-chan error
 	wg   sync.WaitGroup
+	// acks, when set, receives every acknowledgement channel, waited for
+	// in order by one goroutine; ackErr then gives the first error.
+	acks   chan (<-chan error)
+	ackErr chan error
+	failed atomic.Int64 // publications whose acknowledgement failed
 }
+
+func (e *deltapubEndpoint) gaveUpCount() int { return int(e.failed.Load()) }
 
 func (e *deltapubEndpoint) Publish(ctx context.Context, m *outMsg) error {
 	done, err := e.c.PublishAsync(ctx, matching.Publication{Attrs: m.Attrs, Payload: m.Payload})
 	if err != nil {
 		return err
 	}
+	if e.acks != nil {
+		e.acks <- done
+		return nil
+	}
 	e.last = done
 	return nil
 }
 
 func (e *deltapubEndpoint) Flush(ctx context.Context) error {
+	if e.acks != nil {
+		// Every acknowledgement so far; later publications start anew.
+		close(e.acks)
+		var err error
+		select {
+		case err = <-e.ackErr:
+		case <-ctx.Done():
+			return fmt.Errorf("benchcompare: deltapub publications not acknowledged: %w", ctx.Err())
+		}
+		e.waitAcks()
+		return err
+	}
 	if e.last == nil {
 		return nil
 	}
@@ -238,5 +341,8 @@ func (e *deltapubEndpoint) Subscribe(ctx context.Context, s subSpec, h handler) 
 
 func (e *deltapubEndpoint) Close() {
 	e.c.Close()
+	if e.acks != nil {
+		close(e.acks) // the waiter ends: Close failed what was pending
+	}
 	e.wg.Wait() // the readers end when Close closes their channels
 }

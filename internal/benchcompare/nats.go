@@ -83,19 +83,24 @@ func natsVersionOK(ctx context.Context, bin string) bool {
 	return err == nil && strings.Contains(string(out), NATSVersion)
 }
 
-type natsSystem struct{ bin string }
+type natsSystem struct {
+	bin string
+	// failover: clients take the other servers as reconnect targets.
+	failover bool
+}
 
 func (natsSystem) Name() string { return "NATS" }
 
 type natsServers struct {
-	procs []*Process
-	urls  []string
-	once  sync.Once
-	err   error
+	procs    []*Process
+	urls     []string
+	failover bool
+	once     sync.Once
+	err      error
 }
 
 func (n natsSystem) Start(ctx context.Context, count int) (servers, error) {
-	s := &natsServers{}
+	s := &natsServers{failover: n.failover}
 	type ports struct{ client, mon, cluster string }
 	ps := make([]ports, count)
 	for i := range ps {
@@ -156,6 +161,9 @@ func splitHostPort(a string) (string, string) {
 
 func (s *natsServers) ProfileBase(int) string { return "" }
 
+// Kill kills server i with SIGKILL.
+func (s *natsServers) Kill(i int) error { return s.procs[i].Kill() }
+
 func (s *natsServers) Close() error {
 	s.once.Do(func() {
 		var errs []error
@@ -169,7 +177,16 @@ func (s *natsServers) Close() error {
 
 func (s *natsServers) Connect(ctx context.Context, i int, o connOptions) (endpoint, error) {
 	e := &natsEndpoint{opts: o, handlers: map[*nats.Subscription]handler{}}
-	nc, err := nats.Connect(s.urls[i], nats.NoReconnect(), nats.Timeout(5*time.Second),
+	url, reconnect := s.urls[i], nats.NoReconnect()
+	if s.failover {
+		// The others too, in order, reconnect paced and bounded.
+		url = strings.Join(append([]string{s.urls[i]}, slicesWithout(s.urls, i)...), ",")
+		reconnect = func(o *nats.Options) error {
+			o.AllowReconnect, o.MaxReconnect, o.ReconnectWait, o.NoRandomize = true, 60, 100*time.Millisecond, true
+			return nil
+		}
+	}
+	nc, err := nats.Connect(url, reconnect, nats.Timeout(5*time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			e.mu.Lock()
 			h := e.handlers[sub]

@@ -300,14 +300,20 @@ type Latency struct {
 // subscriber on server 1 and takes end-to-end latency (publish call to the
 // subscriber application) of every message after the first tenth.
 func runLatency(ctx context.Context, sys system, rate, n int) (Latency, error) {
+	return runLatencyOn(ctx, sys, 2, 0, 1, rate, n)
+}
+
+// runLatencyOn is runLatency over nServers servers, publishing on pubAt
+// and subscribing on subAt.
+func runLatencyOn(ctx context.Context, sys system, nServers, pubAt, subAt, rate, n int) (Latency, error) {
 	res := Latency{Rate: rate, Messages: n}
-	srv, err := sys.Start(ctx, 2)
+	srv, err := sys.Start(ctx, nServers)
 	if err != nil {
 		return res, err
 	}
 	defer srv.Close()
 	s := newSink(int64(n), n)
-	sub, err := srv.Connect(ctx, 1, connOptions{})
+	sub, err := srv.Connect(ctx, subAt, connOptions{})
 	if err != nil {
 		return res, err
 	}
@@ -315,7 +321,7 @@ func runLatency(ctx context.Context, sys system, rate, n int) (Latency, error) {
 	if err := sub.Subscribe(ctx, subSpec{Subject: benchSubject, Filter: benchFilter}, &subHandler{s: s}); err != nil {
 		return res, err
 	}
-	pub, err := srv.Connect(ctx, 0, connOptions{})
+	pub, err := srv.Connect(ctx, pubAt, connOptions{})
 	if err != nil {
 		return res, err
 	}
