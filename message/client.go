@@ -16,6 +16,8 @@ const (
 	TypeDeliver
 	TypeGap
 	TypeDeliverSet // protocol version 2
+	TypeSilence    // durable subscriptions (durable.go)
+	TypeDurableAck
 	// append new client protocol types here
 )
 
@@ -51,6 +53,11 @@ type PubAck struct {
 type Subscribe struct {
 	Req    uint64          `msgpack:"r"`
 	Filter matching.Filter `msgpack:"f"`
+	// Durable names a durable subscription (docs/durable.md); Token is its
+	// checkpoint token (package checkpoint), empty for a new one. Older
+	// brokers ignore both and make a plain subscription.
+	Durable string `msgpack:"d,omitempty"`
+	Token   []byte `msgpack:"k,omitempty"`
 }
 
 // SubAck answers a Subscribe. Confirmed=false with an empty Err means the
