@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strings"
 
 	"github.com/deltapub/deltapub/internal/quic"
 )
@@ -16,4 +17,15 @@ func defaultDial(opts Options) DialFunc {
 		}
 		return c, nil
 	}
+}
+
+// splitAddrs splits a comma-separated broker list, dropping empty items.
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }

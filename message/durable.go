@@ -1,5 +1,7 @@
 package message
 
+import "fmt"
+
 // Durable subscriptions (docs/durable.md, docs/protocol.md §"Durable
 // subscriptions").
 
@@ -59,4 +61,23 @@ func init() {
 	Register(TypeCatchup, "Catchup", func() Message { return new(Catchup) })
 	Register(TypeSilence, "Silence", func() Message { return new(Silence) })
 	Register(TypeDurableAck, "DurableAck", func() Message { return new(DurableAck) })
+}
+
+// String prints m as %+v printed it before the durable fields, which are
+// shown only when set: traces of plain subscriptions stay as they were.
+func (m *Subscribe) String() string {
+	s := fmt.Sprintf("&{Req:%d Filter:%v", m.Req, m.Filter)
+	if m.Durable != "" || len(m.Token) > 0 {
+		s += fmt.Sprintf(" Durable:%s Token:%d bytes", m.Durable, len(m.Token))
+	}
+	return s + "}"
+}
+
+// String: as Subscribe's.
+func (m *SubFlood) String() string {
+	s := fmt.Sprintf("&{Sub:%v Filter:%v From:%v Unsub:%v Mark:%v", m.Sub, m.Filter, m.From, m.Unsub, m.Mark)
+	if m.Durable != nil {
+		s += fmt.Sprintf(" Durable:%+v", *m.Durable)
+	}
+	return s + "}"
 }
