@@ -86,7 +86,11 @@ type Options struct {
 	// MaxReconnects bounds dial attempts per loss (default 10).
 	MaxReconnects int
 	// ReconnectWait is the pause between attempts (default 200 ms).
-	ReconnectWait time.Duration
+	// FailureTimeout: a broker silent this long counts as failed (the
+	// connection is lost; with Reconnect, the next broker is tried). 0:
+	// the transport's default (30 s with QUIC); at least 1 s.
+	FailureTimeout time.Duration
+	ReconnectWait  time.Duration
 	// BackpressureTimeout is how long the broker may keep refusing a
 	// publication before the client gives up and fails (default 30 s).
 	BackpressureTimeout time.Duration

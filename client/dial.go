@@ -11,7 +11,7 @@ import (
 // session (internal/quic), presenting opts.Token.
 func defaultDial(opts Options) DialFunc {
 	return func(ctx context.Context, addr string) (Conn, error) {
-		c, err := quic.DialClient(ctx, addr, opts.Token, quic.ClientOptions{Log: opts.Log})
+		c, err := quic.DialClient(ctx, addr, opts.Token, quic.ClientOptions{Log: opts.Log, IdleTimeout: opts.FailureTimeout})
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}

@@ -112,6 +112,7 @@ func subCmd(fs *flag.FlagSet) func([]string) int {
 	broker := fs.String("broker", "", "edge broker `addresses` (required; A,B,C: on to the next when the current fails)")
 	durableName := fs.String("durable", "", "durable subscription `name` (needs --state)")
 	stateFile := fs.String("state", "", "`file` holding the durable subscription's checkpoint token")
+	failTimeout := fs.Duration("failure-timeout", 0, "a broker silent this `long` counts as failed (0: 5s with --durable or several brokers, else the transport's 30s)")
 	count := fs.Int("count", 0, "exit after `N` deliveries (0: no limit)")
 	timeout := fs.Duration("timeout", 0, "give up after this `duration` (0: none)")
 	tokenFile := fs.String("token-file", "", "`file` with the client token, if the broker requires one")
@@ -152,8 +153,9 @@ func subCmd(fs *flag.FlagSet) func([]string) int {
 			timedOut = func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) }
 		}
 		log := newLogger(os.Stderr, "warn", "console")
+		moves := *durableName != "" || strings.Contains(*broker, ",")
 		c, err := client.Connect(ctx, *broker, client.Options{Token: token, Log: log,
-			Reconnect: *durableName != "" || strings.Contains(*broker, ",")})
+			Reconnect: moves, FailureTimeout: failureTimeout(*failTimeout, moves)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub sub:", err)
 			return 1

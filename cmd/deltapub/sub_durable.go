@@ -8,11 +8,22 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/deltapub/deltapub/checkpoint"
 	"github.com/deltapub/deltapub/client"
 	"github.com/deltapub/deltapub/message"
 )
+
+// failureTimeout is --failure-timeout: given, or 5 s for a client that
+// can move to another broker (durable, or several brokers), else 0 (the
+// transport's default).
+func failureTimeout(flag time.Duration, moves bool) time.Duration {
+	if flag == 0 && moves {
+		return 5 * time.Second
+	}
+	return flag
+}
 
 // readState reads a durable subscription's checkpoint token from path:
 // nil when path does not exist (a new subscription); an error when it is
