@@ -29,7 +29,10 @@
 //     uninterrupted refusals the client fails. Any other refusal is final
 //     and fails the client (the stream cannot continue past it);
 //   - reconnects: at most MaxReconnects attempts per loss, ReconnectWait
-//     apart; then the client fails.
+//     apart, each to the next broker of the list given to Connect
+//     ("A,B,C"); then the client fails. Durable subscriptions
+//     (SubscribeDurable) survive a reconnect: they resume on the new
+//     broker from their checkpoint token.
 package client
 
 import (
@@ -75,14 +78,19 @@ type Options struct {
 	// DeliveryBuffer is the capacity of each Subscription's channel
 	// (default 4096).
 	DeliveryBuffer int
-	// Reconnect, if true, redials the broker after the connection is lost
-	// and sends every unacknowledged publication again. Subscriptions do
-	// not survive a reconnect: they end with ErrConnectionLost.
+	// Reconnect, if true, redials after the connection is lost (the next
+	// broker of the list given to Connect) and sends every unacknowledged
+	// publication again. Plain subscriptions do not survive a reconnect:
+	// they end with ErrConnectionLost; durable ones resume.
 	Reconnect bool
 	// MaxReconnects bounds dial attempts per loss (default 10).
 	MaxReconnects int
 	// ReconnectWait is the pause between attempts (default 200 ms).
-	ReconnectWait time.Duration
+	// FailureTimeout: a broker silent this long counts as failed (the
+	// connection is lost; with Reconnect, the next broker is tried). 0:
+	// the transport's default (30 s with QUIC); at least 1 s.
+	FailureTimeout time.Duration
+	ReconnectWait  time.Duration
 	// BackpressureTimeout is how long the broker may keep refusing a
 	// publication before the client gives up and fails (default 30 s).
 	BackpressureTimeout time.Duration
@@ -101,6 +109,8 @@ var ErrConnectionLost = errors.New("client: connection to the broker lost")
 // Client is a connection to an edge broker. Its methods are safe for
 // concurrent use.
 type Client struct {
+	addrs  []string // the brokers, tried in turn (Connect's "A,B,C")
+	cur    int      // index in addrs of the current connection (mu)
 	addr   string
 	opts   Options
 	window chan struct{} // one token per unacknowledged publication
@@ -134,6 +144,9 @@ type Client struct {
 	subs    map[message.SubID]*Subscription
 	subsByN map[uint64]*Subscription // the same by SubID.N: DeliverSet names only N
 	unsubs  map[message.SubID]chan error
+	// durables: the durable subscriptions not ended, resubscribed after a
+	// reconnect (durable.go).
+	durables map[*Subscription]bool
 }
 
 type pendingPub struct {
@@ -142,8 +155,14 @@ type pendingPub struct {
 	done chan error // buffered 1: the outcome
 }
 
-// Connect dials the broker at addr and opens a session.
+// Connect dials the broker at addr and opens a session. addr may list
+// several brokers separated by commas: they are tried in order, and a
+// reconnect (Options.Reconnect) moves to the next one.
 func Connect(ctx context.Context, addr string, opts Options) (*Client, error) {
+	addrs := splitAddrs(addr)
+	if len(addrs) == 0 {
+		return nil, errors.New("client: connect: no broker address")
+	}
 	if opts.Publisher == "" {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
@@ -170,24 +189,38 @@ func Connect(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if opts.Dial == nil {
 		opts.Dial = defaultDial(opts)
 	}
-	conn, err := opts.Dial(ctx, addr)
+	var conn Conn
+	var err error
+	cur := 0
+	for i, a := range addrs {
+		if conn, err = opts.Dial(ctx, a); err == nil {
+			cur, addr = i, a
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("client: connect %s: %w", addr, err)
+		return nil, fmt.Errorf("client: connect %s: %w", strings.Join(addrs, ","), err)
 	}
 	if err := conn.Send(&message.ClientHello{Publisher: opts.Publisher, Epoch: opts.Epoch}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("client: hello to %s: %w", addr, err)
 	}
 	c := &Client{
-		addr:    addr,
-		opts:    opts,
-		window:  make(chan struct{}, opts.MaxInFlight),
-		done:    make(chan struct{}),
-		conn:    conn,
-		subReqs: map[uint64]*Subscription{},
-		subs:    map[message.SubID]*Subscription{},
-		subsByN: map[uint64]*Subscription{},
-		unsubs:  map[message.SubID]chan error{},
+		addrs:    addrs,
+		cur:      cur,
+		addr:     addr,
+		opts:     opts,
+		window:   make(chan struct{}, opts.MaxInFlight),
+		done:     make(chan struct{}),
+		conn:     conn,
+		subReqs:  map[uint64]*Subscription{},
+		subs:     map[message.SubID]*Subscription{},
+		subsByN:  map[uint64]*Subscription{},
+		unsubs:   map[message.SubID]chan error{},
+		durables: map[*Subscription]bool{},
 	}
 	go c.recvLoop(conn)
 	return c, nil
@@ -474,8 +507,13 @@ func (c *Client) reconnect() (Conn, error) {
 			return nil, ErrClosed
 		case <-time.After(c.opts.ReconnectWait):
 		}
+		c.mu.Lock()
+		c.cur = (c.cur + 1) % len(c.addrs) // the next broker (the same one when there is one)
+		addr := c.addrs[c.cur]
+		c.addr = addr
+		c.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		conn, err := c.opts.Dial(ctx, c.addr)
+		conn, err := c.opts.Dial(ctx, addr)
 		cancel()
 		if err != nil {
 			lastErr = err
@@ -506,6 +544,7 @@ func (c *Client) reconnect() (Conn, error) {
 			msgs = append(msgs, p.msg)
 			c.lastSent = p.msg.Seq
 		}
+		msgs = append(msgs, c.resubscribeDurables()...)
 		c.mu.Unlock()
 		for _, m := range msgs {
 			if err = conn.Send(m); err != nil {
@@ -518,10 +557,10 @@ func (c *Client) reconnect() (Conn, error) {
 			conn.Close()
 			continue
 		}
-		c.opts.Log.Info().Int("attempt", attempt).Int("resent", len(msgs)-1).Msg("client: reconnected")
+		c.opts.Log.Info().Int("attempt", attempt).Str("broker", addr).Int("resent", len(msgs)-1).Msg("client: reconnected")
 		return conn, nil
 	}
-	return nil, fmt.Errorf("client: %d reconnect attempts to %s failed: %w", c.opts.MaxReconnects, c.addr, lastErr)
+	return nil, fmt.Errorf("client: %d reconnect attempts to %s failed: %w", c.opts.MaxReconnects, strings.Join(c.addrs, ","), lastErr)
 }
 
 func (c *Client) dispatch(m message.Message) {
@@ -587,6 +626,13 @@ func (c *Client) dispatch(m message.Message) {
 			g := *m
 			s.deliver(Delivery{Sub: m.Sub, Gap: &g, ReceivedAt: time.Now()}, c.done)
 		}
+	case *message.Silence:
+		c.mu.Lock()
+		s := c.subs[m.Sub]
+		c.mu.Unlock()
+		if s != nil && s.dur != nil {
+			s.dur.silence(m)
+		}
 	default:
 		c.opts.Log.Debug().Str("type", m.Type().String()).Msg("client: unexpected message ignored")
 	}
@@ -594,6 +640,9 @@ func (c *Client) dispatch(m message.Message) {
 
 func (c *Client) endSubscriptions(err error) {
 	c.mu.Lock()
+	if errors.Is(err, ErrConnectionLost) && c.opts.Reconnect {
+		c.keepDurables() // durable.go: they resume after the reconnect
+	}
 	subs := c.subs
 	c.subs = map[message.SubID]*Subscription{}
 	c.subsByN = map[uint64]*Subscription{}

@@ -24,6 +24,10 @@ type Delivery struct {
 	PublishedAt time.Time // the publisher's clock
 	ReceivedAt  time.Time // this client's clock
 	Gap         *message.Gap
+	// Token (durable subscriptions): the checkpoint token once this
+	// delivery is consumed. Store it with what the delivery changed; hand
+	// the stored one to SubscribeDurable to resume after it.
+	Token []byte
 }
 
 // Subscription is one subscription of a Client.
@@ -35,6 +39,7 @@ type Subscription struct {
 	C <-chan Delivery
 
 	c         *Client
+	dur       *durable       // durable subscriptions only (durable.go)
 	fn        func(Delivery) // SubscribeFunc's handler, or nil: deliveries go to ch
 	filter    matching.Filter
 	ch        chan Delivery
@@ -90,7 +95,7 @@ func (s *Subscription) Err() error {
 // the subscription (deliveries may flow from then on). Wait on Confirmed
 // for the overlay-wide confirmation.
 func (c *Client) Subscribe(ctx context.Context, filter matching.Filter) (*Subscription, error) {
-	return c.subscribe(ctx, filter, nil)
+	return c.subscribe(ctx, filter, nil, nil)
 }
 
 // SubscribeFunc is Subscribe with a handler instead of a channel: handle is
@@ -108,12 +113,13 @@ func (c *Client) SubscribeFunc(ctx context.Context, filter matching.Filter, hand
 	if handle == nil {
 		return nil, errors.New("client: SubscribeFunc: nil handler")
 	}
-	return c.subscribe(ctx, filter, handle)
+	return c.subscribe(ctx, filter, handle, nil)
 }
 
-func (c *Client) subscribe(ctx context.Context, filter matching.Filter, fn func(Delivery)) (*Subscription, error) {
+func (c *Client) subscribe(ctx context.Context, filter matching.Filter, fn func(Delivery), dur *durable) (*Subscription, error) {
 	s := &Subscription{
 		c:         c,
+		dur:       dur,
 		filter:    filter,
 		fn:        fn,
 		accepted:  make(chan struct{}),
@@ -139,7 +145,7 @@ func (c *Client) subscribe(ctx context.Context, filter matching.Filter, fn func(
 	c.subReqs[req] = s
 	conn := c.conn
 	c.mu.Unlock()
-	err := conn.Send(&message.Subscribe{Req: req, Filter: filter})
+	err := conn.Send(s.subscribeMsg(req))
 	c.sendMu.Unlock()
 	if err != nil {
 		c.mu.Lock()
@@ -185,6 +191,9 @@ func (c *Client) onSubAck(a *message.SubAck) {
 	c.mu.Unlock()
 	if s == nil {
 		return
+	}
+	if s.dur != nil && s.resumed(a) {
+		return // durable.go: a resubscription after a reconnect
 	}
 	if a.Err != "" {
 		s.accept(nil, errors.New("client: subscribe refused: "+a.Err))
@@ -232,6 +241,9 @@ func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
 	s.mu.Unlock()
 	if ended {
 		return
+	}
+	if s.dur != nil {
+		d.Token = s.dur.consume(&d)
 	}
 	if s.fn != nil {
 		select {

@@ -27,6 +27,7 @@ const (
 	TypeGapFlood
 	TypePart
 	TypeReplicaPub // the replica-based baseline (replicas/, message/replica.go)
+	TypeCatchup    // durable subscriptions (durable.go)
 	// append new broker protocol types here (up to 127)
 )
 
@@ -169,6 +170,10 @@ type SubFlood struct {
 	// confirmed back to the edge; only then is the removal (Unsub without
 	// Mark) flooded. See docs/protocol.md.
 	Mark bool `msgpack:"m,omitempty"`
+	// Durable (a durable subscription's flood): every publisher's edge
+	// it reaches answers with a Catchup toward the subscriber's edge.
+	// Older brokers ignore it.
+	Durable *DurableFlood `msgpack:"d,omitempty"`
 }
 
 // SubConfirm travels back toward the subscriber's edge once every broker

@@ -20,6 +20,8 @@ const (
 	TypeDeliver
 	TypeGap
 	TypeDeliverSet // protocol version 2
+	TypeSilence    // durable subscriptions (durable.go)
+	TypeDurableAck
 	// append new client protocol types here
 )
 
@@ -59,6 +61,11 @@ type Subscribe struct {
 	// latest matching publication per value of one attribute per interval
 	// (a price ticker's screen). Brokers that do not know it deliver all.
 	Conflate *Conflation `msgpack:"cf,omitempty"`
+	// Durable names a durable subscription (docs/durable.md); Token is its
+	// checkpoint token (package checkpoint), empty for a new one. Older
+	// brokers ignore both and make a plain subscription.
+	Durable string `msgpack:"d,omitempty"`
+	Token   []byte `msgpack:"k,omitempty"`
 }
 
 // Conflation is a subscription's conflation: per value of attribute Key,

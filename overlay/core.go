@@ -51,6 +51,7 @@ type Node struct {
 	floods floodState
 	gaps   gapState
 	dur    durableState // the publication log (durable.go)
+	dsub   durSubs      // durable subscriptions (dursub.go)
 
 	clients map[message.ClientID]*clientState
 	subN    uint64
@@ -221,6 +222,7 @@ func (n *Node) Tick() {
 		return
 	}
 	n.durableTick()
+	n.durableSilenceTick()
 	n.joinTick()
 	if n.mem.member && !n.mem.joined && n.rec.stateWait != nil {
 		n.rec.stateWaitT++
@@ -355,6 +357,8 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 		n.onLeave(from, m)
 	case *message.GapFlood:
 		n.onGapFlood(from, m)
+	case *message.Catchup:
+		n.onCatchup(from, m)
 	default:
 		// A newer peer's message: ignored (PROTOCOL compatibility rule).
 	}
@@ -386,6 +390,7 @@ func (n *Node) Status() Status {
 		Arrived: map[string]uint64{}, Discarded: map[string]uint64{},
 		Counters: n.counters,
 		Log:      n.logStatus(),
+		Durable:  n.durableStatus(),
 	}
 	st.Counters.Control = maps.Clone(n.counters.Control)
 	nb := map[message.BrokerID]bool{}

@@ -45,6 +45,11 @@ type durableState struct {
 	// publication was logged (dirty).
 	purged uint64
 	dirty  bool
+	// retain: released publications are kept until the retention
+	// (Config.RetainTicks, RetainBytes) lets them go; kept is the bytes of
+	// those already safe downstream (they do not count toward MaxLogBytes).
+	retain bool
+	kept   int64
 }
 
 // durSrc is one local source's log state.
@@ -52,12 +57,20 @@ type durSrc struct {
 	last  uint64  // last seq logged
 	safe  uint64  // seq up to which Released was reported
 	sizes []int64 // LogSize of the publications safe+1 … last
+	// With retention (Config.RetainTicks or RetainBytes, dursub.go): ok is
+	// the seq up to which the queue made them safe (safe ≤ ok ≤ last);
+	// pubs and ticks (when logged, or restored) are the publications
+	// safe+1 … last, kept to answer durable subscriptions' catchups.
+	ok    uint64
+	pubs  []message.Pub
+	ticks []int64
 }
 
 func (d *durableState) init(cfg *Config) {
 	d.on = cfg.Durable
 	d.max = cfg.MaxLogBytes
 	d.src = map[message.Source]*durSrc{}
+	d.retain = cfg.Durable && (cfg.RetainTicks > 0 || cfg.RetainBytes > 0)
 }
 
 // source returns the state of s, creating it (and forgetting, at the
@@ -88,7 +101,7 @@ func (n *Node) durSource(s message.Source) *durSrc {
 
 // logFull reports whether a new publication must be refused (ErrLogFull).
 func (n *Node) logFull() bool {
-	return n.dur.on && n.dur.max > 0 && n.dur.bytes >= n.dur.max
+	return n.dur.on && n.dur.max > 0 && n.dur.bytes-n.dur.kept >= n.dur.max
 }
 
 // logAppend records the accepted local publication p in the log.
@@ -105,7 +118,9 @@ func (n *Node) logAppend(p *message.Pub) {
 	x.sizes = append(x.sizes, sz)
 	n.dur.bytes += sz
 	n.dur.dirty = true
-	n.out.Appends = append(n.out.Appends, message.Pub{ID: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time})
+	lp := message.Pub{ID: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time}
+	n.out.Appends = append(n.out.Appends, lp)
+	n.keep(x, lp)
 }
 
 // Restore gives a broker restarted with its log what the log holds, before
@@ -144,6 +159,7 @@ func (n *Node) Restore(last []message.PubID, pubs []message.Pub) {
 		x.sizes = append(x.sizes, sz)
 		n.dur.bytes += sz
 		n.dur.recover = append(n.dur.recover, p)
+		n.keep(x, p)
 	}
 }
 
@@ -174,7 +190,8 @@ func (n *Node) reoffer() {
 // durableTick reports the safe watermarks that advanced (Ready.Released).
 func (n *Node) durableTick() {
 	d := &n.dur
-	if !d.on || !n.mem.joined || len(d.recover) > 0 || (!d.dirty && d.purged == n.counters.Purged) {
+	expire := d.retain && d.bytes > 0 && n.now%int64(n.cfg.DACKTicks) == 0
+	if !d.on || !n.mem.joined || len(d.recover) > 0 || (!d.dirty && d.purged == n.counters.Purged && !expire) {
 		return
 	}
 	d.dirty, d.purged = false, n.counters.Purged
@@ -199,6 +216,10 @@ func (n *Node) durableTick() {
 		safe := x.last
 		if v, ok := low[s]; ok {
 			safe = v - 1
+		}
+		if d.retain {
+			n.retainSafe(x, safe)
+			safe = n.retainedUpTo(x)
 		}
 		if safe <= x.safe {
 			continue

@@ -199,6 +199,9 @@ func (n *Node) floodCheck(f *flood) {
 		return
 	}
 	delete(n.floods.pending, f.key)
+	if f.key.kind == fkSub && n.dsub.floods != nil {
+		delete(n.dsub.floods, f.key.sub) // dursub.go
+	}
 	for _, w := range f.waiters {
 		if w == "" {
 			continue
@@ -391,7 +394,7 @@ func (n *Node) subFloodTo(sub message.SubID, dist int) *message.SubFlood {
 	if !e.Local {
 		from = n.topo.FromFor(e.From, dist)
 	}
-	return &message.SubFlood{Sub: sub, Filter: e.Filter, From: from}
+	return &message.SubFlood{Sub: sub, Filter: e.Filter, From: from, Durable: n.dsub.floods[sub]}
 }
 
 func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
@@ -488,6 +491,11 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		}
 	}
 	if known || n.floods.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
+		if known && m.Durable != nil && m.Sub.Edge != n.cfg.ID {
+			// Again on another path (a reroute around a failure): the
+			// first answer may have been lost with its link (dursub.go).
+			n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+		}
 		n.sendFloodAck(k, from)
 		return
 	}
@@ -513,8 +521,17 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		return
 	}
 	if !inserted { // known
+		if m.Durable != nil {
+			n.answerDurable(from, m.Sub, m.Filter, m.Durable) // as above
+		}
 		n.sendFloodAck(k, from)
 		return
+	}
+	if m.Durable != nil {
+		// Installed: answer now, before any later publication is routed
+		// to it (dursub.go).
+		n.durFloods()[m.Sub] = m.Durable
+		n.answerDurable(from, m.Sub, m.Filter, m.Durable)
 	}
 	n.hop(fp) // a next hop toward the from-pointer, dialled when missing
 	n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from}})
@@ -662,18 +679,14 @@ func (n *Node) subscribe(c message.ClientID, cs *clientState, m *message.Subscri
 		n.toClient(c, &message.SubAck{Req: m.Req, Err: "broker not joined (joining, recovering or leaving): retry later"})
 		return
 	}
-	if len(m.Filter.Preds) > 256 {
-		n.toClient(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("filter has %d predicates, at most 256", len(m.Filter.Preds))})
+	if m.Durable != "" {
+		n.subscribeDurable(c, cs, m) // dursub.go
 		return
 	}
-	n.subN++
-	sub := message.SubID{Edge: n.cfg.ID, Epoch: n.cfg.Epoch, N: n.subN}
-	if _, err := n.table.Insert(routing.Entry{Sub: sub, Filter: m.Filter, From: n.cfg.ID, Local: true, Client: c}); err != nil {
-		n.toClient(c, &message.SubAck{Req: m.Req, Err: err.Error()})
+	sub, ok := n.addLocalSub(c, cs, m)
+	if !ok {
 		return
 	}
-	cs.subs[sub] = m.Req
-	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
 	f := &flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1}
 	f.done = func() {
 		if cs2 := n.clients[c]; cs2 == cs {
@@ -685,12 +698,31 @@ func (n *Node) subscribe(c message.ClientID, cs *clientState, m *message.Subscri
 	n.startFlood(f)
 }
 
+// addLocalSub installs the subscription m of client c here and sends the
+// first SubAck; false (with the refusal sent) when it is refused.
+func (n *Node) addLocalSub(c message.ClientID, cs *clientState, m *message.Subscribe) (message.SubID, bool) {
+	if len(m.Filter.Preds) > 256 {
+		n.toClient(c, &message.SubAck{Req: m.Req, Err: fmt.Sprintf("filter has %d predicates, at most 256", len(m.Filter.Preds))})
+		return message.SubID{}, false
+	}
+	n.subN++
+	sub := message.SubID{Edge: n.cfg.ID, Epoch: n.cfg.Epoch, N: n.subN}
+	if _, err := n.table.Insert(routing.Entry{Sub: sub, Filter: m.Filter, From: n.cfg.ID, Local: true, Client: c}); err != nil {
+		n.toClient(c, &message.SubAck{Req: m.Req, Err: err.Error()})
+		return message.SubID{}, false
+	}
+	cs.subs[sub] = m.Req
+	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
+	return sub, true
+}
+
 func (n *Node) unsubscribe(c message.ClientID, cs *clientState, m *message.Unsubscribe) {
 	if _, ok := cs.subs[m.Sub]; !ok {
 		n.toClient(c, &message.UnsubAck{Sub: m.Sub, Err: "unknown subscription of this session"})
 		return
 	}
 	delete(cs.subs, m.Sub)
+	n.dropDurable(m.Sub)
 	// Two phases. The first marks the subscription withdrawing everywhere
 	// (still routed) and is confirmed back here; every publication
 	// accepted by its edge before the Unsubscribe was forwarded toward us
@@ -725,6 +757,7 @@ func (n *Node) dropClientSubs(c message.ClientID) {
 	sort.Slice(subs, func(i, j int) bool { return routing.SubLess(subs[i], subs[j]) })
 	for _, s := range subs {
 		delete(cs.subs, s)
+		n.dropDurable(s)
 		n.withdrawFlood(s, "", "", nil)
 	}
 }
@@ -770,5 +803,7 @@ func (n *Node) Client(c message.ClientID, m message.Message) {
 		n.subscribe(c, cs, m)
 	case *message.Unsubscribe:
 		n.unsubscribe(c, cs, m)
+	case *message.DurableAck:
+		n.durableAck(c, m)
 	}
 }

@@ -222,7 +222,14 @@ func (n *Node) acceptSeen(src message.Source, st *srcState, m *message.Pub, exce
 		}
 	}
 	st.seq, st.dir = m.ID.Seq, except
+	if n.dsub.subs != nil {
+		n.dsub.touch(src, m.ID.Seq) // dursub.go
+	}
 	recips := n.table.Recipients(&matching.Publication{Attrs: m.Attrs}, except, nil, func(e *routing.Entry) {
+		if d := n.dsub.subs[e.Sub]; d != nil {
+			n.durLive(e.Sub, d, m) // dursub.go
+			return
+		}
 		n.counters.Delivered++
 		n.toClient(e.Client, &message.Deliver{Sub: e.Sub, Pub: m.ID, Attrs: m.Attrs, Payload: m.Payload, Time: m.Time})
 	})

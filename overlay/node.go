@@ -64,6 +64,17 @@ type Config struct {
 	// not yet released; 0: unbounded). At the bound Publish is refused
 	// with ErrLogFull until downstream makes enough safe.
 	MaxLogBytes int64
+	// RetainTicks and RetainBytes (with Durable): publications stay in
+	// the log after they are safe downstream, for durable subscriptions
+	// (dursub.go), until older than RetainTicks or beyond RetainBytes of
+	// such publications (0: no bound of that kind; both 0: released as
+	// soon as safe).
+	RetainTicks int
+	RetainBytes int64
+	// MaxCatchupBytes bounds what a durable subscription's edge buffers
+	// before the switch to live (0: unbounded); beyond it the
+	// subscription ends with an error (its token is unchanged).
+	MaxCatchupBytes int64
 }
 
 // DefaultConfig returns the core's defaults for a 10 ms tick: the
@@ -239,20 +250,24 @@ type Status struct {
 	Discarded map[string]uint64
 	Counters  Counters
 	Log       LogStatus // the publication log (Config.Durable)
+	Durable   DurableStatus
 }
 
 // Counters count what the node did since it started.
 type Counters struct {
-	PubsIn        uint64            // publications received from peers (duplicates included)
-	Duplicates    uint64            // publications dropped as duplicates
-	PubsOut       uint64            // publications sent to peers (retransmissions included)
-	Retransmitted uint64            // publications sent again over a new link
-	Published     uint64            // publications accepted from local clients
-	Delivered     uint64            // Deliver messages to local clients
-	Purged        uint64            // publications purged from the queue
-	Backpressure  uint64            // Publish refused at the queue bound
-	Gaps          uint64            // Gap notices sent to local clients
-	LogFull       uint64            // Publish refused at the log bound (ErrLogFull)
-	Reoffered     uint64            // logged publications offered again after a restart
-	Control       map[string]uint64 // control messages sent, by message type name
+	PubsIn            uint64            // publications received from peers (duplicates included)
+	Duplicates        uint64            // publications dropped as duplicates
+	PubsOut           uint64            // publications sent to peers (retransmissions included)
+	Retransmitted     uint64            // publications sent again over a new link
+	Published         uint64            // publications accepted from local clients
+	Delivered         uint64            // Deliver messages to local clients
+	Purged            uint64            // publications purged from the queue
+	Backpressure      uint64            // Publish refused at the queue bound
+	Gaps              uint64            // Gap notices sent to local clients
+	LogFull           uint64            // Publish refused at the log bound (ErrLogFull)
+	Reoffered         uint64            // logged publications offered again after a restart
+	DurableGaps       uint64            // Gaps to durable subscriptions (retention released what they had not consumed)
+	DurableDuplicates uint64            // publications a durable subscription's token had consumed already: not delivered
+	CatchupDropped    uint64            // Catchups with no way on toward their subscriber's edge
+	Control           map[string]uint64 // control messages sent, by message type name
 }

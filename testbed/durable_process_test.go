@@ -2,19 +2,10 @@ package testbed
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/deltapub/deltapub/client"
-	"github.com/deltapub/deltapub/internal/admin"
 	"github.com/deltapub/deltapub/matching"
 )
 
@@ -26,88 +17,12 @@ import (
 // must get all N publications exactly once, in order: they can only come
 // from B1's log.
 func TestProcessDurablePHBCrash(t *testing.T) {
-	bin := needBinary(t)
 	const n = 40
-	ports, err := pickPorts(6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := []string{"B1", "B2", "B3"}
-	addr := map[string]string{}
-	adm := map[string]string{}
-	for i, b := range names {
-		addr[b] = fmt.Sprintf("127.0.0.1:%d", ports[2*i])
-		adm[b] = fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
-	}
-	dir := t.TempDir()
-	procs := map[string]*exec.Cmd{}
-	start := func(b string, join ...string) {
-		t.Helper()
-		args := []string{"broker", "--preset", "testbed", "--id", b, "--listen", addr[b], "--admin", adm[b],
-			"--delta", "1", "--data-dir", filepath.Join(dir, b), "--log-format", "json"}
-		if len(join) > 0 {
-			var js []string
-			for _, j := range join {
-				js = append(js, j+"@"+addr[j])
-			}
-			args = append(args, "--join", strings.Join(js, ","))
-		}
-		logf, err := os.OpenFile(filepath.Join(dir, b+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[b] = cmd
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
-	}
-	brokerLogs := func() string {
-		var sb strings.Builder
-		for _, b := range names {
-			data, _ := os.ReadFile(filepath.Join(dir, b+".log"))
-			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-			sb.WriteString("--- " + b + "\n" + strings.Join(lines[max(0, len(lines)-15):], "\n") + "\n")
-		}
-		return sb.String()
-	}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	waitHealthy := func(b string) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if resp, err := hc.Get("http://" + adm[b] + "/healthz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return
-				}
-			}
-		}
-		t.Fatalf("%s not joined within 20s\n%s", b, brokerLogs())
-	}
-	ctl := func(op, self, peer string) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, "http://"+adm[self]+"/ctl/"+op+"?peer="+peer, nil)
-		req.Header.Set(admin.ControlHeader, "test")
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s at %s: %v", op, peer, self, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s %s at %s: %s %s", op, peer, self, resp.Status, body)
-		}
-	}
-
-	start("B1")
-	waitHealthy("B1")
-	start("B2", "B1")
-	waitHealthy("B2")
-	start("B3", "B2", "B1")
-	waitHealthy("B3")
+	pc := newProcCluster(t, []string{"B1", "B2", "B3"})
+	addr, ctl, brokerLogs := pc.addr, pc.ctl, pc.logs
+	pc.start("B1")
+	pc.start("B2", "B1")
+	pc.start("B3", "B2", "B1")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -147,12 +62,11 @@ func TestProcessDurablePHBCrash(t *testing.T) {
 			t.Fatalf("publication %d: %v\n%s", i, err, brokerLogs())
 		}
 	}
-	_ = procs["B1"].Process.Signal(syscall.SIGKILL) // right after the last acknowledgement
-	_ = procs["B1"].Wait()
+	pc.kill("B1") // right after the last acknowledgement
 	pub.Close()
 	ctl("heal", "B2", "B1")
 	ctl("heal", "B3", "B1")
-	start("B1", "B2", "B3")
+	pc.start("B1", "B2", "B3")
 
 	for k, s := range subs {
 		for want := uint64(1); want <= n; want++ {

@@ -34,6 +34,8 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		epoch       = fs.Uint64("epoch", 0, "incarnation `number` (0: milliseconds since 1970)")
 		dataDir     = fs.String("data-dir", "", "`directory` where the broker keeps its epoch and its place in the tree across crashes (empty: nothing kept)")
 		durability  = fs.String("durability", "", "publication log: fsync, write or none (default: fsync with --data-dir, else none)")
+		maxRetain   = fs.Duration("max-retain", 0, "keep logged publications this `long` after they are safe, for durable subscribers that are away (max_retain.time)")
+		retainBytes = fs.Int64("max-retain-bytes", 0, "keep at most this many `bytes` of such publications (max_retain.bytes)")
 		tick        = fs.Duration("tick", 0, "runtime tick `duration`")
 		heartbeat   = fs.Duration("heartbeat", 0, "heartbeat `interval`")
 		failure     = fs.Duration("failure-timeout", 0, "silence after which a peer is suspected")
@@ -83,6 +85,10 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 				cfg.DataDir = *dataDir
 			case "durability":
 				cfg.Durability = *durability
+			case "max-retain":
+				cfg.MaxRetain.Time = *maxRetain
+			case "max-retain-bytes":
+				cfg.MaxRetain.Bytes = *retainBytes
 			case "tick":
 				cfg.Tick = *tick
 			case "heartbeat":

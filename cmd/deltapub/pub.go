@@ -23,7 +23,8 @@ acknowledged, 1 otherwise.
 `
 
 func pubCmd(fs *flag.FlagSet) func([]string) int {
-	broker := fs.String("broker", "", "edge broker `address` (required)")
+	broker := fs.String("broker", "", "edge broker `addresses` (required; A,B,C: on to the next when the current fails, resuming the sequence)")
+	failTimeout := fs.Duration("failure-timeout", 0, "a broker silent this `long` counts as failed (0: 5s with several brokers, else the transport's 30s)")
 	count := fs.Int("count", 0, "publish `N` publications numbered n = 1..N (0: one publication, unnumbered)")
 	rate := fs.Float64("rate", 0, "publications per second (0: as fast as acknowledgements allow)")
 	payloadSize := fs.Int("payload-size", 0, "opaque payload of `B` bytes per publication")
@@ -75,7 +76,9 @@ func pubCmd(fs *flag.FlagSet) func([]string) int {
 
 		c, err := client.Connect(ctx, *broker, client.Options{
 			Token: token, Publisher: *publisher, MaxInFlight: *inFlight,
-			Log: newLogger(os.Stderr, "warn", "console"),
+			Reconnect:      strings.Contains(*broker, ","),
+			FailureTimeout: failureTimeout(*failTimeout, strings.Contains(*broker, ",")),
+			Log:            newLogger(os.Stderr, "warn", "console"),
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub pub:", err)

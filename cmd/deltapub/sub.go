@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -23,7 +24,13 @@ const subAbout = `Subscribes with FILTER (PADRES syntax, e.g. "[class,eq,'STOCK'
 and prints exactly one JSON object per delivery on stdout, one per line:
   {"publisher":..,"epoch":..,"seq":..,"sub":..,"attrs":{..},"payload_bytes":..,
    "published_at":..,"received_at":..}
-Confirmation, gap notices and errors go to stderr. Exits 0 after --count
+Confirmation, gap notices and errors go to stderr. With --durable NAME --state
+FILE the subscription is durable: it resumes from the checkpoint token in FILE
+(if FILE exists) on whichever broker of --broker A,B,C it reaches, moving to
+the next one when its broker fails; FILE is rewritten atomically after each
+delivery printed, and gaps are printed on stdout as
+  {"gap":{"publisher":..,"epoch":..,"from":..,"to":..,"reason":..}}
+Exits 0 after --count
 deliveries (or, without --count, at the timeout or on SIGINT/SIGTERM); exits 1
 when the --timeout comes before --count deliveries, or on an error.
 `
@@ -102,7 +109,10 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 func subCmd(fs *flag.FlagSet) func([]string) int {
-	broker := fs.String("broker", "", "edge broker `address` (required)")
+	broker := fs.String("broker", "", "edge broker `addresses` (required; A,B,C: on to the next when the current fails)")
+	durableName := fs.String("durable", "", "durable subscription `name` (needs --state)")
+	stateFile := fs.String("state", "", "`file` holding the durable subscription's checkpoint token")
+	failTimeout := fs.Duration("failure-timeout", 0, "a broker silent this `long` counts as failed (0: 5s with --durable or several brokers, else the transport's 30s)")
 	count := fs.Int("count", 0, "exit after `N` deliveries (0: no limit)")
 	timeout := fs.Duration("timeout", 0, "give up after this `duration` (0: none)")
 	tokenFile := fs.String("token-file", "", "`file` with the client token, if the broker requires one")
@@ -122,6 +132,17 @@ func subCmd(fs *flag.FlagSet) func([]string) int {
 			fmt.Fprintln(os.Stderr, "deltapub sub:", err)
 			return 2
 		}
+		if (*durableName == "") != (*stateFile == "") {
+			fmt.Fprintln(os.Stderr, "deltapub sub: --durable NAME and --state FILE go together")
+			return 2
+		}
+		var ckpt []byte
+		if *stateFile != "" {
+			if ckpt, err = readState(*stateFile, *durableName); err != nil {
+				fmt.Fprintln(os.Stderr, "deltapub sub:", err)
+				return 2
+			}
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		timedOut := func() bool { return false }
@@ -132,13 +153,27 @@ func subCmd(fs *flag.FlagSet) func([]string) int {
 			timedOut = func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) }
 		}
 		log := newLogger(os.Stderr, "warn", "console")
-		c, err := client.Connect(ctx, *broker, client.Options{Token: token, Log: log})
+		moves := *durableName != "" || strings.Contains(*broker, ",")
+		c, err := client.Connect(ctx, *broker, client.Options{Token: token, Log: log,
+			Reconnect: moves, FailureTimeout: failureTimeout(*failTimeout, moves)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub sub:", err)
 			return 1
 		}
 		defer c.Close()
-		sub, err := c.Subscribe(ctx, filter)
+		var sub *client.Subscription
+		if *durableName != "" {
+			sub, err = c.SubscribeDurable(ctx, *durableName, filter, ckpt)
+			if err == nil {
+				defer func() {
+					if err := writeState(*stateFile, sub.Token()); err != nil { // silence since the last delivery
+						fmt.Fprintln(os.Stderr, "deltapub sub:", err)
+					}
+				}()
+			}
+		} else {
+			sub, err = c.Subscribe(ctx, filter)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "deltapub sub:", err)
 			return 1
@@ -163,12 +198,28 @@ func subCmd(fs *flag.FlagSet) func([]string) int {
 					fmt.Fprintf(os.Stderr, "deltapub sub: subscription ended after %d deliveries: %v\n", n, sub.Err())
 					return 1
 				}
+				if d.Gap != nil && d.Token != nil {
+					line = appendGapJSON(line[:0], d.Gap)
+					if err := printAndSave(out, line, *stateFile, sub, d.Token); err != nil {
+						fmt.Fprintln(os.Stderr, "deltapub sub:", err)
+						return 1
+					}
+					continue
+				}
 				if d.Gap != nil {
 					g := d.Gap
 					fmt.Fprintf(os.Stderr, "gap: publications %s/%d seq %d..%d may be lost (%s)\n", g.Source.Publisher, g.Source.Epoch, g.From, g.To, g.Reason)
 					continue
 				}
 				line = appendDeliveryJSON(line[:0], &d)
+				if d.Token != nil {
+					if err := printAndSave(out, line, *stateFile, sub, d.Token); err != nil {
+						fmt.Fprintln(os.Stderr, "deltapub sub:", err)
+						return 1
+					}
+					n++
+					continue
+				}
 				if _, err := out.Write(line); err != nil {
 					fmt.Fprintln(os.Stderr, "deltapub sub:", err)
 					return 1

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
@@ -26,7 +27,11 @@ type ClientOptions struct {
 	MaxFrame       int
 	SendQueue      int
 	SendQueueBytes int
-	Log            zerolog.Logger
+	// IdleTimeout: a broker silent this long (no keepalive answered)
+	// ends the session; 0: DefaultIdleTimeout. A client that can move to
+	// another broker wants it short.
+	IdleTimeout time.Duration
+	Log         zerolog.Logger
 
 	version, minVersion uint16 // tests
 }
@@ -39,7 +44,7 @@ func DialClient(ctx context.Context, addr, token string, opts ...ClientOptions) 
 		o = opts[0]
 	}
 	cfg := Config{MaxFrame: o.MaxFrame, SendQueue: o.SendQueue, SendQueueBytes: o.SendQueueBytes,
-		Log: o.Log, version: o.version, minVersion: o.minVersion}
+		IdleTimeout: o.IdleTimeout, Log: o.Log, version: o.version, minVersion: o.minVersion}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}

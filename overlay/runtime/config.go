@@ -58,6 +58,12 @@ type BrokerConfig struct {
 	// machine crash), "none" (no log: a PubAck means queued here).
 	// Empty: "fsync" with a data_dir, "none" without one.
 	Durability string `toml:"durability"`
+	// MaxRetain keeps the log's publications after they are safe
+	// downstream, for durable subscriptions that are away (docs/durable.md):
+	// until older than Time or beyond Bytes of such publications, the
+	// oldest first. Both 0: released as soon as safe (a durable
+	// subscriber that comes back then gets a Gap for what it missed).
+	MaxRetain RetainConfig `toml:"max_retain"`
 
 	// Delta is δ, the number of adjacent brokers that may be down at the
 	// same time without loss. A property of the whole overlay: every broker
@@ -100,6 +106,12 @@ type BrokerConfig struct {
 	Log    LogConfig    `toml:"log"`
 }
 
+// RetainConfig is BrokerConfig.MaxRetain.
+type RetainConfig struct {
+	Time  time.Duration `toml:"time"`
+	Bytes int64         `toml:"bytes"`
+}
+
 // TLSConfig enables mutual TLS between brokers: this broker's certificate
 // and key, and the overlay CA that signed every broker's certificate (PEM
 // files, all three or none). All empty: an ephemeral self-signed
@@ -122,6 +134,11 @@ type LimitsConfig struct {
 	// publications are refused with "backpressure: publication log full"
 	// (clients retry paced); nothing logged is dropped. 0: 1 GiB.
 	MaxLogBytes int64 `toml:"max_log_bytes"`
+	// MaxCatchupBytes bounds what this broker buffers for one durable
+	// subscription catching up (its missed publications, before the switch
+	// to live). Beyond it the subscription ends with an error naming this
+	// key; its client's token is unchanged. 0: 256 MiB.
+	MaxCatchupBytes int64 `toml:"max_catchup_bytes"`
 	// MaxFrame is the largest frame, in bytes, accepted from a peer or a
 	// client; a larger one closes that link as malformed.
 	MaxFrame int `toml:"max_frame"`
@@ -412,6 +429,9 @@ func (c *BrokerConfig) Validate() error {
 	case "", DurabilityFsync, DurabilityWrite, DurabilityNone:
 	default:
 		return bad("durability", "%q: one of fsync, write, none", c.Durability)
+	}
+	if err := c.validateRetain(); err != nil {
+		return err
 	}
 	if l.LinkBlock < 0 || l.LinkBlock > c.FailureTimeout {
 		return bad("limits.link_block", "%v out of range [0, failure_timeout = %v]", l.LinkBlock, c.FailureTimeout)

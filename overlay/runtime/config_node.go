@@ -26,6 +26,7 @@ func (c *BrokerConfig) NodeConfig(epoch uint64) overlay.Config {
 	nc.MaxFrame = c.Limits.MaxFrame
 	nc.Durable = c.EffectiveDurability() != DurabilityNone
 	nc.MaxLogBytes = cmp.Or(c.Limits.MaxLogBytes, defaultMaxLogBytes)
+	c.retainNodeConfig(&nc)
 	// A join step unanswered for two failure timeouts is retried.
 	nc.JoinRetryTicks = 2 * nc.FailureTicks
 	// The backoffs' jitter: brokers restarted together must not retry in

@@ -1,0 +1,518 @@
+package overlay
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/deltapub/deltapub/checkpoint"
+	"github.com/deltapub/deltapub/matching"
+	"github.com/deltapub/deltapub/message"
+)
+
+// Durable subscriptions (docs/durable.md, docs/protocol.md §"Durable
+// subscriptions"). The core decides everything; the environment only
+// carries out Ready as for any subscription.
+//
+//   - A publisher's edge (PHB) with retention (Config.RetainTicks,
+//     RetainBytes) keeps its logged publications after they are safe,
+//     until the retention lets them go (durable.go).
+//   - A durable subscription is flooded like any subscription, with the
+//     subscriber's checkpoint token riding on the flood. Every PHB that
+//     installs it answers, in the same step, with a Catchup per local
+//     source: the retained publications after the token that match, and
+//     the source's last seq then (Last). Every later publication of that
+//     source is routed to the subscriber as usual: catchup and live meet
+//     at Last, with nothing missing and nothing twice.
+//   - A Catchup travels back along the flood's path (to the broker the
+//     flood came from, which still awaits that broker's confirmation), so
+//     every answer reaches the subscriber's edge (SHB) before the flood's
+//     confirmation does (FIFO links). Until then the SHB buffers what
+//     arrives for the subscription, live or catchup; at the confirmation
+//     it delivers per source, in seq order, what the token has not
+//     consumed (a Gap first where the retention released a range the
+//     token had not consumed), advances the token's horizons to Last
+//     (Silence), and switches to live: each later publication is
+//     delivered if it is after the token's position.
+
+// Bounds.
+const (
+	// maxDurableSubs bounds the durable subscriptions of one broker; at
+	// the bound a new one is refused (the client tries another broker).
+	maxDurableSubs = 1 << 16
+	// silenceBatch bounds the sources of one Silence message.
+	silenceBatch = 1024
+)
+
+// ErrDurableFull refuses a durable subscription at maxDurableSubs.
+const ErrDurableFull = "backpressure: too many durable subscriptions on this broker"
+
+// dsub is a durable subscription of a local client (SHB side).
+type dsub struct {
+	name   string
+	client message.ClientID
+	req    uint64
+	filter matching.Filter
+	tok    checkpoint.Token
+	live   bool // switched to live (confirmed)
+	// Before the switch: what arrived (catchup or live), per source in
+	// seq order; the answers' Last and First per source; bytes buffered.
+	buf   map[message.Source][]message.Pub
+	last  map[message.Source]uint64
+	first map[message.Source]uint64
+	bytes int64
+	acked int // acknowledgements received (DurableAck)
+}
+
+// durSubs is the durable subscriptions of this broker's clients, and the
+// durable floods passing through it.
+type durSubs struct {
+	subs  map[message.SubID]*dsub
+	names map[string]message.SubID
+	// floods: the durable part of the subscription floods pending here
+	// (forwarded with them; dropped when the flood completes).
+	floods map[message.SubID]*message.DurableFlood
+	// touched: the newest seq of each source that arrived here since the
+	// last silence pass (durableSilenceTick), while durable
+	// subscriptions exist.
+	touched map[message.Source]uint64
+}
+
+func (ds *durSubs) touch(s message.Source, seq uint64) {
+	if ds.touched == nil {
+		ds.touched = map[message.Source]uint64{}
+	}
+	ds.touched[s] = seq
+}
+
+// DurableStatus describes the durable subscriptions (Status.Durable).
+type DurableStatus struct {
+	Subs      int // durable subscriptions of local clients
+	InCatchup int // of those, not switched to live yet
+}
+
+func (n *Node) durableStatus() DurableStatus {
+	st := DurableStatus{Subs: len(n.dsub.subs)}
+	for _, d := range n.dsub.subs {
+		if !d.live {
+			st.InCatchup++
+		}
+	}
+	return st
+}
+
+// keep records p as retained (with retention on) in x's log state.
+func (n *Node) keep(x *durSrc, p message.Pub) {
+	if !n.dur.retain {
+		return
+	}
+	if len(x.pubs) == 0 {
+		x.ok = max(x.ok, x.safe)
+	}
+	x.pubs = append(x.pubs, p)
+	x.ticks = append(x.ticks, n.now)
+}
+
+// retainSafe records that x is safe downstream up to safe.
+func (n *Node) retainSafe(x *durSrc, safe uint64) {
+	if safe <= x.ok {
+		return
+	}
+	lo := int(x.ok - x.safe)
+	hi := int(min(safe-x.safe, uint64(len(x.sizes))))
+	for _, sz := range x.sizes[lo:hi] {
+		n.dur.kept += sz
+	}
+	x.ok = safe
+}
+
+// retainedUpTo returns the seq up to which x's publications are released
+// now: safe downstream, and older than RetainTicks or beyond RetainBytes
+// (the oldest first). It drops them from x.pubs (durableTick drops the
+// sizes and reports the release).
+func (n *Node) retainedUpTo(x *durSrc) uint64 {
+	k := 0
+	for k < len(x.pubs) && x.safe+uint64(k)+1 <= x.ok {
+		expired := n.cfg.RetainTicks > 0 && n.now-x.ticks[k] >= int64(n.cfg.RetainTicks)
+		over := n.cfg.RetainBytes > 0 && n.dur.kept > n.cfg.RetainBytes
+		if !expired && !over {
+			break
+		}
+		n.dur.kept -= x.sizes[k]
+		k++
+	}
+	if k == 0 {
+		return x.safe
+	}
+	clear(x.pubs[:k])
+	x.pubs = slices.Delete(x.pubs, 0, k)
+	x.ticks = slices.Delete(x.ticks, 0, k)
+	return x.safe + uint64(k)
+}
+
+// subscribeDurable handles a client's Subscribe with a durable name.
+func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.Subscribe) {
+	refuse := func(err string) { n.toClient(c, &message.SubAck{Req: m.Req, Err: err}) }
+	if len(m.Durable) > checkpoint.MaxName {
+		refuse(fmt.Sprintf("durable name of %d bytes, at most %d", len(m.Durable), checkpoint.MaxName))
+		return
+	}
+	tok := checkpoint.Token{Name: m.Durable}
+	fresh := len(m.Token) == 0
+	if !fresh {
+		t, err := checkpoint.Decode(m.Token)
+		if err != nil {
+			refuse("bad checkpoint token: " + err.Error())
+			return
+		}
+		if t.Name != m.Durable {
+			refuse(fmt.Sprintf("foreign checkpoint token: it belongs to durable subscription %q, not %q", t.Name, m.Durable))
+			return
+		}
+		tok = t
+	}
+	if old, ok := n.dsub.names[m.Durable]; ok {
+		// One home per name: a newer session takes it over here.
+		if d := n.dsub.subs[old]; d != nil {
+			if ocs := n.clients[d.client]; ocs != nil {
+				delete(ocs.subs, old)
+			}
+			n.dropDurable(old)
+			n.withdrawFlood(old, "", "", nil)
+			n.toClient(d.client, &message.UnsubAck{Sub: old, Err: "durable subscription taken over by a newer session"})
+		}
+	}
+	if len(n.dsub.subs) >= maxDurableSubs {
+		refuse(ErrDurableFull)
+		return
+	}
+	sub, ok := n.addLocalSub(c, cs, m)
+	if !ok {
+		return
+	}
+	d := &dsub{name: m.Durable, client: c, req: m.Req, filter: m.Filter, tok: tok,
+		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, first: map[message.Source]uint64{}}
+	if n.dsub.subs == nil {
+		n.dsub.subs = map[message.SubID]*dsub{}
+		n.dsub.names = map[string]message.SubID{}
+	}
+	n.dsub.subs[sub] = d
+	n.dsub.names[m.Durable] = sub
+	df := &message.DurableFlood{Name: m.Durable, Fresh: fresh}
+	for _, e := range tok.Entries {
+		df.From = append(df.From, message.SourceSeq{Source: e.Source, Seq: e.From()})
+	}
+	n.durFloods()[sub] = df
+	n.answerDurable("", sub, m.Filter, df) // this broker's own sources
+	f := &flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1}
+	f.done = func() {
+		if d2 := n.dsub.subs[sub]; d2 == d && n.clients[c] == cs {
+			n.switchLive(sub, d)
+		}
+	}
+	n.startFlood(f)
+}
+
+func (n *Node) durFloods() map[message.SubID]*message.DurableFlood {
+	if n.dsub.floods == nil {
+		n.dsub.floods = map[message.SubID]*message.DurableFlood{}
+	}
+	return n.dsub.floods
+}
+
+// dropDurable forgets the local durable subscription sub (withdrawn,
+// taken over, or its session closed). Its token is the client's: a later
+// subscription under the same name resumes from it, here or elsewhere.
+func (n *Node) dropDurable(sub message.SubID) {
+	d := n.dsub.subs[sub]
+	if d == nil {
+		return
+	}
+	delete(n.dsub.subs, sub)
+	if n.dsub.names[d.name] == sub {
+		delete(n.dsub.names, d.name)
+	}
+	if len(n.dsub.subs) == 0 {
+		// None left: the publication path stops recording for silence.
+		n.dsub.subs, n.dsub.names, n.dsub.touched = nil, nil, nil
+	}
+}
+
+// answerDurable answers a durable subscription's flood, just installed
+// here (from: the broker it came from; "" when local), for every local
+// source of the log.
+func (n *Node) answerDurable(from message.BrokerID, sub message.SubID, f matching.Filter, df *message.DurableFlood) {
+	d := &n.dur
+	if !d.on {
+		return
+	}
+	budget := int64(n.cfg.MaxFrame / 2)
+	for _, s := range d.order {
+		x := d.src[s]
+		start := uint64(0)
+		if i, ok := slices.BinarySearchFunc(df.From, s, func(e message.SourceSeq, s message.Source) int { return srcCmp(e.Source, s) }); ok {
+			start = df.From[i].Seq
+		} else if df.Fresh {
+			start = x.last
+		}
+		first := x.safe + 1
+		if !d.retain {
+			first = x.last + 1 // nothing kept to answer with
+		}
+		var batches [][]message.Pub
+		var cur []message.Pub
+		var size int64
+		for i := range x.pubs {
+			p := &x.pubs[i]
+			if p.ID.Seq <= start || !f.Match(&matching.Publication{Attrs: p.Attrs}) {
+				continue
+			}
+			sz := p.LogSize()
+			if len(cur) > 0 && size+sz > budget {
+				batches = append(batches, cur)
+				cur, size = nil, 0
+			}
+			cur = append(cur, *p)
+			size += sz
+		}
+		batches = append(batches, cur)
+		for i, b := range batches {
+			m := &message.Catchup{Sub: sub, Source: s, Pubs: b, Last: x.last, First: first, More: len(batches) - 1 - i}
+			if from == "" {
+				n.onCatchup("", m)
+			} else {
+				n.send(from, m)
+			}
+		}
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// onCatchup handles a Catchup: at the subscriber's edge it is buffered
+// (or, after the switch, delivered); elsewhere it goes on toward the
+// subscriber's edge, to the broker the subscription's flood came from.
+func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
+	if m.Sub.Edge != n.cfg.ID {
+		to := message.BrokerID("")
+		if f := n.floods.pending[floodKey{kind: fkSub, sub: m.Sub}]; f != nil && len(f.waiters) > 0 {
+			to = f.waiters[0]
+		} else if e, ok := n.table.Get(m.Sub); ok && !e.Local {
+			if h := n.hop(e.From); h.ok {
+				to = h.to
+			}
+		}
+		if to == "" || to == from {
+			n.counters.CatchupDropped++
+			return
+		}
+		n.send(to, m)
+		return
+	}
+	d := n.dsub.subs[m.Sub]
+	if d == nil || m.Sub.Epoch != n.cfg.Epoch {
+		return
+	}
+	s := m.Source
+	if d.live {
+		// A late answer (a flood rerouted around a failure): what it
+		// holds after the token's position is still missing, in order.
+		n.durGap(m.Sub, d, s, m.First)
+		for i := range m.Pubs {
+			n.durDeliver(m.Sub, d, &m.Pubs[i])
+		}
+		n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
+		return
+	}
+	if v, ok := d.first[s]; !ok || m.First < v {
+		d.first[s] = m.First
+	}
+	d.last[s] = max(d.last[s], m.Last)
+	for i := range m.Pubs {
+		n.durBuffer(m.Sub, d, m.Pubs[i])
+	}
+}
+
+// durBuffer keeps p for d until the switch (in seq order, once).
+func (n *Node) durBuffer(sub message.SubID, d *dsub, p message.Pub) {
+	s := p.ID.Source()
+	l := d.buf[s]
+	i, dup := slices.BinarySearchFunc(l, p.ID.Seq, func(q message.Pub, seq uint64) int { return cmpU64(q.ID.Seq, seq) })
+	if dup {
+		return
+	}
+	p.Stamps = nil
+	d.buf[s] = slices.Insert(l, i, p)
+	d.bytes += p.LogSize()
+	if n.cfg.MaxCatchupBytes > 0 && d.bytes > n.cfg.MaxCatchupBytes {
+		n.endDurable(sub, d, fmt.Sprintf("catchup of more than %d bytes (limits.max_catchup_bytes): subscribe again to resume from the token", n.cfg.MaxCatchupBytes))
+	}
+}
+
+// endDurable ends d with an error for its client (its token is
+// unchanged: a new subscription resumes from it).
+func (n *Node) endDurable(sub message.SubID, d *dsub, why string) {
+	if cs := n.clients[d.client]; cs != nil {
+		delete(cs.subs, sub)
+	}
+	n.dropDurable(sub)
+	n.withdrawFlood(sub, "", "", nil)
+	n.toClient(d.client, &message.UnsubAck{Sub: sub, Err: why})
+}
+
+// durLive handles a publication routed to the local durable subscription
+// d (acceptSeen's local delivery).
+func (n *Node) durLive(sub message.SubID, d *dsub, p *message.Pub) {
+	if !d.live {
+		n.durBuffer(sub, d, message.Pub{ID: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time})
+		return
+	}
+	n.durDeliver(sub, d, p)
+}
+
+// durDeliver delivers p to d unless its token has consumed it already.
+func (n *Node) durDeliver(sub message.SubID, d *dsub, p *message.Pub) {
+	s := p.ID.Source()
+	if p.ID.Seq <= d.tok.Get(s).From() {
+		n.counters.DurableDuplicates++
+		return
+	}
+	if err := d.tok.Consume(s, p.ID.Seq); err != nil {
+		n.endDurable(sub, d, err.Error())
+		return
+	}
+	n.counters.Delivered++
+	n.toClient(d.client, &message.Deliver{Sub: sub, Pub: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time})
+}
+
+// durGap gives d a Gap for what the retention released of s before first
+// that its token had not consumed.
+func (n *Node) durGap(sub message.SubID, d *dsub, s message.Source, first uint64) {
+	from := d.tok.Get(s).From()
+	if first <= from+1 {
+		return
+	}
+	if err := d.tok.Advance(s, first-1); err != nil {
+		n.endDurable(sub, d, err.Error())
+		return
+	}
+	n.counters.Gaps++
+	n.counters.DurableGaps++
+	n.toClient(d.client, &message.Gap{Sub: sub, Source: s, From: from + 1, To: first - 1, Reason: "released by the publisher's edge (retention) before this subscription consumed it"})
+}
+
+// durSilence advances d's horizons of srcs to to[s] and tells the client.
+func (n *Node) durSilence(sub message.SubID, d *dsub, srcs []message.Source, to map[message.Source]uint64) {
+	var out []message.SourceSeq
+	for _, s := range srcs {
+		h := to[s]
+		if h <= d.tok.Get(s).From() {
+			continue
+		}
+		if err := d.tok.Advance(s, h); err != nil {
+			continue // a full token takes no new source on silence alone
+		}
+		out = append(out, message.SourceSeq{Source: s, Seq: h})
+		if len(out) == silenceBatch {
+			n.toClient(d.client, &message.Silence{Sub: sub, Sources: out})
+			out = nil
+		}
+	}
+	if len(out) > 0 {
+		n.toClient(d.client, &message.Silence{Sub: sub, Sources: out})
+	}
+}
+
+// switchLive is the switch at the flood's confirmation: every answer is
+// in (see the file comment).
+func (n *Node) switchLive(sub message.SubID, d *dsub) {
+	srcs := make([]message.Source, 0, len(d.buf)+len(d.last))
+	for s := range d.buf {
+		srcs = append(srcs, s)
+	}
+	for s := range d.last {
+		if _, ok := d.buf[s]; !ok {
+			srcs = append(srcs, s)
+		}
+	}
+	slices.SortFunc(srcs, srcCmp)
+	d.live = true
+	for _, s := range srcs {
+		if first, ok := d.first[s]; ok {
+			n.durGap(sub, d, s, first)
+		}
+		for i := range d.buf[s] {
+			n.durDeliver(sub, d, &d.buf[s][i])
+		}
+		if n.dsub.subs[sub] != d {
+			return // ended (token full)
+		}
+	}
+	n.durSilence(sub, d, srcs, d.last)
+	if n.dsub.subs[sub] != d {
+		return
+	}
+	d.buf, d.last, d.first, d.bytes = nil, nil, nil, 0
+	n.toClient(d.client, &message.SubAck{Req: d.req, Sub: sub, Confirmed: true})
+}
+
+// durableSilenceTick advances, once per DACK period, the horizons of the
+// live durable subscriptions to the newest publication of each source
+// that reached this broker since the last pass: a source's publications
+// arrive here in order along their routes, and one older than the newest
+// delivered is never delivered here, so nothing older that matches is
+// still to come (a subscription with rare matches does not refilter a
+// long quiet stretch after a reconnect).
+func (n *Node) durableSilenceTick() {
+	ds := &n.dsub
+	if len(ds.touched) == 0 || n.now%int64(n.cfg.DACKTicks) != 0 {
+		return
+	}
+	srcs := make([]message.Source, 0, len(ds.touched))
+	for s := range ds.touched {
+		srcs = append(srcs, s)
+	}
+	slices.SortFunc(srcs, srcCmp)
+	to := ds.touched
+	ds.touched = nil
+	subs := make([]message.SubID, 0, len(ds.subs))
+	for s, d := range ds.subs {
+		if d.live {
+			subs = append(subs, s)
+		}
+	}
+	slices.SortFunc(subs, func(a, b message.SubID) int { return cmpU64(a.N, b.N) })
+	for _, sub := range subs {
+		if d := ds.subs[sub]; d != nil {
+			n.durSilence(sub, d, srcs, to)
+		}
+	}
+}
+
+func srcCmp(a, b message.Source) int {
+	if c := strings.Compare(a.Publisher, b.Publisher); c != 0 {
+		return c
+	}
+	return cmpU64(a.Epoch, b.Epoch)
+}
+
+// durableAck records a durable subscriber's acknowledgement.
+func (n *Node) durableAck(c message.ClientID, m *message.DurableAck) {
+	d := n.dsub.subs[m.Sub]
+	if d == nil || d.client != c {
+		return
+	}
+	t, err := checkpoint.Decode(m.Token)
+	if err != nil || t.Name != d.name {
+		return // not this subscription's: ignored (the broker keeps its own position)
+	}
+	d.acked++
+}

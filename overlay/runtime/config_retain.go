@@ -1,0 +1,42 @@
+package runtime
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/deltapub/deltapub/overlay"
+)
+
+// defaultMaxCatchupBytes is limits.max_catchup_bytes when left 0.
+const defaultMaxCatchupBytes = 256 << 20
+
+// validateRetain checks max_retain and limits.max_catchup_bytes.
+func (c *BrokerConfig) validateRetain() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	r := c.MaxRetain
+	if r.Time < 0 || r.Time > 30*24*time.Hour {
+		return bad("max_retain.time", "%v out of range [0, 720h]", r.Time)
+	}
+	if r.Bytes < 0 || r.Bytes > 1<<40 {
+		return bad("max_retain.bytes", "%d out of range [0, %d]", r.Bytes, int64(1)<<40)
+	}
+	if (r.Time > 0 || r.Bytes > 0) && c.EffectiveDurability() == DurabilityNone {
+		return bad("max_retain", "needs the publication log (data_dir, durability fsync or write)")
+	}
+	if m := c.Limits.MaxCatchupBytes; m < 0 || m > 1<<40 {
+		return bad("limits.max_catchup_bytes", "%d out of range [0, %d]", m, int64(1)<<40)
+	}
+	return nil
+}
+
+// retainNodeConfig sets the core's retention and catchup bound.
+func (c *BrokerConfig) retainNodeConfig(nc *overlay.Config) {
+	if c.MaxRetain.Time > 0 {
+		nc.RetainTicks = c.ticks(c.MaxRetain.Time)
+	}
+	nc.RetainBytes = c.MaxRetain.Bytes
+	nc.MaxCatchupBytes = cmp.Or(c.Limits.MaxCatchupBytes, defaultMaxCatchupBytes)
+}
