@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,10 +75,21 @@ func startSSHD(t *testing.T, dir, ns, addr, hostKey, authKeys string) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, _ := os.Create(filepath.Join(dir, "sshd."+ns+".log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the forking thread ends, and the testbed ends
+	// threads of its own (the process backend's locked launcher): fork
+	// sshd from a thread that stays until the test is over.
+	started, stop := make(chan error), make(chan struct{})
+	go func() {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		started <- cmd.Start()
+		<-stop
+	}()
+	if err := <-started; err != nil {
+		close(stop)
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); close(stop); logf.Close() })
 	for i := 0; i < 100; i++ {
 		if c, err := net.DialTimeout("tcp", addr+":22", 200*time.Millisecond); err == nil {
 			c.Close()
