@@ -84,6 +84,13 @@ type Heartbeat struct {
 	// failed brokers then waits for one failure timeout, not for one dial
 	// timeout per failed broker.
 	Suspects []BrokerID `msgpack:"s,omitempty"`
+	// Removed tells the receiver that the sender removed it from the tree
+	// as gone (suspected for gone_after) although it is alive: its
+	// incarnation is dead to the overlay, and it must rejoin as a new one
+	// (docs/protocol.md §6, "removed while alive"). Sent only on a
+	// heartbeat answering the removed broker's own, at most once per
+	// failure timeout.
+	Removed bool `msgpack:"x,omitempty"`
 }
 
 // JoinRequest asks a joinpoint to admit Node (or, with Rejoin, to readmit a

@@ -68,6 +68,7 @@ type membership struct {
 	leaving         bool
 	leaveWhenJoined bool // Leave was asked while not joined yet (leave.go)
 	left            bool
+	removed         bool        // told it was removed from the tree while alive (NoticeRemoved): dead to the overlay
 	lv              *leaveState // graceful leave in progress (leave.go)
 	jn              joining     // the walk over the joinpoints while not a member (retry.go)
 	rejoin          bool

@@ -183,6 +183,7 @@ const (
 	NoticeMemberLeft  NoticeKind = "member-left"  // Peer left the overlay gracefully
 	NoticeRecovered   NoticeKind = "recovered"    // Peer (joining, or restarted under a new epoch) is routable again
 	NoticeNotRoutable NoticeKind = "not-routable" // Peer is joining or recovering: bypassed until it is joined
+	NoticeRemoved     NoticeKind = "removed"      // this broker was removed from the tree as gone while alive (Peer told it): restart it as a new incarnation
 )
 
 // Notice is an event the core reports.

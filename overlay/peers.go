@@ -41,6 +41,7 @@ type peer struct {
 	dackIn    int64  // tick of the last DACK received from it (0: none)
 	refuted   int    // its suspicions it refuted (heard again, same incarnation), not yet forgiven: patience.go
 	calm      int    // ticks since the last refutation or suspicion (patience.go)
+	toldGone  int64  // tick it was last told it was removed while alive (0: never)
 }
 
 // monitored reports whether silence from id counts toward a suspicion:
@@ -148,6 +149,9 @@ func (n *Node) heartbeat() *message.Heartbeat {
 }
 
 func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
+	if n.removedWhileAlive(p, m) {
+		return
+	}
 	p.dialFails = 0 // the link works: the next dial of it starts a fresh backoff
 	// Suspicion hints from a broker adjacent to the suspect, about brokers
 	// we have no link to (never about our own neighbours: those we judge
@@ -221,6 +225,34 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 		}
 		n.routesChanged()
 	}
+}
+
+// removedWhileAlive applies the rule "removed while alive" (docs/protocol.md
+// §6): a broker removed from the tree as gone that speaks again in the
+// same incarnation was not dead but stalled (frozen, starved) for
+// gone_after. Its subscriptions were withdrawn and its neighbours
+// re-attached around it; it still believes itself a member, routes
+// through nobody's map and gets nothing, for good. The broker that hears
+// it tells it so (a heartbeat with Removed, at most once per failure
+// timeout); the removed broker reports NoticeRemoved, once, on which the
+// runtime restarts it at once as a new incarnation, as after a crash
+// (through the place it saved), and its clients reconnect. It reports whether m was
+// such a notice to this broker (nothing else in it counts then).
+func (n *Node) removedWhileAlive(p *peer, m *message.Heartbeat) bool {
+	if m.Removed {
+		if !n.mem.joined || n.mem.leaving || n.mem.left || n.mem.removed || m.Epoch < p.epoch {
+			return false // a broker joining anew, or leaving, is no zombie
+		}
+		n.mem.removed = true
+		n.notice(NoticeRemoved, p.id, "removed from the tree as gone while alive: restart as a new incarnation")
+		return true
+	}
+	if m.Joined && m.Epoch == p.epoch && p.gone && n.topo.Removed(p.id) &&
+		(p.toldGone == 0 || n.now-p.toldGone >= int64(n.cfg.FailureTicks)) {
+		p.toldGone = n.now
+		n.send(p.id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.mem.joined && !n.mem.leaving, Removed: true})
+	}
+	return false
 }
 
 // peerRestarted handles a peer seen under a larger epoch than known: its

@@ -234,8 +234,21 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	b := &inprocBroker{rt: rt, reg: reg, tr: tr, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
-		_ = rt.Run(rctx, tr)
+		err := rt.Run(rctx, tr)
 		tr.close()
+		if errors.Is(err, runtime.ErrRemoved) && rctx.Err() == nil {
+			// As runtime.RunBroker: removed from the overlay while alive,
+			// it starts again as a new incarnation after the failure
+			// timeout (once this one is done).
+			go func() {
+				select {
+				case <-time.After(cfg.FailureTimeout):
+				case <-rctx.Done():
+					return
+				}
+				_ = h.start(context.Background(), name, joinpoints)
+			}()
+		}
 	}()
 	h.mu.Lock()
 	b.inc = h.starts[name]

@@ -133,11 +133,6 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		summaries := loggerTo(out, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
 		limiter := loglimit.New(out, summaries, logBurst, logWindow, logMaxKeys)
 		log := loggerTo(limiter, cfg.Log.Level).With().Str("broker", cfg.ID).Logger()
-		b, err := runtime.NewBroker(cfg, log)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "deltapub broker:", err)
-			return 1
-		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		limCtx, limStop := context.WithCancel(context.Background())
@@ -145,7 +140,12 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		go func() { defer close(limDone); limiter.Run(limCtx) }()
 		// On the way out, the pending summaries are written.
 		defer func() { limStop(); <-limDone }()
-		if err := b.Run(ctx); err != nil {
+		started := false
+		if err := runtime.RunBroker(ctx, cfg, log, func(*runtime.Broker) { started = true }); err != nil {
+			if !started {
+				fmt.Fprintln(os.Stderr, "deltapub broker:", err)
+				return 1
+			}
 			log.Error().Err(err).Msg("broker stopped with an error")
 			return 1
 		}

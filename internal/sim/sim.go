@@ -459,9 +459,32 @@ func (s *Sim) notice(b *broker, n overlay.Notice) {
 		s.noteJoined(b)
 	}
 	s.tracef("%s notice %s %s %s", b.id, n.Kind, n.Peer, n.Detail)
+	if n.Kind == overlay.NoticeRemoved {
+		s.restartRemoved(b)
+	}
 	if s.onNotice != nil {
 		s.onNotice(b.id, n)
 	}
+}
+
+// restartRemoved does what the runtime does on NoticeRemoved (a broker
+// removed from the tree while alive): it restarts the broker at once, a
+// crash and a restart with its data directory, rejoining through the
+// place it had. Its clients are disconnected, as by a crash.
+func (s *Sim) restartRemoved(b *broker) {
+	var jps []message.BrokerID
+	for _, p := range b.node.Place() {
+		jps = append(jps, p.ID)
+	}
+	inc := b.inc
+	s.schedule(s.now, func() {
+		if b.inc != inc || b.state == stateCrashed {
+			return // crashed meanwhile
+		}
+		s.tracef("%s restarts: removed from the tree while alive", b.id)
+		_ = s.Crash(b.id)
+		_ = s.RestartWith(b.id, RestartOptions{Joinpoints: s.existing(jps), StaleLink: -1, Place: true, Log: true})
+	})
 }
 
 // input schedules fn as an input of b's current incarnation after delay.

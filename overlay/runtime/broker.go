@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -112,6 +113,49 @@ func (b *Broker) WSAddr() string {
 func (b *Broker) closeWS() {
 	if b.ws != nil {
 		b.ws.Close()
+	}
+}
+
+// Removal restarts (RunBroker): paced by the failure timeout, at most
+// maxRemovals within removalWindow; past that the broker exits with
+// ErrRemoved (a machine that starves its broker this often needs an
+// operator, not a restart loop).
+const (
+	maxRemovals   = 5
+	removalWindow = 10 * time.Minute
+)
+
+// RunBroker builds and runs a broker for cfg until ctx ends; when the
+// overlay removed it while alive (ErrRemoved) it starts it again as a new
+// incarnation, from its data directory, as after a crash. start is called
+// with each incarnation once it listens (nil: nothing).
+func RunBroker(ctx context.Context, cfg BrokerConfig, log zerolog.Logger, start func(*Broker)) error {
+	var removals []time.Time
+	for {
+		b, err := NewBroker(cfg, log)
+		if err != nil {
+			return err
+		}
+		if start != nil {
+			start(b)
+		}
+		err = b.Run(ctx)
+		if !errors.Is(err, ErrRemoved) || ctx.Err() != nil {
+			return err
+		}
+		now := time.Now()
+		for len(removals) > 0 && now.Sub(removals[0]) > removalWindow {
+			removals = removals[1:]
+		}
+		if removals = append(removals, now); len(removals) > maxRemovals {
+			return fmt.Errorf("%w (%d times within %v: giving up)", err, len(removals), removalWindow)
+		}
+		log.Warn().Uint64("epoch", b.Epoch()).Str("after", cfg.FailureTimeout.String()).Msg("removed from the overlay while alive: restarting as a new incarnation")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(cfg.FailureTimeout):
+		}
 	}
 }
 

@@ -130,6 +130,7 @@ type Runtime struct {
 	held       []heldQueue               // links and sessions to flush at the end of the drain
 	leaving    bool
 	left       bool
+	removed    bool // NoticeRemoved: Run returns ErrRemoved
 	joinFailed string
 	// store keeps the place (nil: no data directory); placed is the
 	// place last saved.
@@ -171,6 +172,12 @@ type event struct {
 	peers []overlay.Peer // evJoinpoints
 	call  func()
 }
+
+// ErrRemoved is Run's error when the overlay removed this broker from the
+// tree as gone while it was alive (stalled or starved for gone_after; see
+// overlay.NoticeRemoved). Its incarnation is dead to the overlay: the
+// caller starts the broker again, as a new incarnation (RunBroker does).
+var ErrRemoved = errors.New("runtime: removed from the overlay while alive (its neighbours declared it gone): restart it as a new incarnation")
 
 // NewRuntime builds the core for cfg (which must be valid) with the given
 // epoch. reg receives the metrics (nil: a fresh registry, see Registry).
@@ -401,6 +408,10 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 			r.shutdown()
 			return nil
 		}
+		if r.removed {
+			r.shutdown()
+			return ErrRemoved
+		}
 	}
 }
 
@@ -593,7 +604,7 @@ func (r *Runtime) notice(n overlay.Notice) {
 	r.m.notices.WithLabelValues(string(n.Kind)).Inc()
 	ev := r.log.Info()
 	switch n.Kind {
-	case overlay.NoticeSuspected, overlay.NoticeGone, overlay.NoticeJoinFailed, overlay.NoticeGap, overlay.NoticeLinkRefused:
+	case overlay.NoticeSuspected, overlay.NoticeGone, overlay.NoticeJoinFailed, overlay.NoticeGap, overlay.NoticeLinkRefused, overlay.NoticeRemoved:
 		ev = r.log.Warn()
 	}
 	ev = ev.Str("notice", string(n.Kind))
@@ -619,6 +630,8 @@ func (r *Runtime) notice(n overlay.Notice) {
 		r.savePlace() // none: a broker that left rejoins as a new member
 	case overlay.NoticeJoinFailed:
 		r.joinFailed = n.Detail
+	case overlay.NoticeRemoved:
+		r.removed = true
 	}
 }
 
