@@ -185,6 +185,12 @@ func planFaults(pr, rr *rand.Rand, t Tree, k, delta int, pubs, subs []message.Br
 			f.kind = "freeze"
 			// A false suspicion: long enough to be suspected, never gone.
 			f.until = f.at + failTimeout/2 + time.Duration(pr.Int64N(int64(min(5*failTimeout, time.Duration(goneTicks)*tick/2))))
+			if !ideal && rr.IntN(8) == 0 {
+				// A stall past gone_after (a starved or stopped process):
+				// removed from the tree while alive, it must restart as a
+				// new incarnation when it resumes (docs/protocol.md §6).
+				f.until = f.at + time.Duration(goneTicks)*tick + failTimeout/2 + time.Duration(rr.Int64N(int64(2*failTimeout)))
+			}
 		default:
 			nb := t.Neighbours(b)
 			f.kind, f.b2 = "cut", nb[pr.IntN(len(nb))]
