@@ -2,6 +2,7 @@ package replicas
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -63,6 +64,9 @@ type Counters struct {
 	Held       uint64 // received out of order and held until the gap filled
 	Overflow   uint64 // dropped at the bound of held or queued publications
 	GiveUps    uint64 // holes given up after FailureTicks (beyond the assumption)
+	// Control counts the other messages sent to peers, by type name (as
+	// overlay.Counters.Control: the runtime's control-message metric).
+	Control map[string]uint64
 }
 
 type peer struct {
@@ -156,6 +160,12 @@ func (n *Node) notice(k overlay.NoticeKind, p message.BrokerID, detail string) {
 
 func (n *Node) send(p *peer, m message.Message) {
 	p.idle = 0
+	if _, isPub := m.(*message.ReplicaPub); !isPub {
+		if n.c.Control == nil {
+			n.c.Control = map[string]uint64{}
+		}
+		n.c.Control[m.Type().String()]++
+	}
 	n.out.Messages = append(n.out.Messages, overlay.Envelope{To: p.id, Msg: m})
 }
 
@@ -448,8 +458,13 @@ func (n *Node) Status() overlay.Status {
 	c := &st.Counters
 	c.PubsIn, c.Duplicates, c.PubsOut = n.c.PubsIn, n.c.Duplicates, n.c.PubsOut
 	c.Published, c.Delivered = n.c.Published, n.c.Delivered
+	c.Control = maps.Clone(n.c.Control)
 	return st
 }
 
 // Counters returns what the replica did since it started.
-func (n *Node) Counters() Counters { return n.c }
+func (n *Node) Counters() Counters {
+	c := n.c
+	c.Control = maps.Clone(n.c.Control)
+	return c
+}

@@ -251,7 +251,10 @@ func TestNewByPlaceRestartFromPlace(t *testing.T) {
 	if p := n.Place(); !n.Joined() || len(p) != 1 || p[0].ID != "Aa" {
 		t.Errorf("joined %v, place %v; want the sibling Aa", n.Joined(), p)
 	}
-	if st := n.Status(); st.ID != "Ab" || !st.Joined || len(st.Links) != 3 {
+	for range 100 {
+		n.Tick() // heartbeats to Aa: control messages in the status
+	}
+	if st := n.Status(); st.ID != "Ab" || !st.Joined || len(st.Links) != 3 || len(st.Counters.Control) == 0 {
 		t.Errorf("status %+v", st)
 	}
 }
