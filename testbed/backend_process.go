@@ -22,7 +22,6 @@ import (
 
 	"github.com/deltapub/deltapub/client"
 	"github.com/deltapub/deltapub/internal/admin"
-	"github.com/deltapub/deltapub/overlay/runtime"
 )
 
 // processBackend runs every broker as a `deltapub broker` process on
@@ -190,10 +189,8 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 		"--dack-period", o.DACKPeriod.Duration.String(), "--gone-after", o.GoneAfter.Duration.String(),
 		"--max-queue", strconv.Itoa(o.MaxQueue), "--log-format", "json",
 		"--data-dir", h.l.dataDir(name)}
-	if oc := h.p.brokerOverlay(h.addr); oc.Mode != "" {
-		args = append(args, "--overlay-mode", oc.Mode, "--replicas", strconv.Itoa(oc.Replicas),
-			"--replica-tree", strings.Join(oc.Tree, ","), "--replica-peers", strings.Join(oc.Peers, ","),
-			"--durability", runtime.DurabilityNone) // the baseline keeps no log
+	if ra := h.p.replicaArgs(h.addr); ra != nil {
+		args = append(args, ra...)
 	} else if o.Durability != "" {
 		args = append(args, "--durability", o.Durability)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -198,6 +199,19 @@ func (p *Plan) brokerOverlay(addr func(string) string) runtime.OverlayConfig {
 		oc.Peers = append(oc.Peers, string(id)+"@"+addr(string(id)))
 	}
 	return oc
+}
+
+// replicaArgs are the `deltapub broker` flags of replicas mode (nil
+// otherwise): the layout, every replica's address from addr, and no
+// publication log.
+func (p *Plan) replicaArgs(addr func(string) string) []string {
+	oc := p.brokerOverlay(addr)
+	if oc.Mode == "" {
+		return nil
+	}
+	return []string{"--overlay-mode", oc.Mode, "--replicas", strconv.Itoa(oc.Replicas),
+		"--replica-tree", strings.Join(oc.Tree, ","), "--replica-peers", strings.Join(oc.Peers, ","),
+		"--durability", runtime.DurabilityNone}
 }
 
 // replicaWait is how long a replica may take to start in the simulator.

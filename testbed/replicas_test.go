@@ -108,3 +108,25 @@ func checkReplicasCI(t *testing.T, p *Plan, sum *Summary, dir string) {
 		t.Errorf("faults not applied cleanly: %+v", sum.Faults)
 	}
 }
+
+// The Kubernetes manifests of a replicas experiment start every replica
+// with the layout and no joinpoints.
+func TestReplicasManifests(t *testing.T) {
+	p, err := Load("examples/replicas-ci.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Manifests(p, ManifestOptions{Image: "example.org/deltapub:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, want := range []string{"--overlay-mode", "--replica-tree", "B2:B1", "--replica-peers", "B4b@"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("manifests lack %q", want)
+		}
+	}
+	if strings.Contains(s, "--join") {
+		t.Error("manifests give replicas joinpoints")
+	}
+}
