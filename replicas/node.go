@@ -2,7 +2,9 @@ package replicas
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -22,7 +24,8 @@ type Node struct {
 	tick int64
 
 	phase     overlay.Phase
-	restarted bool // Epoch > 1: state is re-learnt from a sibling
+	restarted bool // state is re-learnt from a sibling (see New, NewByPlace)
+	byPlace   bool // a restart is told by Join's joinpoints (NewByPlace)
 	asked     message.BrokerID
 	peers     map[message.BrokerID]*peer
 	order     []*peer // by rank: deterministic iteration
@@ -61,6 +64,9 @@ type Counters struct {
 	Held       uint64 // received out of order and held until the gap filled
 	Overflow   uint64 // dropped at the bound of held or queued publications
 	GiveUps    uint64 // holes given up after FailureTicks (beyond the assumption)
+	// Control counts the other messages sent to peers, by type name (as
+	// overlay.Counters.Control: the runtime's control-message metric).
+	Control map[string]uint64
 }
 
 type peer struct {
@@ -86,8 +92,22 @@ const maxDialTries = 8
 // forgotten first.
 const maxRemembered = 1 << 16
 
-// New returns the replica cfg.ID of layout l.
+// New returns the replica cfg.ID of layout l, whose epochs number its
+// incarnations from 1 (the simulator's): Epoch > 1 is a restart.
 func New(cfg overlay.Config, l *Layout) (*Node, error) {
+	return newNode(cfg, l, false)
+}
+
+// NewByPlace returns the replica cfg.ID of layout l for the runtime, whose
+// epochs are clock readings: a restart is a Join with joinpoints, the
+// place (Place: the siblings) that the runtime saved in the data
+// directory while this replica was joined; Bootstrap or Join(nil) is a
+// first start.
+func NewByPlace(cfg overlay.Config, l *Layout) (*Node, error) {
+	return newNode(cfg, l, true)
+}
+
+func newNode(cfg overlay.Config, l *Layout, byPlace bool) (*Node, error) {
 	if cfg.Epoch == 0 {
 		return nil, fmt.Errorf("replicas: config: Epoch must be ≥ 1")
 	}
@@ -110,7 +130,7 @@ func New(cfg overlay.Config, l *Layout) (*Node, error) {
 	if !ok {
 		return nil, fmt.Errorf("replicas: %s is not a replica of the layout", cfg.ID)
 	}
-	n := &Node{cfg: cfg, lay: l, me: me, restarted: cfg.Epoch > 1,
+	n := &Node{cfg: cfg, lay: l, me: me, restarted: !byPlace && cfg.Epoch > 1, byPlace: byPlace,
 		peers: map[message.BrokerID]*peer{}, routes: map[message.SubID]*route{}, byNum: map[uint64]*route{},
 		index: matching.NewIndex(), removed: map[message.SubID]bool{}, clients: map[message.ClientID]*session{},
 		sources: map[message.Source]*source{}}
@@ -140,6 +160,12 @@ func (n *Node) notice(k overlay.NoticeKind, p message.BrokerID, detail string) {
 
 func (n *Node) send(p *peer, m message.Message) {
 	p.idle = 0
+	if _, isPub := m.(*message.ReplicaPub); !isPub {
+		if n.c.Control == nil {
+			n.c.Control = map[string]uint64{}
+		}
+		n.c.Control[m.Type().String()]++
+	}
 	n.out.Messages = append(n.out.Messages, overlay.Envelope{To: p.id, Msg: m})
 }
 
@@ -158,9 +184,12 @@ func (n *Node) Bootstrap() { n.Join(nil) }
 // the peers are. At its first start a replica dials the peers ranked
 // before it; a restarted one dials every peer (they do not dial a crashed
 // peer) and then asks a sibling for the routing table.
-func (n *Node) Join([]overlay.Peer) {
+func (n *Node) Join(place []overlay.Peer) {
 	if n.phase != overlay.PhaseNew {
 		return
+	}
+	if n.byPlace {
+		n.restarted = len(place) > 0
 	}
 	mine := n.lay.rank(n.cfg.ID)
 	for _, p := range n.order {
@@ -389,7 +418,53 @@ func (n *Node) Leaving() bool            { return false }
 func (n *Node) Phase() overlay.Phase     { return n.phase }
 func (n *Node) QueueLen() int            { return len(n.queue) + n.held }
 func (n *Node) Parent() message.BrokerID { return "" }
-func (n *Node) Place() []overlay.Peer    { return nil }
+
+// Place is, once joined, the siblings: what a restart must find again
+// (the runtime saves it and gives it back to Join, which is how a
+// NewByPlace replica knows it restarted). The layout names every peer, so
+// this is a marker more than a route.
+func (n *Node) Place() []overlay.Peer {
+	if n.phase != overlay.PhaseJoined {
+		return nil
+	}
+	var out []overlay.Peer
+	for _, r := range n.vnode().Replicas {
+		if r.ID != n.cfg.ID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Status is the snapshot the runtime serves on /state and in its metrics:
+// overlay.Status with what a replica has (no tree parent, no DACK
+// watermarks, no bypasses: every peer of the layout is a direct link).
+func (n *Node) Status() overlay.Status {
+	st := overlay.Status{ID: n.cfg.ID, Epoch: n.cfg.Epoch, Joined: n.Joined(), Subs: len(n.routes),
+		QueueLen: n.QueueLen(), Arrived: map[string]uint64{}, Discarded: map[string]uint64{}}
+	for _, r := range n.routes {
+		if r.local {
+			st.LocalSubs++
+		}
+	}
+	for _, p := range n.order {
+		st.Links = append(st.Links, overlay.LinkStatus{Peer: p.id, Up: p.up, Tree: true, Suspected: p.suspected, Silent: p.silent})
+		if p.suspected {
+			st.Suspected = append(st.Suspected, p.id)
+		}
+	}
+	slices.SortFunc(st.Links, func(a, b overlay.LinkStatus) int { return strings.Compare(string(a.Peer), string(b.Peer)) })
+	slices.Sort(st.Suspected)
+	c := &st.Counters
+	c.PubsIn, c.Duplicates, c.PubsOut = n.c.PubsIn, n.c.Duplicates, n.c.PubsOut
+	c.Published, c.Delivered = n.c.Published, n.c.Delivered
+	c.Control = maps.Clone(n.c.Control)
+	return st
+}
 
 // Counters returns what the replica did since it started.
-func (n *Node) Counters() Counters { return n.c }
+func (n *Node) Counters() Counters {
+	c := n.c
+	c.Control = maps.Clone(n.c.Control)
+	return c
+}

@@ -209,3 +209,52 @@ func TestLayoutErrors(t *testing.T) {
 		t.Errorf("VNodeOf(Bc) = %q, %v", vn, ok)
 	}
 }
+
+// NewByPlace (the runtime's, whose epochs are clock readings) knows a
+// restart from Join's joinpoints, the place it saved: none is a first
+// start (dial the peers ranked before), some is a restart (dial them all).
+// A joined replica's place is its siblings.
+func TestNewByPlaceRestartFromPlace(t *testing.T) {
+	l, err := replicas.NewLayout([]string{"A", "B"}, map[string]string{"B": "A"}, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := overlay.DefaultConfig()
+	cfg.ID, cfg.Epoch = "Ab", 1_796_000_000_000
+	dials := func(place []overlay.Peer) []message.BrokerID {
+		n, err := replicas.NewByPlace(cfg, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Join(place)
+		var out []message.BrokerID
+		for _, d := range n.Ready().Dials {
+			out = append(out, d.ID)
+		}
+		return out
+	}
+	if got := fmt.Sprint(dials(nil)); got != "[Aa]" {
+		t.Errorf("first start dials %s, want [Aa]", got)
+	}
+	if got := fmt.Sprint(dials([]overlay.Peer{{ID: "Aa"}})); got != "[Aa Ba Bb]" {
+		t.Errorf("restart dials %s, want [Aa Ba Bb]", got)
+	}
+	n, err := replicas.NewByPlace(cfg, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	if p := n.Place(); p != nil {
+		t.Errorf("place before joining: %v", p)
+	}
+	n.LinkUp("Aa")
+	if p := n.Place(); !n.Joined() || len(p) != 1 || p[0].ID != "Aa" {
+		t.Errorf("joined %v, place %v; want the sibling Aa", n.Joined(), p)
+	}
+	for range 100 {
+		n.Tick() // heartbeats to Aa: control messages in the status
+	}
+	if st := n.Status(); st.ID != "Ab" || !st.Joined || len(st.Links) != 3 || len(st.Counters.Control) == 0 {
+		t.Errorf("status %+v", st)
+	}
+}

@@ -7,7 +7,7 @@ usage() {
 	cat <<'USAGE'
 Usage: scripts/reproduce-srds09.sh [--mode process|inproc|sim|netns] [--out DIR] [--failures "1 2 3 r3"]
                                    [--hosts N] [--link-delay D]
-       scripts/reproduce-srds09.sh --compare-replicas [--mode sim] [--out DIR]
+       scripts/reproduce-srds09.sh --compare-replicas [--mode sim|inproc|process] [--out DIR]
 
 Runs testbed/examples/srds09.toml once per number of simultaneous crashes
 K (R1; R1 R2; R1 R2 R3, all at t=20s, restarted at t=30s) and writes each
@@ -35,8 +35,9 @@ DIR/delta and DIR/replicas (default DIR: results/srds09-replicas-MODE), sets
 the load at R1 (with replicas: the replica R1a) before (10–20 s) and after
 (22–40 s) side by side, plots it (DIR/r1-load.png), and ends with the line
 `ratio R1 cpu (delta/replicas): X.XX` (in sim mode, which measures no CPU,
-the ratio of messages processed at R1). The baseline runs in sim mode only
-so far.
+and in inproc mode, whose brokers share one process, the ratio of messages
+processed at R1). In process mode the replicas run as `deltapub broker
+--overlay-mode replicas` processes (166 of them: give it a quiet machine).
 
 netns mode (root) places the brokers round-robin on --hosts N emulated
 hosts (default 21, the slides' cluster) with --link-delay D one way between

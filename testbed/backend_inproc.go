@@ -14,7 +14,6 @@ import (
 	"github.com/deltapub/deltapub/client"
 	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/message"
-	"github.com/deltapub/deltapub/overlay"
 	"github.com/deltapub/deltapub/overlay/runtime"
 )
 
@@ -198,6 +197,10 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	cfg.Tick, cfg.Heartbeat, cfg.FailureTimeout = o.Tick.Duration, o.Heartbeat.Duration, o.FailureTimeout.Duration
 	cfg.DACKPeriod, cfg.GoneAfter, cfg.Limits.MaxQueue = o.DACKPeriod.Duration, o.GoneAfter.Duration, o.MaxQueue
 	cfg.Durability = o.Durability
+	if h.p.Layout != nil {
+		cfg.Overlay = h.p.brokerOverlay(h.addr)
+		cfg.Durability = runtime.DurabilityNone // the baseline keeps no log
+	}
 	cfg.Join = nil
 	for _, j := range joinpoints {
 		cfg.Join = append(cfg.Join, j+"@"+h.addr(j))
@@ -450,7 +453,7 @@ func (h *inprocHost) freeze(name string) error {
 	h.mu.Unlock()
 	entered := make(chan struct{})
 	go func() {
-		_ = b.rt.Do(context.Background(), func(*overlay.Node) {
+		_ = b.rt.Do(context.Background(), func(runtime.Core) {
 			close(entered)
 			<-ch // the runtime goroutine waits here: frozen
 		})

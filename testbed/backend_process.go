@@ -189,7 +189,9 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 		"--dack-period", o.DACKPeriod.Duration.String(), "--gone-after", o.GoneAfter.Duration.String(),
 		"--max-queue", strconv.Itoa(o.MaxQueue), "--log-format", "json",
 		"--data-dir", h.l.dataDir(name)}
-	if o.Durability != "" {
+	if ra := h.p.replicaArgs(h.addr); ra != nil {
+		args = append(args, ra...)
+	} else if o.Durability != "" {
 		args = append(args, "--durability", o.Durability)
 	}
 	if len(joinpoints) > 0 {

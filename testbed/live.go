@@ -123,7 +123,10 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 			// judges what follows. One that left is gone for good (the
 			// plan refuses that; a manual command is refused here).
 			ls.mu.Lock()
-			jps := rejoinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
+			var jps []string // replicas: the place in the data directory says it is a restart
+			if ls.p.Layout == nil {
+				jps = rejoinpointsFor(ls.topo, a.Broker, ls.p.Spec.Overlay.Delta)
+			}
 			gone := ls.left[a.Broker]
 			ls.mu.Unlock()
 			switch {

@@ -92,7 +92,9 @@ func Manifests(p *Plan, o ManifestOptions) ([]byte, error) {
 			"--heartbeat", ov.Heartbeat.Duration.String(), "--failure-timeout", ov.FailureTimeout.Duration.String(),
 			"--dack-period", ov.DACKPeriod.Duration.String(), "--gone-after", ov.GoneAfter.Duration.String(),
 			"--max-queue", strconv.Itoa(ov.MaxQueue), "--log-format", "json", "--data-dir", "/data"}
-		if i > 0 {
+		if ra := p.replicaArgs(dns); ra != nil {
+			args = append(args, ra...) // replicas: the layout, no joinpoints
+		} else if i > 0 {
 			jps := joinpointsFor(p.Topo, n, ov.Delta)
 			addrs := make([]string, len(jps))
 			for k, j := range jps {

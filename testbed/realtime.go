@@ -140,7 +140,9 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 	for i, n := range p.Topo.Names {
 		rec.SetPhase(fmt.Sprintf("building the overlay %d/%d", i+1, len(p.Topo.Names)))
 		var jps []string
-		if n != p.Topo.Names[0] {
+		// Replicas start without joinpoints: the layout names their
+		// peers, and each dials those listed before it.
+		if n != p.Topo.Names[0] && p.Layout == nil {
 			jps = joinpointsFor(p.Topo, n, p.Spec.Overlay.Delta)
 		}
 		if err := h.start(ctx, n, jps); err != nil {

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/deltapub/deltapub/internal/sim"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
+	"github.com/deltapub/deltapub/overlay/runtime"
 	"github.com/deltapub/deltapub/replicas"
 )
 
@@ -22,10 +24,10 @@ import (
 // first replica of its virtual node, whose parent is the first replica of
 // the parent virtual node), VTopo keeps the tree.
 
-// Overlay modes.
+// Overlay modes: the broker configuration's (overlay.mode).
 const (
-	ModeDelta    = "delta"
-	ModeReplicas = "replicas"
+	ModeDelta    = runtime.ModeDelta
+	ModeReplicas = runtime.ModeReplicas
 )
 
 // planReplicas checks the mode and, for replicas, builds the layout.
@@ -178,17 +180,42 @@ func (p *Plan) maxDownPerVNode(state map[string]brokerState) int {
 	return m
 }
 
+// brokerOverlay is the broker configuration's overlay table in replicas
+// mode (zero otherwise): the layout, with every replica's address from
+// addr.
+func (p *Plan) brokerOverlay(addr func(string) string) runtime.OverlayConfig {
+	if p.Layout == nil {
+		return runtime.OverlayConfig{}
+	}
+	oc := runtime.OverlayConfig{Mode: ModeReplicas, Replicas: p.Layout.K}
+	for _, v := range p.Layout.VNodes {
+		e := v.Name
+		if v.Parent >= 0 {
+			e += ":" + p.Layout.VNodes[v.Parent].Name
+		}
+		oc.Tree = append(oc.Tree, e)
+	}
+	for _, id := range p.Layout.Replicas() {
+		oc.Peers = append(oc.Peers, string(id)+"@"+addr(string(id)))
+	}
+	return oc
+}
+
+// replicaArgs are the `deltapub broker` flags of replicas mode (nil
+// otherwise): the layout, every replica's address from addr, and no
+// publication log.
+func (p *Plan) replicaArgs(addr func(string) string) []string {
+	oc := p.brokerOverlay(addr)
+	if oc.Mode == "" {
+		return nil
+	}
+	return []string{"--overlay-mode", oc.Mode, "--replicas", strconv.Itoa(oc.Replicas),
+		"--replica-tree", strings.Join(oc.Tree, ","), "--replica-peers", strings.Join(oc.Peers, ","),
+		"--durability", runtime.DurabilityNone}
+}
+
 // replicaWait is how long a replica may take to start in the simulator.
 const replicaWait = 10 * time.Second
-
-// replicaMode refuses the real-time modes for the baseline, which runs in
-// the simulator only so far.
-func replicaMode(p *Plan, mode string) error {
-	if p.Layout != nil && mode != "sim" {
-		return fmt.Errorf("testbed: [overlay] mode = %q runs in --mode sim only (the runtime does not drive the baseline yet)", ModeReplicas)
-	}
-	return nil
-}
 
 // replicaFactory is the simulator's node factory in replicas mode.
 func (p *Plan) replicaFactory(nc overlay.Config) (sim.Node, error) {

@@ -78,9 +78,6 @@ func Run(ctx context.Context, p *Plan, mode, out string, o Options, progress io.
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, fmt.Errorf("testbed: %v", err)
 	}
-	if err := replicaMode(p, mode); err != nil {
-		return nil, err
-	}
 	be, err := NewBackend(mode, o)
 	if err != nil {
 		return nil, err

@@ -48,7 +48,20 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		maxQueue    = fs.Int("max-queue", 0, "bound on the message queue (publications)")
 		logLevel    = fs.String("log-level", "", "trace, debug, info, warn or error")
 		logFormat   = fs.String("log-format", "", "json or console")
+		ovMode      = fs.String("overlay-mode", "", "protocol: delta (default) or replicas, the replica baseline of docs/baseline.md (overlay.mode)")
+		ovReplicas  = fs.Int("replicas", 0, "replicas per virtual node in --overlay-mode replicas (overlay.replicas)")
+		ovTree      = fs.String("replica-tree", "", "comma-separated virtual `nodes`, parents first, as NAME or NAME:PARENT (overlay.tree)")
+		ovPeers     = fs.String("replica-peers", "", "comma-separated `addresses` of every replica as ID@host:port (overlay.peers)")
 	)
+	list := func(s string) []string {
+		var out []string
+		for _, a := range strings.Split(s, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
 	return func([]string) int {
 		cfg, err := runtime.Preset(*preset)
 		if err != nil {
@@ -71,12 +84,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 			case "advertise":
 				cfg.Advertise = *advertise
 			case "join":
-				cfg.Join = nil
-				for _, a := range strings.Split(*join, ",") {
-					if a = strings.TrimSpace(a); a != "" {
-						cfg.Join = append(cfg.Join, a)
-					}
-				}
+				cfg.Join = list(*join)
 			case "delta":
 				cfg.Delta = *delta
 			case "epoch":
@@ -113,6 +121,14 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 				cfg.Log.Level = *logLevel
 			case "log-format":
 				cfg.Log.Format = *logFormat
+			case "overlay-mode":
+				cfg.Overlay.Mode = *ovMode
+			case "replicas":
+				cfg.Overlay.Replicas = *ovReplicas
+			case "replica-tree":
+				cfg.Overlay.Tree = list(*ovTree)
+			case "replica-peers":
+				cfg.Overlay.Peers = list(*ovPeers)
 			}
 		})
 		if *printConfig {

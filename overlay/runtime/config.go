@@ -101,6 +101,10 @@ type BrokerConfig struct {
 	// certificate.
 	WSListen string `toml:"ws_listen"`
 
+	// Overlay chooses the protocol: δ (the default) or the replica
+	// baseline (core.go).
+	Overlay OverlayConfig `toml:"overlay"`
+
 	TLS    TLSConfig    `toml:"tls"`
 	Limits LimitsConfig `toml:"limits"`
 	Log    LogConfig    `toml:"log"`
@@ -446,7 +450,7 @@ func (c *BrokerConfig) Validate() error {
 	default:
 		return bad("log.format", "%q is not json or console", c.Log.Format)
 	}
-	return nil
+	return c.validateOverlay(bad)
 }
 
 // AdvertisedAddr is the address other brokers dial: Advertise, or Listen.

@@ -98,7 +98,7 @@ var _ Handler = (*Runtime)(nil)
 type Runtime struct {
 	cfg   BrokerConfig
 	epoch uint64 // this incarnation's, the core's Config.Epoch
-	node  *overlay.Node
+	node  Core   // *overlay.Node, or *replicas.Node in replicas mode (core.go)
 	// conflating counts the conflated subscriptions of all sessions
 	// (conflate.go): zero keeps the delivery path free of the check.
 	conflating int
@@ -185,7 +185,7 @@ func NewRuntime(cfg BrokerConfig, epoch uint64, log zerolog.Logger, reg *prometh
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	node, err := overlay.NewNode(cfg.NodeConfig(epoch))
+	node, err := newCore(&cfg, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,7 @@ func (r *Runtime) Joined() bool { return r.joined.Load() }
 
 // Do runs f on the runtime goroutine with the core, and waits for it. f
 // must not block. It fails when ctx ends first or the runtime has stopped.
-func (r *Runtime) Do(ctx context.Context, f func(n *overlay.Node)) error {
+func (r *Runtime) Do(ctx context.Context, f func(n Core)) error {
 	finished := make(chan struct{})
 	ev := event{kind: evCall, call: func() { f(r.node); close(finished) }}
 	select {
@@ -380,7 +380,9 @@ func (r *Runtime) Run(ctx context.Context, tr Transport) error {
 			r.drain()
 		case <-ctxDone:
 			ctxDone = nil
-			if !r.started || r.left {
+			// The replica baseline has no graceful leave: it stops as
+			// crashed (its siblings carry on).
+			if !r.started || r.left || r.cfg.IsReplicas() {
 				r.shutdown()
 				return nil
 			}

@@ -432,7 +432,7 @@ func TestRuntimeBackpressureNeverLeavesAHole(t *testing.T) {
 			}
 		}
 		congest := func(on bool) {
-			b.rt.Do(t.Context(), func(*overlay.Node) {
+			b.rt.Do(t.Context(), func(Core) {
 				if on {
 					b.rt.congested = time.Now().Add(time.Hour)
 				} else {

@@ -18,7 +18,7 @@ func (r *Runtime) Health(ctx context.Context) error {
 		return nil
 	}
 	var why error
-	err := r.Do(ctx, func(n *overlay.Node) {
+	err := r.Do(ctx, func(n Core) {
 		st := n.Status()
 		switch {
 		case r.logFailed() != nil:
@@ -44,7 +44,7 @@ func (r *Runtime) Health(ctx context.Context) error {
 // Status returns the core's snapshot, taken on the runtime goroutine.
 func (r *Runtime) Status(ctx context.Context) (overlay.Status, error) {
 	var st overlay.Status
-	err := r.Do(ctx, func(n *overlay.Node) { st = n.Status() })
+	err := r.Do(ctx, func(n Core) { st = n.Status() })
 	return st, err
 }
 
@@ -80,7 +80,7 @@ type RuntimeState struct {
 // goroutine.
 func (r *Runtime) State(ctx context.Context) (State, error) {
 	var st State
-	err := r.Do(ctx, func(n *overlay.Node) {
+	err := r.Do(ctx, func(n Core) {
 		st.Status = n.Status()
 		rs := &st.Runtime
 		rs.Addr = r.cfg.AdvertisedAddr()
