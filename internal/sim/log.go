@@ -257,18 +257,18 @@ func (l *Log) problem(list *[]string, format string, args ...any) {
 
 // Report is the checkers' verdict on a log.
 type Report struct {
-	Published      int // publications acknowledged to their publisher
-	Subscriptions  int
-	ExcludedSubs   int // subscriptions whose edge crashed: no guarantee
-	ExcludedPubs   int // publications whose publisher's edge crashed: no guarantee
-	Guaranteed     int // (subscription, publication) pairs PROTOCOL §1 guarantees
-	Delivered      int // deliveries received (all, guaranteed or not)
-	Lost           int // guaranteed and never delivered
-	GapCovered     int // lost but covered by a Gap notice to that subscription
+	Published     int // publications acknowledged to their publisher
+	Subscriptions int
+	ExcludedSubs  int // subscriptions whose edge crashed: no guarantee
+	ExcludedPubs  int // publications whose publisher's edge crashed: no guarantee
+	Guaranteed    int // (subscription, publication) pairs PROTOCOL §1 guarantees
+	Delivered     int // deliveries received (all, guaranteed or not)
+	Lost          int // guaranteed and never delivered
+	GapCovered    int // lost but covered by a Gap notice to that subscription
 	// Released: pairs of durable subscriptions never delivered, covered by
 	// a Gap of the publisher's edge's retention (a bounded range of one
 	// source): allowed, and not counted in Lost.
-	Released int
+	Released       int
 	SilentLost     int // lost and not covered by a Gap notice
 	Duplicates     int // a (subscription, publication) delivered more than once
 	Reordered      int // a delivery whose Seq is not above the last of its source
