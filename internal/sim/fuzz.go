@@ -437,7 +437,11 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		return res
 	}
 	if dz != nil {
-		dz.reconnectAll(s, tree) // every durable subscriber back for the settle period
+		// Every durable subscriber back for the settle period.
+		if err := dz.reconnectAll(s, tree); err != nil {
+			res.Err = err
+			return res
+		}
 	}
 	// Quiescence: publishing stopped, every fault healed; let DACKs purge.
 	settle := 2*time.Second + 10*time.Duration(cfg.Core.DACKTicks)*cfg.Tick + 3*failTimeout
