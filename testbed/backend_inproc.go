@@ -198,6 +198,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	cfg.Tick, cfg.Heartbeat, cfg.FailureTimeout = o.Tick.Duration, o.Heartbeat.Duration, o.FailureTimeout.Duration
 	cfg.DACKPeriod, cfg.GoneAfter, cfg.Limits.MaxQueue = o.DACKPeriod.Duration, o.GoneAfter.Duration, o.MaxQueue
 	cfg.Durability = o.Durability
+	cfg.MaxRetain.Time = o.Retain.Duration
 	cfg.Join = nil
 	for _, j := range joinpoints {
 		cfg.Join = append(cfg.Join, j+"@"+h.addr(j))

@@ -278,6 +278,11 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	default:
 		errs.add(L("overlay.durability"), "durability = %q: one of fsync, write, none", o.Durability)
 	}
+	if o.Retain.Duration < 0 || o.Retain.Duration > 720*time.Hour {
+		errs.add(L("overlay.retain"), "retain = %v: out of range [0, 720h]", o.Retain.Duration)
+	} else if o.Retain.Duration > 0 && o.Durability != "fsync" && o.Durability != "write" {
+		errs.add(L("overlay.retain"), "retain needs the publication log: durability = \"fsync\" or \"write\"")
+	}
 	// Topology.
 	topo := buildTopology(s, errs)
 	if topo == nil {
