@@ -113,3 +113,16 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestInprocDurable runs examples/durable.toml with brokers of this
+// process and real clients (client.SubscribeDurable; a disconnect closes
+// the client, a reconnect resumes with its token at another broker):
+// PASS.
+func TestInprocDurable(t *testing.T) {
+	t.Parallel()
+	_, sum, dir := runExample(t, "examples/durable.toml", "inproc", Options{})
+	v := sum.Verdict
+	if v.Verdict != "PASS" || v.ExpectedDeliveries == 0 || v.Lost != 0 || v.Duplicates != 0 || v.Reordered != 0 {
+		t.Fatalf("%s", FormatSummary(sum, dir))
+	}
+}
