@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/deltapub/deltapub/internal/sim"
-	"github.com/deltapub/deltapub/message"
-	"github.com/deltapub/deltapub/overlay"
 )
 
 // TestSimDurable runs examples/durable.toml in sim mode with the real
@@ -35,46 +33,15 @@ func TestSimDurable(t *testing.T) {
 	}
 }
 
-// droppingNode drops the 30th delivery to a durable session of its
-// broker: the control that shows the testbed's durable rule can fail.
-type droppingNode struct {
-	*overlay.Node
-	seen    int
-	durable map[message.ClientID]bool
-}
-
-func (n *droppingNode) Client(c message.ClientID, m message.Message) {
-	if s, ok := m.(*message.Subscribe); ok && s.Durable != "" {
-		n.durable[c] = true
-	}
-	n.Node.Client(c, m)
-}
-
-func (n *droppingNode) Ready() overlay.Ready {
-	r := n.Node.Ready()
-	out := r.ToClients[:0]
-	for _, e := range r.ToClients {
-		if _, ok := e.Msg.(*message.Deliver); ok && n.durable[e.To] {
-			if n.seen++; n.seen == 30 {
-				continue
-			}
-		}
-		out = append(out, e)
-	}
-	r.ToClients = out
-	return r
-}
-
+// TestSimDurableOracleCatchesADrop: a core that drops the 30th delivery
+// to a durable session of each broker must FAIL the durable rule.
 func TestSimDurableOracleCatchesADrop(t *testing.T) {
 	p, err := Load("examples/durable.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	RegisterBackend("sim-drop-durable", func(Options) Backend {
-		return simBackend{factory: func(cfg overlay.Config) (sim.Node, error) {
-			n, err := overlay.NewNode(cfg)
-			return &droppingNode{Node: n, durable: map[message.ClientID]bool{}}, err
-		}}
+		return simBackend{factory: sim.DurableFaultFactory(true, 30)}
 	})
 	sum, err := Run(context.Background(), p, "sim-drop-durable", t.TempDir(), Options{}, nil)
 	if err != nil {

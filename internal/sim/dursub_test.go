@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/deltapub/deltapub/message"
-	"github.com/deltapub/deltapub/overlay"
 )
 
 func runDurableFile(t *testing.T, file string, factory NodeFactory) *ScenarioResult {
@@ -28,52 +27,13 @@ func runDurableFile(t *testing.T, file string, factory NodeFactory) *ScenarioRes
 	return res
 }
 
-// faultyDurableNode is the core with one fault at its durable sessions'
-// deliveries: the k-th Deliver to a durable session is dropped (drop) or
-// sent twice. The control that shows the durable rule can fail.
-type faultyDurableNode struct {
-	*overlay.Node
-	drop    bool
-	k, seen int
-	durable map[message.ClientID]bool
-}
-
-func (n *faultyDurableNode) Client(c message.ClientID, m message.Message) {
-	if s, ok := m.(*message.Subscribe); ok && s.Durable != "" {
-		n.durable[c] = true
-	}
-	n.Node.Client(c, m)
-}
-
-func (n *faultyDurableNode) Ready() overlay.Ready {
-	r := n.Node.Ready()
-	var out []overlay.ClientEnvelope
-	for _, e := range r.ToClients {
-		if _, ok := e.Msg.(*message.Deliver); ok && n.durable[e.To] {
-			n.seen++
-			if n.seen == n.k {
-				if n.drop {
-					continue
-				}
-				out = append(out, e)
-			}
-		}
-		out = append(out, e)
-	}
-	r.ToClients = out
-	return r
-}
-
 // TestDurableCheckerCatchesDropAndDuplicate runs the reconnect scenario
 // with a core that drops, then one that duplicates, one delivery to a
 // durable session (after the reconnect: the 300th delivery of its edge):
 // the checker must fail both.
 func TestDurableCheckerCatchesDropAndDuplicate(t *testing.T) {
 	for _, drop := range []bool{true, false} {
-		res := runDurableFile(t, "durable_sub_reconnect_elsewhere.txt", func(cfg overlay.Config) (Node, error) {
-			n, err := overlay.NewNode(cfg)
-			return &faultyDurableNode{Node: n, drop: drop, k: 20, durable: map[message.ClientID]bool{}}, err
-		})
+		res := runDurableFile(t, "durable_sub_reconnect_elsewhere.txt", DurableFaultFactory(drop, 20))
 		rep := res.Report
 		switch {
 		case !rep.Failed(res.Beyond):
