@@ -19,9 +19,14 @@ const ackEvery = 100 * time.Millisecond
 // durable is a durable subscription's client state: its checkpoint token
 // as of the last delivery handed to the application (or silence).
 type durable struct {
-	mu       sync.Mutex
-	name     string
-	tok      checkpoint.Token
+	mu   sync.Mutex
+	name string
+	tok  checkpoint.Token
+	// resume: the subscription exists already (a token was given, or a
+	// broker accepted it): a Subscribe carries the token even with no
+	// entry, which the broker would otherwise take for a new subscription
+	// starting now, skipping what was published while it was away.
+	resume   bool
 	ack      []byte // the latest token to acknowledge, not sent yet
 	ackTimer *time.Timer
 }
@@ -48,7 +53,7 @@ func (c *Client) SubscribeDurable(ctx context.Context, name string, filter match
 		if t.Name != name {
 			return nil, fmt.Errorf("client: SubscribeDurable: the token belongs to %q, not %q", t.Name, name)
 		}
-		d.tok = t
+		d.tok, d.resume = t, true
 	}
 	return c.subscribe(ctx, filter, nil, d)
 }
@@ -109,7 +114,12 @@ func (s *Subscription) subscribeMsg(req uint64) *message.Subscribe {
 	if d := s.dur; d != nil {
 		d.mu.Lock()
 		m.Durable = d.name
-		if len(d.tok.Entries) > 0 {
+		select {
+		case <-s.accepted:
+			d.resume = true
+		default:
+		}
+		if d.resume || len(d.tok.Entries) > 0 {
 			m.Token = d.tok.Encode()
 		} else {
 			m.Token = nil // a new subscription: nothing consumed yet

@@ -197,6 +197,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	cfg.Tick, cfg.Heartbeat, cfg.FailureTimeout = o.Tick.Duration, o.Heartbeat.Duration, o.FailureTimeout.Duration
 	cfg.DACKPeriod, cfg.GoneAfter, cfg.Limits.MaxQueue = o.DACKPeriod.Duration, o.GoneAfter.Duration, o.MaxQueue
 	cfg.Durability = o.Durability
+	cfg.MaxRetain.Time = o.Retain.Duration
 	if h.p.Layout != nil {
 		cfg.Overlay = h.p.brokerOverlay(h.addr)
 		cfg.Durability = runtime.DurabilityNone // the baseline keeps no log

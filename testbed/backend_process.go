@@ -194,6 +194,9 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 	} else if o.Durability != "" {
 		args = append(args, "--durability", o.Durability)
 	}
+	if o.Retain.Duration > 0 {
+		args = append(args, "--max-retain", o.Retain.Duration.String())
+	}
 	if len(joinpoints) > 0 {
 		addrs := make([]string, len(joinpoints))
 		for i, j := range joinpoints {

@@ -114,6 +114,9 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	// The simulator models the publication log when the file asks for one
 	// (process mode keeps one by default, in each broker's data directory).
 	cfg.Core.Durable = o.Durability == "fsync" || o.Durability == "write"
+	if cfg.Core.Durable && o.Retain.Duration > 0 {
+		cfg.Core.RetainTicks = ticks(o.Retain.Duration, cfg.Tick)
+	}
 	cfg.LinkDelay, cfg.LinkJitter = o.LinkDelay.Duration, o.LinkJitter.Duration
 	if cfg.DialTimeout < 4*cfg.LinkDelay {
 		cfg.DialTimeout = 4 * cfg.LinkDelay
@@ -149,7 +152,11 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	for si, sb := range p.Subscribers {
 		for k, f := range sb.Parsed {
 			name := fmt.Sprintf("%s.%d", sb.Name, k)
-			if err := s.AddSubscriber(name, message.BrokerID(sb.Broker), f); err != nil {
+			add := s.AddSubscriber
+			if sb.Durable {
+				add = s.AddDurable // its sessions follow the disconnect and reconnect faults
+			}
+			if err := add(name, message.BrokerID(sb.Broker), f); err != nil {
 				return fmt.Errorf("testbed: sim: %v", err)
 			}
 			refs = append(refs, subRef{si, k})
@@ -229,6 +236,10 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 					} else {
 						err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean})
 					}
+				case ActDisconnect:
+					err = s.Disconnect(a.Subscriber + ".0")
+				case ActReconnect:
+					err = s.Reconnect(a.Subscriber+".0", id)
 				case ActFreeze:
 					err = s.Freeze(id)
 				case ActResume:

@@ -87,6 +87,9 @@ type liveState struct {
 	stop  map[string]chan struct{}
 	left  map[string]bool // brokers whose leave started: gone for good
 	ended bool            // the run is over: no more leaves
+	// session carries out a durable subscriber's disconnect or reconnect
+	// (realtime.go; nil: the backend has no clients of its own).
+	session func(ctx context.Context, a Action) error
 }
 
 // end refuses leaves from now on (the run is over).
@@ -151,6 +154,12 @@ func (ls *liveState) apply(ctx context.Context, acts []Action, fault int) []stri
 			err = ls.leave(ctx, a.Broker, fault)
 		case ActPartition, ActHealPartition:
 			err = applyPartition(ls.h, a)
+		case ActDisconnect, ActReconnect:
+			if ls.session == nil {
+				err = errors.New("this backend has no durable sessions")
+			} else {
+				err = ls.session(ctx, a)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", a, err))

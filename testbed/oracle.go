@@ -68,6 +68,10 @@ type Verdict struct {
 	LostBeyondDelta    int      `json:"lost_beyond_delta"`
 	SilentBeyondDelta  int      `json:"silent_loss_beyond_delta"`
 	LostExamples       []string `json:"lost_examples,omitempty"`
+	// Released: required deliveries to durable subscriptions never made,
+	// covered by a Gap of the publisher's edge's retention (a bounded
+	// range of one source): allowed, not in Lost.
+	Released int `json:"released_by_retention,omitempty"`
 	// LeftSubscriptions are confirmed subscriptions whose edge broker left
 	// gracefully: from the leave on they are not owed anything.
 	LeftSubscriptions int `json:"left_subscriptions,omitempty"`
@@ -82,6 +86,11 @@ type Verdict struct {
 	NotRejoined []string      `json:"not_rejoined,omitempty"`
 }
 
+type restartAt struct {
+	at    time.Duration
+	clean bool
+}
+
 // faultTimeline answers "what was down when".
 type faultTimeline struct {
 	bounds []time.Duration // segment starts, sorted; segment k is [bounds[k], bounds[k+1])
@@ -93,6 +102,9 @@ type faultTimeline struct {
 	// restarted is, per broker up at the end, its last restart (a crash
 	// or leave since removes it): what the rejoin rule judges.
 	restarted map[string]time.Duration
+	// restarts: every restart of each broker in time order, and whether
+	// it lost the data directory (restart_clean).
+	restarts map[string][]restartAt
 	// firstFault and lastFault are the times of the first and the last
 	// fault (scheduled or manual), if hasFaults.
 	firstFault, lastFault time.Duration
@@ -105,15 +117,7 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 		actions []Action
 	}
 	var steps []step
-	at := make([]time.Duration, len(p.Faults))
-	for i, f := range p.Faults {
-		at[i] = f.At
-	}
-	for _, a := range applied {
-		if a.Index >= 0 && a.Index < len(at) && a.Err == "" {
-			at[a.Index] = a.At
-		}
-	}
+	at := appliedAt(p, applied)
 	for i, f := range p.Faults {
 		steps = append(steps, step{at[i], f.Actions})
 	}
@@ -121,12 +125,12 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 		steps = append(steps, step{m.at, []Action{m.a}})
 	}
 	sort.SliceStable(steps, func(a, b int) bool { return steps[a].at < steps[b].at })
-	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}, left: map[string]time.Duration{}, restarted: map[string]time.Duration{}}
+	tl := &faultTimeline{bounds: []time.Duration{0}, down: []int{0}, crashes: map[string][]time.Duration{}, frozenTail: map[string]time.Duration{}, left: map[string]time.Duration{}, restarted: map[string]time.Duration{}, restarts: map[string][]restartAt{}}
 	state := map[string]brokerState{}
 	frozeAt := map[string]time.Duration{}
 	cuts := map[[2]string]bool{}
 	for _, st := range steps {
-		if len(st.actions) > 0 {
+		if len(st.actions) > 0 && !sessionsOnly(st.actions) {
 			if !tl.hasFaults {
 				tl.firstFault, tl.hasFaults = st.at, true
 			}
@@ -141,6 +145,7 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 			case ActRestart:
 				state[a.Broker] = stUp
 				tl.restarted[a.Broker] = st.at
+				tl.restarts[a.Broker] = append(tl.restarts[a.Broker], restartAt{st.at, a.Clean})
 			case ActResume:
 				state[a.Broker] = stUp
 			case ActFreeze:
@@ -196,6 +201,32 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 		}
 	}
 	return tl
+}
+
+// appliedAt is when each fault of the plan was applied (its planned time
+// if it was not, or failed).
+func appliedAt(p *Plan, applied []AppliedFault) []time.Duration {
+	at := make([]time.Duration, len(p.Faults))
+	for i, f := range p.Faults {
+		at[i] = f.At
+	}
+	for _, a := range applied {
+		if a.Index >= 0 && a.Index < len(at) && a.Err == "" {
+			at[a.Index] = a.At
+		}
+	}
+	return at
+}
+
+// restartedWithData reports whether b's first restart after t kept its
+// data directory (its publication log).
+func (tl *faultTimeline) restartedWithData(b string, t time.Duration) bool {
+	for _, r := range tl.restarts[b] {
+		if r.at >= t {
+			return !r.clean
+		}
+	}
+	return false
 }
 
 func pairOf(a, b string) [2]string {
@@ -314,7 +345,9 @@ func Judge(p *Plan, r *Recorder) Verdict {
 	type owed struct {
 		conf, loss time.Duration
 		lossOK     bool
+		durable    bool
 	}
+	ends := durableEnd(p, func(i int) time.Duration { return appliedAt(p, r.faults)[i] })
 	ow := make([]owed, len(subs))
 	unconfirmed := 0
 	for i, ref := range refs {
@@ -333,6 +366,13 @@ func Judge(p *Plan, r *Recorder) Verdict {
 		subs[i].Owed = true
 		ow[i].conf = c
 		ow[i].loss, ow[i].lossOK = tl.edgeLoss(sb.Broker, c)
+		if sb.Durable {
+			// The durable rule (durable.go): its edges' crashes and its
+			// disconnects end nothing; only a session gone for good at
+			// the end of the run does, as an edge's loss.
+			ow[i].durable = true
+			ow[i].loss, ow[i].lossOK = ends[sb.Name]
+		}
 		if x, left := tl.left[sb.Broker]; left && x >= c {
 			v.LeftSubscriptions++
 		}
@@ -342,14 +382,28 @@ func Judge(p *Plan, r *Recorder) Verdict {
 		switch {
 		case pr.At < o.conf:
 			return oracle.NotOwed
-		case o.lossOK && pr.At >= o.loss-w, tl.crashedIn(pubBroker[pr.Publisher], pr.At, pr.At+w):
+		case o.lossOK && pr.At >= o.loss-w:
+			return oracle.Allowed
+		case tl.crashedIn(pubBroker[pr.Publisher], pr.At, pr.At+w) && (!o.durable || !tl.restartedWithData(pubBroker[pr.Publisher], pr.At)):
+			// A durable subscription is owed what its publisher's edge
+			// logged, if that edge comes back with its log.
 			return oracle.Allowed
 		case tl.maxDown(pr.At, pr.At+w) > delta:
 			return oracle.Beyond
 		}
 		return oracle.Required
 	}
-	in.OnLost = func(si, pi int, c oracle.Class, _ bool) {
+	retained := map[int]bool{} // durable subscriptions: losses a retention Gap covers
+	for _, g := range in.Gaps {
+		if g.Sub >= 0 && ow[g.Sub].durable && g.Gap.Source.Publisher != "" && g.Gap.To > 0 {
+			retained[g.Sub] = true
+		}
+	}
+	in.OnLost = func(si, pi int, c oracle.Class, covered bool) {
+		if c == oracle.Required && covered && retained[si] && coveredByRetention(in.Gaps, si, pubs[pi].ID) {
+			v.Released++
+			return
+		}
 		if c != oracle.Required || len(v.LostExamples) >= maxLostExamples {
 			return
 		}
@@ -359,7 +413,7 @@ func Judge(p *Plan, r *Recorder) Verdict {
 	}
 	res := oracle.Check(in)
 	v.Duplicates, v.Reordered, v.Spurious = res.Duplicates, res.Reordered, res.Spurious
-	v.ExpectedDeliveries, v.Lost, v.Extra = res.Required, res.Lost, res.Extra
+	v.ExpectedDeliveries, v.Lost, v.Extra = res.Required, res.Lost-v.Released, res.Extra
 	v.LostBeyondDelta, v.SilentBeyondDelta = res.BeyondLost, res.BeyondLost-res.BeyondCovered
 	if unconfirmed > 0 {
 		v.Reasons = append(v.Reasons, fmt.Sprintf("%d of %d subscriptions were never confirmed (their edge brokers stayed up)", unconfirmed, v.Subscriptions))
@@ -401,4 +455,27 @@ func Judge(p *Plan, r *Recorder) Verdict {
 		v.Verdict = "FAIL"
 	}
 	return v
+}
+
+// sessionsOnly reports whether actions are all durable subscribers'
+// session changes (not faults: the liveness rules' fault times ignore
+// them).
+func sessionsOnly(actions []Action) bool {
+	for _, a := range actions {
+		if a.Kind != ActDisconnect && a.Kind != ActReconnect {
+			return false
+		}
+	}
+	return true
+}
+
+// coveredByRetention reports whether a retention Gap (one source, a
+// bounded range) to subscription si covers id.
+func coveredByRetention(gaps []oracle.Gap, si int, id message.PubID) bool {
+	for _, g := range gaps {
+		if g.Sub == si && g.Gap.Source == id.Source() && g.Gap.To > 0 && id.Seq >= g.Gap.From && id.Seq <= g.Gap.To {
+			return true
+		}
+	}
+	return false
 }

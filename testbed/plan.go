@@ -104,6 +104,7 @@ type Subscriber struct {
 	Broker  string
 	Filters []string          // expanded filter texts
 	Parsed  []matching.Filter // the same, parsed
+	Durable bool              // a durable subscription (one filter)
 }
 
 // Action kinds of a fault.
@@ -115,6 +116,11 @@ const (
 	ActCut     = "cut"
 	ActHeal    = "heal"
 	ActLeave   = "leave"
+	// Durable subscribers' sessions (not failures: they never count
+	// toward δ). Subscriber names the subscriber; Broker, for reconnect,
+	// the broker it comes back at.
+	ActDisconnect = "disconnect"
+	ActReconnect  = "reconnect"
 )
 
 // Action is one thing a fault does to one broker (or one link for cut and
@@ -125,12 +131,20 @@ type Action struct {
 	Peer   string
 	Line   int  // where the file asks for it
 	Clean  bool // ActRestart: the data directory is lost first (restart_clean)
+	// Subscriber: ActDisconnect and ActReconnect, the durable subscriber.
+	Subscriber string
 	// Hosts and Members: ActPartition and ActHealPartition, the hosts cut
 	// off and the brokers placed on them.
 	Hosts, Members []string
 }
 
 func (a Action) String() string {
+	switch a.Kind {
+	case ActDisconnect:
+		return "disconnect " + a.Subscriber
+	case ActReconnect:
+		return fmt.Sprintf("reconnect %s at %s", a.Subscriber, a.Broker)
+	}
 	if len(a.Hosts) > 0 {
 		return a.Kind + " " + strings.Join(a.Hosts, ",")
 	}
@@ -263,6 +277,11 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	case "", "fsync", "write", "none":
 	default:
 		errs.add(L("overlay.durability"), "durability = %q: one of fsync, write, none", o.Durability)
+	}
+	if o.Retain.Duration < 0 || o.Retain.Duration > 720*time.Hour {
+		errs.add(L("overlay.retain"), "retain = %v: out of range [0, 720h]", o.Retain.Duration)
+	} else if o.Retain.Duration > 0 && o.Durability != "fsync" && o.Durability != "write" {
+		errs.add(L("overlay.retain"), "retain needs the publication log: durability = \"fsync\" or \"write\"")
 	}
 	// Topology.
 	topo := buildTopology(s, errs)
@@ -410,6 +429,16 @@ func planClients(s *Spec, p *Plan, errs *errList) {
 			errs.add(key("subscriptions"), "subscriptions = %d: want 1..10000 per subscriber", ss.Subscriptions)
 			continue
 		}
+		if ss.Durable {
+			if ss.Subscriptions != 1 {
+				errs.add(key("subscriptions"), "durable subscribers have one subscription each (subscriptions = %d)", ss.Subscriptions)
+				continue
+			}
+			if d := s.Overlay.Durability; d != "fsync" && d != "write" {
+				errs.add(key("durable"), "durable subscribers need the publication log: [overlay] durability = \"fsync\" or \"write\" (have %q)", d)
+				continue
+			}
+		}
 		if strings.TrimSpace(ss.Filter) == "" {
 			errs.add(s.lines.line(fmt.Sprintf("subscribers[%d]", i)), "subscribers need a filter")
 			continue
@@ -434,7 +463,7 @@ func planClients(s *Spec, p *Plan, errs *errList) {
 		for k := 0; k < ss.Count && !bad; k++ {
 			name := fmt.Sprintf("S%d", len(p.Subscribers)+1)
 			gens := tpl.instances(streamRNG(s.Seed, "filter:"+name))
-			sub := &Subscriber{Name: name, Broker: brokers[k]}
+			sub := &Subscriber{Name: name, Broker: brokers[k], Durable: ss.Durable}
 			for j := 0; j < ss.Subscriptions; j++ {
 				text := tpl.expand(gens)
 				if len(text) > maxFilterExpansion {
@@ -550,8 +579,9 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 		pairs(ActHeal, fs0.Heal)
 		single(ActLeave, fs0.Leave)
 		partitionActions(p, &f, fs0, key, errs)
-		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.RestartClean)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal)+len(fs0.Leave)+len(fs0.Partition)+len(fs0.HealPartition) == 0 {
-			errs.add(line, "fault %d does nothing: give crash, restart, restart_clean, freeze, resume, cut, heal, leave, partition or heal_partition", i+1)
+		sessionActions(p, &f, fs0, key, errs)
+		if len(f.Actions) == 0 && len(fs0.Crash)+len(fs0.Restart)+len(fs0.RestartClean)+len(fs0.Freeze)+len(fs0.Resume)+len(fs0.Cut)+len(fs0.Heal)+len(fs0.Leave)+len(fs0.Partition)+len(fs0.HealPartition)+len(fs0.Disconnect) == 0 && fs0.Reconnect == nil {
+			errs.add(line, "fault %d does nothing: give crash, restart, restart_clean, freeze, resume, cut, heal, leave, partition, heal_partition, disconnect or reconnect", i+1)
 		}
 		fs = append(fs, idxFault{f, i})
 	}
@@ -653,4 +683,5 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 		p.Faults = append(p.Faults, f)
 	}
 	checkPartitions(p, errs)
+	checkSessions(p, errs)
 }

@@ -196,6 +196,118 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 		return c, nil
 	}
 
+	// watch records sub's confirmation (record: the first session of its
+	// subscription) and its deliveries as subscription k of subscriber si.
+	watch := func(si, k int, sub *client.Subscription, record bool) {
+		wg.Add(2)
+		go func(k int, sub *client.Subscription) {
+			defer wg.Done()
+			select {
+			case <-sub.Confirmed():
+				if !record {
+					return // a durable subscriber's later session: confirmed once
+				}
+				at := time.Now()
+				select {
+				case <-startedCh:
+					rec.Confirmed(si, k, since(at))
+				case <-ctx.Done():
+				}
+			case <-ctx.Done():
+			}
+		}(k, sub)
+		go func(k int, sub *client.Subscription) {
+			defer wg.Done()
+			select {
+			case <-startedCh:
+			case <-ctx.Done():
+				return
+			}
+			// Take what else is waiting (up to a batch) before
+			// reporting: one recorder lock per batch.
+			batch := make([]Delivery, 0, 64)
+			for {
+				// The run's end (ctx) stops the drainer even if
+				// the client's Close is slow to close C; what C
+				// already holds is still recorded.
+				var d client.Delivery
+				var ok bool
+				select {
+				case d, ok = <-sub.C:
+				case <-ctx.Done():
+					select {
+					case d, ok = <-sub.C:
+					default:
+					}
+				}
+				if !ok {
+					return
+				}
+				for {
+					if d.Gap != nil {
+						rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
+					} else {
+						batch = append(batch, Delivery{Subscriber: si, Sub: k, Pub: d.Pub, PublishedAt: since(d.PublishedAt), At: since(d.ReceivedAt)})
+					}
+					if len(batch) == cap(batch) {
+						break
+					}
+					var ok bool
+					select {
+					case d, ok = <-sub.C:
+					default:
+					}
+					if !ok {
+						break
+					}
+				}
+				rec.DeliveredBatch(batch)
+				batch = batch[:0]
+			}
+		}(k, sub)
+	}
+	// Durable subscribers' sessions (durable.go): a disconnect closes the
+	// client (its token, after every delivery already recorded, stays); a
+	// reconnect opens a new client at the broker with that token and
+	// records its deliveries under the same subscription.
+	type durSession struct {
+		c   *client.Client
+		sub *client.Subscription
+	}
+	durables := map[string]*durSession{}
+	var durMu sync.Mutex
+	live.session = func(ctx context.Context, a Action) error {
+		durMu.Lock()
+		defer durMu.Unlock()
+		d := durables[a.Subscriber]
+		if d == nil {
+			return fmt.Errorf("%s is not a durable subscriber", a.Subscriber)
+		}
+		if a.Kind == ActDisconnect {
+			return d.c.Close()
+		}
+		d.c.Close() // its edge crashed or left: the session is gone already
+		si := -1
+		for i, sb := range p.Subscribers {
+			if sb.Name == a.Subscriber {
+				si = i
+			}
+		}
+		c, err := connect(a.Subscriber, a.Broker)
+		if err != nil {
+			return err
+		}
+		sctx, scancel := context.WithTimeout(ctx, setupTimeout)
+		sub, err := c.SubscribeDurable(sctx, a.Subscriber, p.Subscribers[si].Parsed[0], d.sub.Token())
+		scancel()
+		if err != nil {
+			return err
+		}
+		durables[a.Subscriber] = &durSession{c: c, sub: sub}
+		watch(si, 0, sub, false)
+		return nil
+	}
+
 	// Subscribers: one client session each, one goroutine per subscription
 	// draining its deliveries. Sessions are opened setupParallel at a time
 	// (a QUIC handshake each), so hundreds of subscribers start in seconds.
@@ -238,12 +350,22 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 					return
 				}
 				sctx, scancel := context.WithTimeout(ctx, setupTimeout)
-				sub, err := c.Subscribe(sctx, f)
+				var sub *client.Subscription
+				if sb.Durable {
+					sub, err = c.SubscribeDurable(sctx, sb.Name, f, nil)
+				} else {
+					sub, err = c.Subscribe(sctx, f)
+				}
 				scancel()
 				if err != nil {
 					<-subWin
 					fail(fmt.Errorf("testbed: subscriber %s at %s: subscribe %s: %w", sb.Name, sb.Broker, sb.Filters[k], err))
 					return
+				}
+				if sb.Durable {
+					durMu.Lock()
+					durables[sb.Name] = &durSession{c: c, sub: sub}
+					durMu.Unlock()
 				}
 				// The slot is freed at the confirmation, or after
 				// setupTimeout for one that is slow to confirm (the
@@ -260,69 +382,7 @@ func runRealtime(ctx context.Context, p *Plan, rec *Recorder, h host, o Options)
 					}
 					<-subWin
 				}()
-				wg.Add(2)
-				go func(k int, sub *client.Subscription) {
-					defer wg.Done()
-					select {
-					case <-sub.Confirmed():
-						at := time.Now()
-						select {
-						case <-startedCh:
-							rec.Confirmed(si, k, since(at))
-						case <-ctx.Done():
-						}
-					case <-ctx.Done():
-					}
-				}(k, sub)
-				go func(k int, sub *client.Subscription) {
-					defer wg.Done()
-					select {
-					case <-startedCh:
-					case <-ctx.Done():
-						return
-					}
-					// Take what else is waiting (up to a batch) before
-					// reporting: one recorder lock per batch.
-					batch := make([]Delivery, 0, 64)
-					for {
-						// The run's end (ctx) stops the drainer even if
-						// the client's Close is slow to close C; what C
-						// already holds is still recorded.
-						var d client.Delivery
-						var ok bool
-						select {
-						case d, ok = <-sub.C:
-						case <-ctx.Done():
-							select {
-							case d, ok = <-sub.C:
-							default:
-							}
-						}
-						if !ok {
-							return
-						}
-						for {
-							if d.Gap != nil {
-								rec.Gap(GapRecord{Subscriber: si, Sub: k, Source: d.Gap.Source, From: d.Gap.From, To: d.Gap.To, At: since(d.ReceivedAt)})
-							} else {
-								batch = append(batch, Delivery{Subscriber: si, Sub: k, Pub: d.Pub, PublishedAt: since(d.PublishedAt), At: since(d.ReceivedAt)})
-							}
-							if len(batch) == cap(batch) {
-								break
-							}
-							var ok bool
-							select {
-							case d, ok = <-sub.C:
-							default:
-							}
-							if !ok {
-								break
-							}
-						}
-						rec.DeliveredBatch(batch)
-						batch = batch[:0]
-					}
-				}(k, sub)
+				watch(si, k, sub, true)
 			}
 		}(si, sb)
 	}

@@ -73,6 +73,11 @@ type OverlaySpec struct {
 	LinkJitter     Duration `toml:"link_jitter"`     // sim mode only: added uniform jitter; default 0
 	Mode           string   `toml:"mode"`            // delta (default) | replicas: the replica-based baseline (docs/baseline.md)
 	Replicas       int      `toml:"replicas"`        // mode replicas: replicas per virtual node, 2..8; default 2
+	// Retain: the publishers' edges keep what they logged this long after
+	// it is safe, for durable subscribers' catch-up (the brokers'
+	// max_retain.time; needs durability fsync or write); default 0:
+	// released once safe (a durable subscriber away longer gets a Gap).
+	Retain Duration `toml:"retain"`
 }
 
 // TopologySpec says how the broker tree is built.
@@ -106,6 +111,10 @@ type SubscriberSpec struct {
 	Brokers       any    `toml:"brokers"`       // as for publishers
 	Filter        string `toml:"filter"`        // PADRES filter; {generator} is replaced per subscription
 	Subscriptions int    `toml:"subscriptions"` // subscriptions per subscriber (one client session); default 1
+	// Durable: each subscriber is a durable subscription (docs/durable.md)
+	// that survives its edge's crash and the disconnect and reconnect
+	// faults; needs overlay.durability fsync or write, one subscription.
+	Durable bool `toml:"durable"`
 }
 
 // FaultSpec is one [[faults]] entry: everything in it happens at At.
@@ -128,6 +137,18 @@ type FaultSpec struct {
 	// HealPartition joins them again.
 	Partition     []string `toml:"partition"`
 	HealPartition []string `toml:"heal_partition"`
+	// Disconnect: durable subscribers (by name, "S3") whose session ends
+	// (the client goes away, keeping its checkpoint token); Reconnect: one
+	// comes back at a broker with its token (after a disconnect, or once
+	// its edge crashed or left).
+	Disconnect []string       `toml:"disconnect"`
+	Reconnect  *ReconnectSpec `toml:"reconnect"`
+}
+
+// ReconnectSpec is a fault's reconnect = { subscriber = "S3", broker = "B7" }.
+type ReconnectSpec struct {
+	Subscriber string `toml:"subscriber"`
+	Broker     string `toml:"broker"`
 }
 
 // MetricsSpec tunes what is measured.

@@ -239,6 +239,9 @@ func (s *Sim) Crash(id message.BrokerID) error {
 	for _, c := range b.clients {
 		c.dead = true
 		s.log.excludeClient(c)
+		if c.dur != nil {
+			s.durSessionGone(c) // the subscriber is not: it reconnects elsewhere
+		}
 	}
 	b.clients = nil
 	for _, l := range s.linksOf(b.id) {

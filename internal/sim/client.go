@@ -23,6 +23,9 @@ type client struct {
 	dead    bool
 	pub     *publisher
 	sub     int // index in the log's subscriptions, or -1
+	// dur: this client is a session of a durable subscriber (dursub.go;
+	// sub is -1 then: the subscriber outlives its sessions).
+	dur *durSub
 }
 
 // maxPublishRetries bounds the retries of one publication refused with
@@ -150,6 +153,10 @@ func (s *Sim) recordDelivery(r *clientRoute, d *message.Deliver, at time.Duratio
 func (s *Sim) clientRecv(c *client, m message.Message) {
 	if s.cfg.Trace != nil {
 		s.tracef("client %s <- %s %s %+v", c.name, c.edge.id, m.Type(), m)
+	}
+	if c.dur != nil {
+		s.durRecv(c, m)
+		return
 	}
 	switch m := m.(type) {
 	case *message.PubAck:
@@ -304,6 +311,9 @@ func (s *Sim) Unsubscribe(name string) error {
 
 // Confirmed reports whether subscriber name's subscription is confirmed.
 func (s *Sim) Confirmed(name string) bool {
+	if d := s.durables[name]; d != nil {
+		return d.cur != nil && d.cur.dur == d && d.confirmed
+	}
 	i := s.log.SubIndex(name)
 	return i >= 0 && s.log.Subs[i].ConfirmedAt >= 0
 }
@@ -313,6 +323,9 @@ func (s *Sim) Confirmed(name string) bool {
 // stays so: the subscriptions before s.settled are not looked at again,
 // and polling it every tick costs O(1) amortized, not a scan of them all.
 func (s *Sim) AllConfirmed() bool {
+	if !s.durablesConfirmed() {
+		return false
+	}
 	subs := s.log.Subs
 	for s.settled < len(subs) {
 		if r := subs[s.settled]; !r.Excluded && r.ConfirmedAt < 0 && r.Err == "" && r.UnsubAt < 0 {
@@ -331,6 +344,7 @@ func (s *Sim) clientList() []*client {
 // confirmed and every live publisher whose last Publish was never answered
 // (call after quiescence).
 func (s *Sim) CheckLiveness() {
+	s.checkDurableLiveness()
 	for _, c := range s.clientList() {
 		if c.dead {
 			continue

@@ -39,6 +39,10 @@ type FuzzOptions struct {
 	// root, restarts together, the testbed's joinpoints): the fuzzer as
 	// it was before them, for the seeds found then.
 	Ideal bool
+	// NoDurable turns off the durable draws (publication logs, retention,
+	// durable subscribers that disconnect and reconnect elsewhere;
+	// fuzzdur.go): for nodes without durable subscriptions (FloodNode).
+	NoDurable bool
 }
 
 // DefaultFuzzOptions: trees of 10–100 brokers, δ from 1 to 3, up to δ
@@ -137,6 +141,12 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		cfg.LinkDownAfter = time.Duration(50+pr.IntN(450)) * time.Millisecond
 	}
 	failTimeout := time.Duration(cfg.Core.FailureTicks) * cfg.Tick
+	// Durable subscribers (fuzzdur.go), from a stream of their own: the
+	// rest of every seed's plan stays as it was.
+	var dz *durFuzz
+	if !o.NoDurable {
+		dz = drawDurable(seed, &cfg)
+	}
 	// What real processes do (ARCHITECTURE.md, "The simulator and the
 	// runtime must agree"), drawn from a stream of its own so that the
 	// rest of a seed's plan stays as it was: dials fail after any part of
@@ -168,6 +178,9 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 		cfg.ReplacedDown = true
 	}
 	plan := func(format string, args ...any) { res.Plan = append(res.Plan, fmt.Sprintf(format, args...)) }
+	if dz != nil {
+		plan("durable: logs at the edges, retention %d ticks, restarts keep their data", cfg.Core.RetainTicks)
+	}
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
 		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.Core.HeartbeatTicks, cfg.Core.FailureTicks, cfg.Core.DACKTicks, cfg.Core.GoneAfterTicks, cfg.LinkDownAfter)
 	if rr != nil {
@@ -234,7 +247,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 					return res
 				}
 				s.At(s.Now()+3*failTimeout, func() {
-					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil, Place: true})
+					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil, Place: true, Log: dz != nil})
 				})
 			}
 		}
@@ -349,7 +362,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 			f := f
 			s.At(f.at, func() { _ = s.Crash(f.b) })
 			s.At(f.until, func() {
-				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil, Place: true})
+				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil, Place: true, Log: dz != nil})
 			})
 		case "slow":
 			plan("slow %s from %s: stalls %v", f.b, fmtTime(f.at), f.stalls)
@@ -413,9 +426,22 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 			}
 		})
 	}
+	if dz != nil {
+		if err := dz.start(s, tree, faults, waveAt, until, plan); err != nil {
+			res.Err = err
+			return res
+		}
+	}
 	if err := s.RunUntil(until); err != nil {
 		res.Err = err
 		return res
+	}
+	if dz != nil {
+		// Every durable subscriber back for the settle period.
+		if err := dz.reconnectAll(s, tree); err != nil {
+			res.Err = err
+			return res
+		}
 	}
 	// Quiescence: publishing stopped, every fault healed; let DACKs purge.
 	settle := 2*time.Second + 10*time.Duration(cfg.Core.DACKTicks)*cfg.Tick + 3*failTimeout

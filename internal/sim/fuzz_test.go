@@ -7,7 +7,7 @@ import (
 // The fuzz harness itself, on the flood reference node: without faults
 // every run passes, and with faults the checker finds losses.
 func TestFuzzHarnessOnFloodNode(t *testing.T) {
-	o := FuzzOptions{BrokersMin: 5, BrokersMax: 15, DeltaMin: 1, DeltaMax: 2, Faults: 0, Factory: NewFloodNode, NoWire: true}
+	o := FuzzOptions{BrokersMin: 5, BrokersMax: 15, DeltaMin: 1, DeltaMax: 2, Faults: 0, Factory: NewFloodNode, NoWire: true, NoDurable: true}
 	fs := Fuzz(1, 20, o, 2, func(r FuzzResult) {
 		if r.Failed() {
 			t.Errorf("flood without faults failed: %s\n%s%v", r.Summary(), r.PlanText(), r.Report.Details)
@@ -27,7 +27,7 @@ func TestFuzzHarnessOnFloodNode(t *testing.T) {
 }
 
 func TestFuzzRunIsDeterministic(t *testing.T) {
-	o := FuzzOptions{BrokersMin: 8, BrokersMax: 20, DeltaMin: 1, DeltaMax: 3, Faults: -1, Factory: NewFloodNode, NoWire: true}
+	o := FuzzOptions{BrokersMin: 8, BrokersMax: 20, DeltaMin: 1, DeltaMax: 3, Faults: -1, Factory: NewFloodNode, NoWire: true, NoDurable: true}
 	for seed := int64(1); seed <= 5; seed++ {
 		a, b := FuzzRun(seed, o), FuzzRun(seed, o)
 		if a.Summary() != b.Summary() || a.PlanText() != b.PlanText() || a.Stats.Events != b.Stats.Events {

@@ -34,6 +34,9 @@ func (s *Sim) Leave(id message.BrokerID) error {
 		// The client goes away: an answer to a request in flight (a
 		// refused Publish) is not waited for.
 		c.dead = true
+		if c.dur != nil {
+			s.durSessionGone(c) // the subscriber reconnects elsewhere
+		}
 	}
 	s.input(b, 0, func() { b.node.Leave() })
 	return nil

@@ -71,6 +71,12 @@ type SubRecord struct {
 	UnsubAt      time.Duration // Unsubscribe sent; -1 if never
 	Err          string
 	Excluded     bool // the subscriber's edge crashed during the run
+	// Durable: a durable subscriber (dursub.go): its sessions' IDs are
+	// Sessions (ID is the first; deliveries and gaps to any of them are
+	// recorded under ID), it outlives its edges' crashes, and Excluded
+	// means it ended the run disconnected.
+	Durable  bool
+	Sessions []message.SubID
 }
 
 // reserveDeliveries makes room for n more deliveries (a capacity hint:
@@ -251,14 +257,18 @@ func (l *Log) problem(list *[]string, format string, args ...any) {
 
 // Report is the checkers' verdict on a log.
 type Report struct {
-	Published      int // publications acknowledged to their publisher
-	Subscriptions  int
-	ExcludedSubs   int // subscriptions whose edge crashed: no guarantee
-	ExcludedPubs   int // publications whose publisher's edge crashed: no guarantee
-	Guaranteed     int // (subscription, publication) pairs PROTOCOL §1 guarantees
-	Delivered      int // deliveries received (all, guaranteed or not)
-	Lost           int // guaranteed and never delivered
-	GapCovered     int // lost but covered by a Gap notice to that subscription
+	Published     int // publications acknowledged to their publisher
+	Subscriptions int
+	ExcludedSubs  int // subscriptions whose edge crashed: no guarantee
+	ExcludedPubs  int // publications whose publisher's edge crashed: no guarantee
+	Guaranteed    int // (subscription, publication) pairs PROTOCOL §1 guarantees
+	Delivered     int // deliveries received (all, guaranteed or not)
+	Lost          int // guaranteed and never delivered
+	GapCovered    int // lost but covered by a Gap notice to that subscription
+	// Released: pairs of durable subscriptions never delivered, covered by
+	// a Gap of the publisher's edge's retention (a bounded range of one
+	// source): allowed, and not counted in Lost.
+	Released       int
 	SilentLost     int // lost and not covered by a Gap notice
 	Duplicates     int // a (subscription, publication) delivered more than once
 	Reordered      int // a delivery whose Seq is not above the last of its source
@@ -287,6 +297,8 @@ type SubReport struct {
 	Delivered  int
 	Lost       int
 	Gaps       int
+	Durable    bool
+	Sessions   int // a durable subscriber's sessions
 }
 
 // Failed reports whether the run broke a guarantee: within δ every loss
@@ -363,6 +375,7 @@ func (l *Log) Check() Report {
 	for i, g := range l.Gaps {
 		in.Gaps[i] = oracle.Gap{Sub: g.Sub, Gap: g.Gap}
 	}
+	retained := l.retentionGaps()
 	in.Class = func(si, pi int) oracle.Class {
 		sr, p := l.Subs[si], l.Pubs[pi]
 		if p.AckedAt <= sr.ConfirmedAt || sr.UnsubAt >= 0 && p.AckedAt >= sr.UnsubAt {
@@ -393,21 +406,29 @@ func (l *Log) Check() Report {
 			detail("altered: %s delivered to %s as %s, published as %s", d.Pub, sr.Name, fmtAttrs(d.Attrs), fmtAttrs(l.Pubs[pi].Attrs))
 		}
 	}
-	in.OnLost = func(si, pi int, _ oracle.Class, covered bool) {
+	in.OnLost = func(si, pi int, c oracle.Class, covered bool) {
+		if c == oracle.Required && l.Subs[si].Durable && oracle.Covered(retained[si], l.Subs[si].ID, l.Pubs[pi].ID) {
+			r.Released++ // the durable rule: released by the retention, and told
+			r.PerSub[si].Lost--
+			return
+		}
 		if covered {
 			return // counted, not detailed: beyond δ it is the expected outcome
 		}
 		sr, p := l.Subs[si], l.Pubs[pi]
 		detail("lost: %s (acked %s) never delivered to %s at %s %s (confirmed %s)", p.ID, fmtTime(p.AckedAt), sr.Name, sr.Edge, fmtFilter(sr.Filter), fmtTime(sr.ConfirmedAt))
 	}
-	res := oracle.Check(in)
-	r.Guaranteed, r.Lost, r.GapCovered, r.SilentLost = res.Required, res.Lost, res.LostCovered, res.Lost-res.LostCovered
-	r.Duplicates, r.Reordered, r.Spurious = res.Duplicates, res.Reordered, res.Spurious
 	r.PerSub = make([]SubReport, len(l.Subs))
+	res := oracle.Check(in)
+	// (OnLost took the released pairs off Lost and LostCovered: a
+	// retention gap also covers them in the oracle's count.)
+	r.Guaranteed, r.Lost, r.GapCovered = res.Required, res.Lost-r.Released, res.LostCovered-r.Released
+	r.SilentLost = r.Lost - r.GapCovered
+	r.Duplicates, r.Reordered, r.Spurious = res.Duplicates, res.Reordered, res.Spurious
 	for i, sr := range l.Subs {
 		x := res.PerSub[i]
 		r.PerSub[i] = SubReport{Name: sr.Name, Edge: sr.Edge, Filter: fmtFilter(sr.Filter), Excluded: sr.Excluded, Confirmed: sr.ConfirmedAt >= 0,
-			Guaranteed: x.Required, Delivered: x.Delivered, Lost: x.Lost, Gaps: x.Gaps}
+			Guaranteed: x.Required, Delivered: x.Delivered, Lost: x.Lost + r.PerSub[i].Lost, Gaps: x.Gaps, Durable: sr.Durable, Sessions: len(sr.Sessions)}
 	}
 	return r
 }

@@ -24,7 +24,10 @@ import (
 //	                            through the wire format, default on), frame (bytes: the
 //	                            largest frame a receiver accepts, as limits.max_frame),
 //	                            durable (on|off: publication logs at the edges, durable.go),
-//	                            maxlog (bytes: the log bound)
+//	                            maxlog (bytes: the log bound), retain (ticks: the
+//	                            publishers' edges keep what they logged that long after it
+//	                            is safe, for durable subscribers' catch-up; 0: released
+//	                            at once), retainbytes (bytes: at most that much kept)
 //	tree chain=N | tree random=N [degree=D] | tree B1-B2 B2-B3 ...
 //	                            create the brokers and join them one after another
 //	join B9 via B3 [B2 ...]     a new broker joins now (does not wait)
@@ -38,6 +41,10 @@ import (
 //	                            notation.go or in the PADRES syntax; matched by package
 //	                            matching; the random ones are workload.Small's)
 //	unsubscribe S1
+//	durable D1 B4 class=a ...   a durable subscriber (dursub.go; needs config durable=on),
+//	                            filter as for subscribe
+//	disconnect D1               its session ends (the client goes away, keeping its token)
+//	reconnect D1 B5             a new session at B5 with its token
 //	crash B3 [B4 ...] | restart B3 [via B2 ...] [stale-link D] | freeze B5 ... | resume B5 ...
 //	                            (stale-link: B3's peers keep its old links D after the
 //	                            restart, losing what they send on them, then LinkDown;
@@ -122,6 +129,7 @@ type ScenarioResult struct {
 	Report  Report
 	Beyond  bool
 	Stats   Stats
+	log     *Log // the run's log (tests)
 }
 
 type runner struct {
@@ -154,7 +162,7 @@ func RunScenario(sc *Scenario, factory NodeFactory, trace io.Writer) (*ScenarioR
 	// only if the script ran past it: see "wait rejoined").
 	r.s.CheckTraffic(!r.beyond)
 	rep := r.s.Log().Check()
-	res := &ScenarioResult{Report: rep, Beyond: r.beyond, Stats: r.s.Stats()}
+	res := &ScenarioResult{Report: rep, Beyond: r.beyond, Stats: r.s.Stats(), log: r.s.Log()}
 	res.Outcome = r.outcome(rep, false)
 	res.Details = r.outcome(rep, true)
 	return res, nil
@@ -294,9 +302,9 @@ func (r *runner) exec(l scriptLine) error {
 			r.note("wait %s: not reached within %v", strings.Join(rest, " "), max)
 		}
 		return nil
-	case "subscribe":
+	case "subscribe", "durable":
 		if len(rest) < 3 {
-			return fmt.Errorf("want: subscribe NAME BROKER class=... | random")
+			return fmt.Errorf("want: %s NAME BROKER class=... | random", cmd)
 		}
 		var f matching.Filter
 		switch {
@@ -311,7 +319,25 @@ func (r *runner) exec(l scriptLine) error {
 				return err
 			}
 		}
+		if cmd == "durable" {
+			return s.AddDurable(rest[0], message.BrokerID(rest[1]), f)
+		}
 		return s.AddSubscriber(rest[0], message.BrokerID(rest[1]), f)
+	case "disconnect":
+		if len(rest) == 0 {
+			return fmt.Errorf("want: disconnect DURABLE ...")
+		}
+		for _, n := range rest {
+			if err := s.Disconnect(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "reconnect":
+		if len(rest) != 2 {
+			return fmt.Errorf("want: reconnect DURABLE BROKER")
+		}
+		return s.Reconnect(rest[0], message.BrokerID(rest[1]))
 	case "subscribers":
 		if len(rest) != 1 {
 			return fmt.Errorf("want: subscribers N")
@@ -481,7 +507,7 @@ func (r *runner) exec(l scriptLine) error {
 		r.beyond = true
 		return nil
 	}
-	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, publish, unsubscribe, crash, restart, slow, freeze, resume, cut, heal, leave, run, settle, beyond)")
+	return fmt.Errorf("unknown command (want config, tree, join, wait, subscribe, subscribers, durable, disconnect, reconnect, publish, unsubscribe, crash, restart, slow, freeze, resume, cut, heal, leave, run, settle, beyond)")
 }
 
 func (r *runner) config(args []string) error {
@@ -525,6 +551,12 @@ func (r *runner) config(args []string) error {
 			var k int
 			k, err = atoi()
 			r.cfg.Core.MaxLogBytes = int64(k)
+		case "retain":
+			r.cfg.Core.RetainTicks, err = atoi()
+		case "retainbytes":
+			var k int
+			k, err = atoi()
+			r.cfg.Core.RetainBytes = int64(k)
 		case "tick":
 			r.cfg.Tick, err = parseDur(k, v)
 		case "delay":
@@ -551,7 +583,7 @@ func (r *runner) config(args []string) error {
 				r.cfg.LinkDownAfter, err = parseDur(k, v)
 			}
 		default:
-			return fmt.Errorf("unknown key %q (want delta, seed, tick, heartbeat, failure, dack, gone, delay, jitter, dialtimeout, linkdown, maxqueue, wire, frame)", k)
+			return fmt.Errorf("unknown key %q (want delta, seed, tick, heartbeat, failure, dack, gone, delay, jitter, dialtimeout, accept, linkdown, maxqueue, wire, frame, durable, maxlog, retain, retainbytes)", k)
 		}
 		if err != nil {
 			return err
@@ -637,6 +669,7 @@ func (r *runner) outcome(rep Report, full bool) string {
 			rep.Published, rep.Subscriptions, rep.ExcludedSubs, rep.ExcludedPubs, rep.Unconfirmed)
 		fmt.Fprintf(&b, "guaranteed=%d delivered=%d lost=%d gap_covered=%d silent_lost=%d duplicates=%d reordered=%d spurious=%d gap_notices=%d undrained=%d over_bound=%d stuck=%d\n",
 			rep.Guaranteed, rep.Delivered, rep.Lost, rep.GapCovered, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.GapNotices, rep.Undrained, rep.QueueOverBound, rep.Stuck)
+		fmt.Fprintf(&b, "released_by_retention=%d\n", rep.Released)
 	} else {
 		fmt.Fprintf(&b, "subscriptions=%d excluded_subs=%d unconfirmed=%d guaranteed>0=%v\n",
 			rep.Subscriptions, rep.ExcludedSubs, rep.Unconfirmed, rep.Guaranteed > 0)
@@ -648,6 +681,11 @@ func (r *runner) outcome(rep Report, full bool) string {
 		}
 		fmt.Fprintf(&b, "%s silent_lost=%d duplicates=%d reordered=%d spurious=%d undrained=%d over_bound=%d stuck=%d\n",
 			lossNoted, rep.SilentLost, rep.Duplicates, rep.Reordered, rep.Spurious, rep.Undrained, rep.QueueOverBound, rep.Stuck)
+		if rep.Released > 0 {
+			// (only when not 0: the files before durable subscribers stay
+			// as they were)
+			fmt.Fprintf(&b, "released_by_retention>0\n")
+		}
 	}
 	if full || rep.Storms+rep.NotRejoined > 0 {
 		// (in the stable outcome only when not 0: the files before the
@@ -656,7 +694,13 @@ func (r *runner) outcome(rep Report, full bool) string {
 	}
 	for _, ps := range rep.PerSub {
 		state := ""
-		if ps.Excluded {
+		if ps.Durable {
+			state = fmt.Sprintf(" (durable, %d sessions)", ps.Sessions)
+			if ps.Excluded {
+				state = fmt.Sprintf(" (durable, %d sessions, disconnected at the end: excluded)", ps.Sessions)
+			}
+		}
+		if ps.Excluded && !ps.Durable {
 			state = " (edge crashed: excluded)"
 		} else if !ps.Confirmed {
 			state = " (never confirmed)"
@@ -669,6 +713,12 @@ func (r *runner) outcome(rep Report, full bool) string {
 		lost := "lost=0"
 		if ps.Lost > 0 {
 			lost = "lost>0"
+		}
+		if ps.Durable {
+			// A durable subscriber's Gaps are the retention's: their exact
+			// ranges are the behaviour shown.
+			fmt.Fprintf(&b, "sub %s at %s [%s]%s: %s gaps=%s\n", ps.Name, ps.Edge, ps.Filter, state, lost, r.gapRanges(ps.Name))
+			continue
 		}
 		fmt.Fprintf(&b, "sub %s at %s [%s]%s: %s gap_notices=%v\n", ps.Name, ps.Edge, ps.Filter, state, lost, ps.Gaps > 0)
 	}
@@ -702,4 +752,25 @@ func (r *runner) outcome(rep Report, full bool) string {
 		fmt.Fprintf(&b, "verdict: PASS (%s)\n", rule)
 	}
 	return b.String()
+}
+
+// gapRanges lists the Gaps subscriber name received: source from..to
+// (to 0: open-ended), in arrival order.
+func (r *runner) gapRanges(name string) string {
+	l := r.s.Log()
+	si := l.SubIndex(name)
+	var parts []string
+	for _, g := range l.Gaps {
+		if g.Sub != si {
+			continue
+		}
+		src := g.Gap.Source.Publisher
+		if src == "" {
+			src = "*"
+		} else {
+			src = fmt.Sprintf("%s/%d", src, g.Gap.Source.Epoch)
+		}
+		parts = append(parts, fmt.Sprintf("%s %d..%d", src, g.Gap.From, g.Gap.To))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -222,6 +222,10 @@ type Sim struct {
 	lastDelAttrsLen int
 	// settled counts the subscriptions known to be settled (AllConfirmed).
 	settled int
+	// durables: the durable subscribers by name, in creation order
+	// (dursub.go).
+	durables   map[string]*durSub
+	durableSeq []*durSub
 	// onlineDone counts the deliveries of the log the online check has
 	// seen (all of them with a trace; otherwise caught up on demand).
 	onlineDone int
