@@ -23,9 +23,12 @@
 //     with an error);
 //   - refusals from the broker ("backpressure", or "sequence gap" for the
 //     publications that followed a refused one): everything from the lowest
-//     refused publication on is sent again, in order and under the same
-//     sequence numbers, after a pause doubling from 5 ms to 500 ms; new
-//     publications wait meanwhile; after BackpressureTimeout of
+//     refused publication on (or from the N of "sequence gap: expected
+//     N", the broker's own word for where the stream resumes) is sent
+//     again, in order and under the same sequence numbers, after a pause
+//     doubling from 5 ms to 500 ms; new publications wait meanwhile and
+//     go out after the retransmission, never before one held earlier (the
+//     stream has no holes); after BackpressureTimeout of
 //     uninterrupted refusals the client fails. Any other refusal is final
 //     and fails the client (the stream cannot continue past it);
 //   - reconnects: at most MaxReconnects attempts per loss, ReconnectWait
