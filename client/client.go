@@ -23,9 +23,12 @@
 //     with an error);
 //   - refusals from the broker ("backpressure", or "sequence gap" for the
 //     publications that followed a refused one): everything from the lowest
-//     refused publication on is sent again, in order and under the same
-//     sequence numbers, after a pause doubling from 5 ms to 500 ms; new
-//     publications wait meanwhile; after BackpressureTimeout of
+//     refused publication on (or from the N of "sequence gap: expected
+//     N", the broker's own word for where the stream resumes) is sent
+//     again, in order and under the same sequence numbers, after a pause
+//     doubling from 5 ms to 500 ms; new publications wait meanwhile and
+//     go out after the retransmission, never before one held earlier (the
+//     stream has no holes); after BackpressureTimeout of
 //     uninterrupted refusals the client fails. Any other refusal is final
 //     and fails the client (the stream cannot continue past it);
 //   - reconnects: at most MaxReconnects attempts per loss, ReconnectWait
@@ -41,6 +44,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -138,6 +142,10 @@ type Client struct {
 	bpTimer *time.Timer
 	bpWait  time.Duration
 	bpSince time.Time
+	// startFlush runs flushUnsent on its own goroutine (the receive loop
+	// calls it with mu held and must not wait for sendMu); a test delays
+	// it to show that a publication made meanwhile keeps the order.
+	startFlush func()
 	// Subscriptions.
 	nextReq uint64
 	subReqs map[uint64]*Subscription
@@ -222,6 +230,7 @@ func Connect(ctx context.Context, addr string, opts Options) (*Client, error) {
 		unsubs:   map[message.SubID]chan error{},
 		durables: map[*Subscription]bool{},
 	}
+	c.startFlush = func() { go c.flushUnsent() }
 	go c.recvLoop(conn)
 	return c, nil
 }
@@ -321,18 +330,50 @@ func (c *Client) PublishAsync(ctx context.Context, pub matching.Publication) (<-
 	}
 	p.msg = &p.pub
 	c.pending = append(c.pending, p)
-	send := !c.bp
-	if send {
-		c.lastSent = p.msg.Seq
+	var msgs []*message.Publish
+	if !c.bp {
+		// p, and before it whatever was held during a refusal and not sent
+		// yet: the flush after a refusal runs on its own goroutine, so p
+		// may come first, and sending p alone would leave a hole the
+		// broker refuses ("sequence gap") under every retransmission from
+		// p on.
+		msgs = c.unsentLocked()
 	}
 	conn := c.conn
 	c.mu.Unlock()
-	if send {
-		// A send error means the connection is lost: the receive loop
-		// notices, reconnects if allowed and sends it again.
-		_ = conn.Send(p.msg)
-	}
+	// A send error means the connection is lost: the receive loop
+	// notices, reconnects if allowed and sends them again.
+	sendAll(conn, msgs)
 	return p.done, nil
+}
+
+// unsentLocked returns, in order, the pending publications not yet
+// written on the current connection (Seq > lastSent), and counts them as
+// written. Called with mu held, by a holder of sendMu that writes them.
+func (c *Client) unsentLocked() []*message.Publish {
+	i := len(c.pending)
+	for i > 0 && c.pending[i-1].msg.Seq > c.lastSent {
+		i--
+	}
+	if i == len(c.pending) {
+		return nil
+	}
+	msgs := make([]*message.Publish, 0, len(c.pending)-i)
+	for _, p := range c.pending[i:] {
+		msgs = append(msgs, p.msg)
+	}
+	c.lastSent = msgs[len(msgs)-1].Seq
+	return msgs
+}
+
+// sendAll writes msgs in order; it stops at the first error (the
+// connection is lost: the receive loop reconnects or fails the client).
+func sendAll(conn Conn, msgs []*message.Publish) {
+	for _, m := range msgs {
+		if conn.Send(m) != nil {
+			return
+		}
+	}
 }
 
 // onPubAck handles an acknowledgement; called with mu held.
@@ -370,8 +411,15 @@ func (c *Client) onPubAck(a *message.PubAck) {
 		if !c.bp {
 			c.bp, c.bpSince = true, time.Now()
 		}
-		if c.refused == 0 || a.Seq < c.refused {
-			c.refused = a.Seq
+		low := a.Seq
+		if n, ok := gapExpected(a.Err); ok && n < low {
+			// The broker says where the stream must resume: a hole
+			// before a.Seq (for whatever reason) is filled from there,
+			// not retried from a.Seq into the same refusal.
+			low = max(n, c.acked+1)
+		}
+		if c.refused == 0 || low < c.refused {
+			c.refused = low
 		}
 		if time.Since(c.bpSince) > c.opts.BackpressureTimeout {
 			go c.fail(fmt.Errorf("client: the broker refused publication %d for more than %v (%s)", a.Seq, c.opts.BackpressureTimeout, a.Err))
@@ -389,6 +437,16 @@ func (c *Client) onPubAck(a *message.PubAck) {
 	}
 }
 
+// gapExpected parses the N of a "sequence gap: expected N" refusal.
+func gapExpected(err string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(err, "sequence gap: expected ")
+	if !ok {
+		return 0, false
+	}
+	n, perr := strconv.ParseUint(rest, 10, 64)
+	return n, perr == nil && n > 0
+}
+
 // maybeResume ends the backpressure state once the retransmission is
 // acknowledged, nothing else is refused and no retransmission is pending,
 // and sends what was held meanwhile. Called with mu held.
@@ -396,7 +454,7 @@ func (c *Client) maybeResume() {
 	if c.bp && c.acked >= c.bpSeq && c.refused == 0 && c.bpTimer == nil && c.err == nil {
 		c.bp = false
 		c.bpWait = 0
-		go c.flushUnsent()
+		c.startFlush()
 	}
 }
 
@@ -426,18 +484,14 @@ func (c *Client) retransmit() {
 		c.bp = false
 		c.bpWait = 0
 		c.mu.Unlock()
-		go c.flushUnsent()
+		c.startFlush()
 		return
 	}
 	c.bpSeq = msgs[0].Seq
 	c.lastSent = max(c.lastSent, msgs[len(msgs)-1].Seq)
 	conn := c.conn
 	c.mu.Unlock()
-	for _, m := range msgs {
-		if conn.Send(m) != nil {
-			return
-		}
-	}
+	sendAll(conn, msgs)
 }
 
 // flushUnsent sends the publications held during backpressure.
@@ -449,22 +503,10 @@ func (c *Client) flushUnsent() {
 		c.mu.Unlock()
 		return
 	}
-	var msgs []*message.Publish
-	for _, p := range c.pending {
-		if p.msg.Seq > c.lastSent {
-			msgs = append(msgs, p.msg)
-		}
-	}
-	if len(msgs) > 0 {
-		c.lastSent = msgs[len(msgs)-1].Seq
-	}
+	msgs := c.unsentLocked()
 	conn := c.conn
 	c.mu.Unlock()
-	for _, m := range msgs {
-		if conn.Send(m) != nil {
-			return
-		}
-	}
+	sendAll(conn, msgs)
 }
 
 // recvLoop reads the connection until it fails, then reconnects (if

@@ -387,3 +387,77 @@ func TestPublishRefusesRepeatedAttribute(t *testing.T) {
 		expectPublish(t, conn, 1)
 	})
 }
+
+// TestPublishAfterResumeSendsTheHeldOnesFirst: publications held during a
+// refusal are sent by a flush on its own goroutine once the retransmission
+// is acknowledged; a publication made before that flush runs must not go
+// out first. Sent alone it leaves a hole the broker refuses ("sequence
+// gap") under every retransmission from it on, until the client gives up
+// on its whole window (the failover benchmark's loss at 10,000 msgs/s).
+func TestPublishAfterResumeSendsTheHeldOnesFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, conn := connectMem(t)
+		defer c.Close()
+		var flushes []func()
+		c.mu.Lock()
+		c.startFlush = func() { flushes = append(flushes, c.flushUnsent) } // run late, by the test
+		c.mu.Unlock()
+		var res []<-chan error
+		publish := func(n int64) {
+			ch, err := c.PublishAsync(t.Context(), pub(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res = append(res, ch)
+		}
+		publish(1)
+		expectPublish(t, conn, 1)
+		conn.reply(&message.PubAck{Seq: 1, Err: "backpressure"})
+		synctest.Wait()
+		publish(2)                // held
+		expectPublish(t, conn, 1) // the retransmission, after the pause
+		expectPublish(t, conn, 2)
+		publish(3)                          // held: the retransmission is not acknowledged yet
+		conn.reply(&message.PubAck{Seq: 2}) // ends the refusal: the flush of 3 is started
+		synctest.Wait()
+		publish(4) // before the flush ran
+		for _, f := range flushes {
+			f()
+		}
+		expectPublish(t, conn, 3)
+		expectPublish(t, conn, 4)
+		conn.reply(&message.PubAck{Seq: 4})
+		for i, ch := range res {
+			if err := <-ch; err != nil {
+				t.Errorf("publication %d: %v", i+1, err)
+			}
+		}
+	})
+}
+
+// TestGapRefusalResumesWhereTheBrokerSays: "sequence gap: expected N"
+// names the first publication the broker is missing; the client sends
+// everything again from N, even when it never saw N refused (its refusal
+// was lost or never made), instead of retrying the refused one into the
+// same answer.
+func TestGapRefusalResumesWhereTheBrokerSays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, conn := connectMem(t)
+		defer c.Close()
+		var res [3]<-chan error
+		for i := range res {
+			res[i], _ = c.PublishAsync(t.Context(), pub(int64(i+1)))
+			expectPublish(t, conn, uint64(i+1))
+		}
+		conn.reply(&message.PubAck{Seq: 1})
+		conn.reply(&message.PubAck{Seq: 3, Err: "sequence gap: expected 2"})
+		expectPublish(t, conn, 2)
+		expectPublish(t, conn, 3)
+		conn.reply(&message.PubAck{Seq: 3})
+		for i, ch := range res {
+			if err := <-ch; err != nil {
+				t.Errorf("publication %d: %v", i+1, err)
+			}
+		}
+	})
+}
