@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,20 @@ type delivery struct {
 // startBroker runs a real broker (QUIC, and WebSocket when ws) in this
 // process until the test ends.
 func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, string) {
+	tb := runBroker(t, id, join, ws, nil)
+	return tb.b, tb.addr
+}
+
+// testBroker is a broker this process runs; kill crashes it.
+type testBroker struct {
+	b    *runtime.Broker
+	addr string
+	kill func()
+}
+
+// runBroker starts a broker (edit changes its configuration first); it
+// stops when the test ends, or crashes (no leave) at kill.
+func runBroker(t *testing.T, id, join string, ws bool, edit func(*runtime.BrokerConfig)) *testBroker {
 	t.Helper()
 	cfg, _ := runtime.Preset("testbed")
 	listen, err := benchcompare.FreeUDP()
@@ -47,6 +62,9 @@ func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, strin
 	if ws {
 		cfg.WSListen = "127.0.0.1:0"
 	}
+	if edit != nil {
+		edit(&cfg)
+	}
 	b, err := runtime.NewBroker(cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +72,27 @@ func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, strin
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { b.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return b, listen
+	var once sync.Once
+	stop := func(crash bool) {
+		once.Do(func() {
+			if crash {
+				b.Runtime.Kill() // Run returns without leaving the overlay
+			}
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(func() { stop(false) })
+	return &testBroker{b: b, addr: listen, kill: func() { stop(true) }}
+}
+
+// retaining makes a broker log and retain its publishers' publications
+// (for a minute), so that subscribers elsewhere can recover them.
+func retaining(t *testing.T) func(*runtime.BrokerConfig) {
+	dir := t.TempDir()
+	return func(c *runtime.BrokerConfig) {
+		c.DataDir, c.Durability, c.MaxRetain.Time = dir, "write", time.Minute
+	}
 }
 
 // TestBrowserPageShowsExactlyTheMatchingDeliveries runs the example page in
