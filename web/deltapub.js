@@ -129,6 +129,7 @@ export class Client {
         this._ready.resolve();
         const info = { broker: f.broker };
         if (again) {
+          info.resumed = !!f.resumed; // false: each subscription recovers anew (status "recovered")
           info.recovered = !!f.recovered;
           info.gaps = f.gaps || [];
         }
@@ -139,10 +140,19 @@ export class Client {
         const s = this.subs.get(f.id);
         if (!s) break;
         if (f.code) {
+          // A broker that is not ready (joining, or repairing the overlay
+          // after a crash) says "retry later": ask again, paced, at most
+          // 50 times in a row.
+          if (/retry later|backpressure/.test(f.message || "") && (s.refusals = (s.refusals || 0) + 1) <= 50) {
+            const ws = this.ws;
+            setTimeout(() => { if (this.ws === ws && this.subs.get(f.id) === s) this._send(this._subscribeFrame(f.id, s)); }, 200);
+            break;
+          }
           this.subs.delete(f.id);
           s.reject(new Error(f.message));
           break;
         }
+        s.refusals = 0;
         if (s.id !== f.sub) {
           s.id = f.sub;
           this.bySubID.set(f.sub, s);
