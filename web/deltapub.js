@@ -70,7 +70,7 @@ export class Client {
         hello.resume = this.session;
         hello.positions = [];
         for (const s of this.subs.values()) {
-          if (!s.id || s.durable) continue;
+          if (!s.id) continue;
           for (const [src, seq] of s.last) {
             const [publisher, epoch] = JSON.parse(src);
             hello.positions.push({ sub: s.id, publisher, epoch, seq });
