@@ -66,7 +66,21 @@ type Subscribe struct {
 	// brokers ignore both and make a plain subscription.
 	Durable string `msgpack:"d,omitempty"`
 	Token   []byte `msgpack:"k,omitempty"`
+	// Recover (not with Durable) asks for the publications a plain
+	// subscription missed while its client was away (a reconnect to
+	// another broker): From is, per source, the last seq the client got
+	// (docs/websocket.md, "Recovery on another broker").
+	Recover *Recovery `msgpack:"rc,omitempty"`
 }
+
+// Recovery is a plain subscription's recovery request: the last seq the
+// client got per source (a source not listed is taken from now on).
+type Recovery struct {
+	From []SourceSeq `msgpack:"f,omitempty"`
+}
+
+// MaxRecoverSources bounds Recovery.From (as a checkpoint token's sources).
+const MaxRecoverSources = 4096
 
 // Conflation is a subscription's conflation: per value of attribute Key,
 // only the latest publication within each IntervalMS is delivered.
@@ -101,6 +115,12 @@ type SubAck struct {
 	Sub       SubID  `msgpack:"s"`
 	Confirmed bool   `msgpack:"c,omitempty"`
 	Err       string `msgpack:"e,omitempty"`
+	// Recovery (the confirmation of a Subscribe with Recover): Recovered
+	// when every missed matching publication was delivered before this
+	// answer; otherwise Missed lists the ranges no history held.
+	Recovery  bool  `msgpack:"rv,omitempty"`
+	Recovered bool  `msgpack:"rd,omitempty"`
+	Missed    []Gap `msgpack:"m,omitempty"`
 }
 
 // Unsubscribe withdraws a subscription of this session.

@@ -70,6 +70,9 @@ func (m *Subscribe) String() string {
 	if m.Durable != "" || len(m.Token) > 0 {
 		s += fmt.Sprintf(" Durable:%s Token:%d bytes", m.Durable, len(m.Token))
 	}
+	if m.Recover != nil {
+		s += fmt.Sprintf(" Recover:%v", m.Recover.From)
+	}
 	return s + "}"
 }
 

@@ -49,7 +49,8 @@ const ErrDurableFull = "backpressure: too many durable subscriptions on this bro
 
 // dsub is a durable subscription of a local client (SHB side).
 type dsub struct {
-	name   string
+	name   string // "" for a recovering plain subscription (recov)
+	recov  bool
 	client message.ClientID
 	req    uint64
 	filter matching.Filter
@@ -62,6 +63,9 @@ type dsub struct {
 	first map[message.Source]uint64
 	bytes int64
 	acked int // acknowledgements received (DurableAck)
+	// missed: a recovering subscription's unfilled ranges, collected at
+	// the switch for its confirmation.
+	missed []message.Gap
 }
 
 // durSubs is the durable subscriptions of this broker's clients, and the
@@ -150,28 +154,33 @@ func (n *Node) retainedUpTo(x *durSrc) uint64 {
 	return x.safe + uint64(k)
 }
 
-// subscribeDurable handles a client's Subscribe with a durable name.
+// subscribeDurable handles a client's Subscribe with a durable name, or
+// with Recover: a plain subscription that recovers what its client missed
+// (after a reconnect to this broker). A recovering subscription is a
+// durable one without a name: its token is the client's positions and
+// lives here only; it takes the same path (catchup from the publishers'
+// edges, buffer, switch), its unfilled ranges are listed in the
+// confirmation (SubAck.Missed) and it gets no Silence.
 func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.Subscribe) {
 	refuse := func(err string) { n.toClient(c, &message.SubAck{Req: m.Req, Err: err}) }
-	if len(m.Durable) > checkpoint.MaxName {
-		refuse(fmt.Sprintf("durable name of %d bytes, at most %d", len(m.Durable), checkpoint.MaxName))
+	recov := m.Durable == ""
+	var tok checkpoint.Token
+	fresh := true // a source the token does not name: from now on
+	if recov {
+		if len(m.Recover.From) > message.MaxRecoverSources {
+			refuse(fmt.Sprintf("recover: %d sources, at most %d", len(m.Recover.From), message.MaxRecoverSources))
+			return
+		}
+		for _, e := range m.Recover.From {
+			if err := tok.Consume(e.Source, e.Seq); err != nil {
+				refuse("recover: " + err.Error())
+				return
+			}
+		}
+	} else if tok, fresh = n.durableToken(m, refuse); tok.Name == "" {
 		return
 	}
-	tok := checkpoint.Token{Name: m.Durable}
-	fresh := len(m.Token) == 0
-	if !fresh {
-		t, err := checkpoint.Decode(m.Token)
-		if err != nil {
-			refuse("bad checkpoint token: " + err.Error())
-			return
-		}
-		if t.Name != m.Durable {
-			refuse(fmt.Sprintf("foreign checkpoint token: it belongs to durable subscription %q, not %q", t.Name, m.Durable))
-			return
-		}
-		tok = t
-	}
-	if old, ok := n.dsub.names[m.Durable]; ok {
+	if old, ok := n.dsub.names[m.Durable]; ok && !recov {
 		// One home per name: a newer session takes it over here.
 		if d := n.dsub.subs[old]; d != nil {
 			if ocs := n.clients[d.client]; ocs != nil {
@@ -190,14 +199,16 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 	if !ok {
 		return
 	}
-	d := &dsub{name: m.Durable, client: c, req: m.Req, filter: m.Filter, tok: tok,
+	d := &dsub{name: m.Durable, recov: recov, client: c, req: m.Req, filter: m.Filter, tok: tok,
 		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, first: map[message.Source]uint64{}}
 	if n.dsub.subs == nil {
 		n.dsub.subs = map[message.SubID]*dsub{}
 		n.dsub.names = map[string]message.SubID{}
 	}
 	n.dsub.subs[sub] = d
-	n.dsub.names[m.Durable] = sub
+	if !recov {
+		n.dsub.names[m.Durable] = sub
+	}
 	df := &message.DurableFlood{Name: m.Durable, Fresh: fresh}
 	for _, e := range tok.Entries {
 		df.From = append(df.From, message.SourceSeq{Source: e.Source, Seq: e.From()})
@@ -211,6 +222,29 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		}
 	}
 	n.startFlood(f)
+}
+
+// durableToken checks a durable Subscribe's name and token: the token to
+// resume from (one with an empty Name when refused) and whether it is a
+// new subscription.
+func (n *Node) durableToken(m *message.Subscribe, refuse func(string)) (checkpoint.Token, bool) {
+	if len(m.Durable) > checkpoint.MaxName {
+		refuse(fmt.Sprintf("durable name of %d bytes, at most %d", len(m.Durable), checkpoint.MaxName))
+		return checkpoint.Token{}, false
+	}
+	if len(m.Token) == 0 {
+		return checkpoint.Token{Name: m.Durable}, true
+	}
+	t, err := checkpoint.Decode(m.Token)
+	if err != nil {
+		refuse("bad checkpoint token: " + err.Error())
+		return checkpoint.Token{}, false
+	}
+	if t.Name != m.Durable {
+		refuse(fmt.Sprintf("foreign checkpoint token: it belongs to durable subscription %q, not %q", t.Name, m.Durable))
+		return checkpoint.Token{}, false
+	}
+	return t, false
 }
 
 func (n *Node) durFloods() map[message.SubID]*message.DurableFlood {
@@ -406,7 +440,12 @@ func (n *Node) durGap(sub message.SubID, d *dsub, s message.Source, first uint64
 	}
 	n.counters.Gaps++
 	n.counters.DurableGaps++
-	n.toClient(d.client, &message.Gap{Sub: sub, Source: s, From: from + 1, To: first - 1, Reason: "released by the publisher's edge (retention) before this subscription consumed it"})
+	g := &message.Gap{Sub: sub, Source: s, From: from + 1, To: first - 1, Reason: "no longer retained by the publisher's edge (retention) when this subscription asked for it"}
+	if d.recov && d.buf != nil {
+		d.missed = append(d.missed, *g) // at the switch: listed in the confirmation
+		return
+	}
+	n.toClient(d.client, g)
 }
 
 // durSilence advances d's horizons of srcs to to[s] and tells the client.
@@ -419,6 +458,9 @@ func (n *Node) durSilence(sub message.SubID, d *dsub, srcs []message.Source, to 
 		}
 		if err := d.tok.Advance(s, h); err != nil {
 			continue // a full token takes no new source on silence alone
+		}
+		if d.recov {
+			continue // its token is the broker's alone
 		}
 		out = append(out, message.SourceSeq{Source: s, Seq: h})
 		if len(out) == silenceBatch {
@@ -460,8 +502,12 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	if n.dsub.subs[sub] != d {
 		return
 	}
-	d.buf, d.last, d.first, d.bytes = nil, nil, nil, 0
-	n.toClient(d.client, &message.SubAck{Req: d.req, Sub: sub, Confirmed: true})
+	ack := &message.SubAck{Req: d.req, Sub: sub, Confirmed: true}
+	if d.recov {
+		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
+	}
+	d.buf, d.last, d.first, d.bytes, d.missed = nil, nil, nil, 0, nil
+	n.toClient(d.client, ack)
 }
 
 // durableSilenceTick advances, once per DACK period, the horizons of the

@@ -679,7 +679,7 @@ func (n *Node) subscribe(c message.ClientID, cs *clientState, m *message.Subscri
 		n.toClient(c, &message.SubAck{Req: m.Req, Err: "broker not joined (joining, recovering or leaving): retry later"})
 		return
 	}
-	if m.Durable != "" {
+	if m.Durable != "" || m.Recover != nil {
 		n.subscribeDurable(c, cs, m) // dursub.go
 		return
 	}

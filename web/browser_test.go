@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,20 @@ type delivery struct {
 // startBroker runs a real broker (QUIC, and WebSocket when ws) in this
 // process until the test ends.
 func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, string) {
+	tb := runBroker(t, id, join, ws, nil)
+	return tb.b, tb.addr
+}
+
+// testBroker is a broker this process runs; kill crashes it.
+type testBroker struct {
+	b    *runtime.Broker
+	addr string
+	kill func()
+}
+
+// runBroker starts a broker (edit changes its configuration first); it
+// stops when the test ends, or crashes (no leave) at kill.
+func runBroker(t *testing.T, id, join string, ws bool, edit func(*runtime.BrokerConfig)) *testBroker {
 	t.Helper()
 	cfg, _ := runtime.Preset("testbed")
 	listen, err := benchcompare.FreeUDP()
@@ -47,6 +62,9 @@ func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, strin
 	if ws {
 		cfg.WSListen = "127.0.0.1:0"
 	}
+	if edit != nil {
+		edit(&cfg)
+	}
 	b, err := runtime.NewBroker(cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +72,27 @@ func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, strin
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { b.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return b, listen
+	var once sync.Once
+	stop := func(crash bool) {
+		once.Do(func() {
+			if crash {
+				b.Runtime.Kill() // Run returns without leaving the overlay
+			}
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(func() { stop(false) })
+	return &testBroker{b: b, addr: listen, kill: func() { stop(true) }}
+}
+
+// retaining makes a broker log and retain its publishers' publications
+// (for a minute), so that subscribers elsewhere can recover them.
+func retaining(t *testing.T) func(*runtime.BrokerConfig) {
+	dir := t.TempDir()
+	return func(c *runtime.BrokerConfig) {
+		c.DataDir, c.Durability, c.MaxRetain.Time = dir, "write", time.Minute
+	}
 }
 
 // TestBrowserPageShowsExactlyTheMatchingDeliveries runs the example page in
@@ -66,41 +103,12 @@ func startBroker(t *testing.T, id, join string, ws bool) (*runtime.Broker, strin
 // connection; the second half is published while it reconnects, and it
 // must resume with nothing missed and nothing twice.
 func TestBrowserPageShowsExactlyTheMatchingDeliveries(t *testing.T) {
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skip("no " + chromium + " on this machine (apt-get install chromium; .ci/run installs it)")
-	}
-	script, _ := filepath.Abs("testdata/browser.mjs")
-	if _, err := os.Stat("testdata/node_modules/playwright-core"); err != nil {
-		t.Fatal("playwright-core is not installed: run npm install in web/testdata (.ci/run does)")
-	}
+	script := browserTools(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
 	defer cancel()
 	_, addr1 := startBroker(t, "B1", "", false)
 	b2, addr2 := startBroker(t, "B2", addr1, true)
-
-	const filterText = "[class,eq,'STOCK'],[price,>,100]"
-	filter, err := matching.ParseFilter(filterText)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The publications: every other one matches, the last one matches and
-	// tells both subscribers they have everything (per-publisher FIFO).
-	var pubs []matching.Publication
-	want := 0
-	for i := range 11 {
-		price := 95 + 3*i
-		p, err := matching.ParsePublication(fmt.Sprintf("[class,'STOCK'],[price,%d],[n,%d],[ratio,%d.5]", price, i, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Payload = []byte(fmt.Sprintf("payload %d é", i))
-		pubs = append(pubs, p)
-		if price > 100 {
-			want++
-		}
-	}
-	other, _ := matching.ParsePublication("[class,'BOND'],[price,500]")
-	pubs = append(pubs[:3], append([]matching.Publication{other}, pubs[3:]...)...)
+	filterText, filter, pubs, want := stockPubs(t)
 
 	page := fmt.Sprintf("http://%s/index.html", b2.WSAddr())
 	// The page drops its connection after the matching publications of
@@ -182,5 +190,132 @@ func TestBrowserPageShowsExactlyTheMatchingDeliveries(t *testing.T) {
 		if price := d.Attrs["price"].(float64); price <= 100 || d.Publisher != "go-pub" || !strings.HasPrefix(d.Payload, "payload ") {
 			t.Errorf("delivery %d %v does not match the filter", i, d)
 		}
+	}
+}
+
+// browserTools returns the path of the script that drives Chromium. Without
+// Chromium the test is skipped (saying so); with it, a missing node or
+// playwright-core fails the test: CI has all three (.ci/run).
+func browserTools(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skip("no " + chromium + " on this machine (apt-get install chromium; .ci/run installs it)")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("chromium is installed but node is not: apt-get install nodejs npm (.ci/run does)")
+	}
+	if _, err := os.Stat("testdata/node_modules/playwright-core"); err != nil {
+		t.Fatal("playwright-core is not installed: run npm install in web/testdata (.ci/run does)")
+	}
+	script, _ := filepath.Abs("testdata/browser.mjs")
+	return script
+}
+
+// stockPubs are the test's publications and filter: every other one
+// matches, a non-matching class among them, the last one matches (and
+// tells the subscribers they have everything, per-publisher FIFO).
+func stockPubs(t *testing.T) (string, matching.Filter, []matching.Publication, int) {
+	t.Helper()
+	const filterText = "[class,eq,'STOCK'],[price,>,100]"
+	filter, err := matching.ParseFilter(filterText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pubs []matching.Publication
+	want := 0
+	for i := range 11 {
+		price := 95 + 3*i
+		p, err := matching.ParsePublication(fmt.Sprintf("[class,'STOCK'],[price,%d],[n,%d],[ratio,%d.5]", price, i, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Payload = []byte(fmt.Sprintf("payload %d é", i))
+		pubs = append(pubs, p)
+		if price > 100 {
+			want++
+		}
+	}
+	other, _ := matching.ParsePublication("[class,'BOND'],[price,500]")
+	pubs = append(pubs[:3], append([]matching.Publication{other}, pubs[3:]...)...)
+	return filterText, filter, pubs, want
+}
+
+// expected is what a subscriber with filter gets of pubs published in
+// order by publisher/epoch (seqs from 1).
+func expected(filter matching.Filter, pubs []matching.Publication, publisher string, epoch uint64) []delivery {
+	var out []delivery
+	for i, p := range pubs {
+		if !filter.Match(&p) {
+			continue
+		}
+		var attrs map[string]any
+		_ = json.Unmarshal(p.JSON(), &attrs)
+		out = append(out, delivery{publisher, epoch, uint64(i + 1), attrs, string(p.Payload)})
+	}
+	return out
+}
+
+// TestBrowserPageRecoversOnAnotherBrokerAfterACrash: the page subscribes
+// through broker A (its client knows A and B), a Go publisher on P (whose
+// edge retains its publications) publishes; once the page shows the first
+// half, A crashes; the rest is published while the page reconnects to B,
+// subscribes again with its positions and recovers. The page must show
+// exactly the matching publications, nothing missing, nothing twice, and
+// say it recovered everything.
+func TestBrowserPageRecoversOnAnotherBrokerAfterACrash(t *testing.T) {
+	script := browserTools(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	p := runBroker(t, "P", "", false, retaining(t))
+	a := runBroker(t, "A", p.addr, true, nil)
+	b := runBroker(t, "B", p.addr, true, nil)
+	filterText, filter, pubs, want := stockPubs(t)
+	half := len(pubs) / 2
+	first := len(expected(filter, pubs[:half], "", 0))
+
+	page := fmt.Sprintf("http://%s/index.html?ws=ws://%s/v1/ws,ws://%s/v1/ws", a.b.WSAddr(), a.b.WSAddr(), b.b.WSAddr())
+	cmd := exec.CommandContext(ctx, "node", script, page, filterText, fmt.Sprint(first), fmt.Sprint(want), "60000", "crash")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	lines := bufio.NewScanner(out)
+	lines.Buffer(nil, 1<<20)
+	if !lines.Scan() || lines.Text() != "READY" {
+		t.Fatalf("the page did not get its subscription confirmed on A: %q", lines.Text())
+	}
+	pub, err := client.Connect(ctx, p.addr, client.Options{Publisher: "go-pub", Epoch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for i, m := range pubs {
+		if i == half {
+			if !lines.Scan() || lines.Text() != "SHOWN" {
+				t.Fatalf("the page did not show the first %d deliveries: %q", first, lines.Text())
+			}
+			a.kill()
+		}
+		if err := pub.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !lines.Scan() {
+		t.Fatalf("the page did not show its %d deliveries after recovering on B", want)
+	}
+	var fromJS []delivery
+	if err := json.Unmarshal(lines.Bytes(), &fromJS); err != nil {
+		t.Fatalf("%v: %q", err, lines.Text())
+	}
+	if !lines.Scan() || !strings.Contains(lines.Text(), "recovered to B, nothing missed") {
+		t.Errorf("page status %q, want a recovery on B with nothing missed", lines.Text())
+	}
+	if wantDs := expected(filter, pubs, "go-pub", 4); !reflect.DeepEqual(fromJS, wantDs) {
+		t.Errorf("the page's deliveries are not exactly the matching publications:\n got  %v\n want %v", fromJS, wantDs)
 	}
 }

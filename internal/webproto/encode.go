@@ -36,6 +36,14 @@ type outFrame struct {
 	Resumed   *bool    `json:"resumed,omitempty" msgpack:"resumed,omitempty"`
 	Recovered *bool    `json:"recovered,omitempty" msgpack:"recovered,omitempty"`
 	Gaps      []outGap `json:"gaps,omitempty" msgpack:"gaps,omitempty"`
+	// Sources: a silence frame's horizons (durable subscriptions).
+	Sources []outSource `json:"sources,omitempty" msgpack:"sources,omitempty"`
+}
+
+type outSource struct {
+	Publisher string `json:"publisher" msgpack:"publisher"`
+	Epoch     uint64 `json:"epoch" msgpack:"epoch"`
+	Seq       uint64 `json:"seq" msgpack:"seq"`
 }
 
 type outGap struct {
@@ -102,6 +110,21 @@ func (c Codec) Encode(m message.Message) ([]byte, bool) {
 		f = outFrame{Type: "suback", ID: m.Req, Sub: m.Sub.String(), Confirmed: m.Confirmed, Message: m.Err}
 		if m.Err != "" {
 			f.Code = CodeRefused
+		}
+		if m.Recovery {
+			// The confirmation of a subscribe with recover: what came
+			// before it was the missed publications; Gaps what no
+			// history held.
+			rec := m.Recovered
+			f.Recovered = &rec
+			for _, g := range m.Missed {
+				f.Gaps = append(f.Gaps, outGap{Sub: m.Sub.String(), Publisher: g.Source.Publisher, Epoch: g.Source.Epoch, From: g.From, To: g.To})
+			}
+		}
+	case *message.Silence:
+		f = outFrame{Type: "silence", Sub: m.Sub.String()}
+		for _, s := range m.Sources {
+			f.Sources = append(f.Sources, outSource{Publisher: s.Source.Publisher, Epoch: s.Source.Epoch, Seq: s.Seq})
 		}
 	case *message.UnsubAck:
 		f = outFrame{Type: "unsuback", Sub: m.Sub.String(), Message: m.Err}

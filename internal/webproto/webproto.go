@@ -8,6 +8,7 @@ package webproto
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -112,6 +113,10 @@ type inFrame struct {
 	Resume    string       `json:"resume" msgpack:"resume"`
 	Positions []inPosition `json:"positions" msgpack:"positions"`
 	Conflate  *inConflate  `json:"conflate" msgpack:"conflate"`
+	// subscribe: recover (with positions, without sub) after a reconnect
+	// to another broker; durable with token (base64 checkpoint token).
+	Recover bool   `json:"recover" msgpack:"recover"`
+	Durable string `json:"durable" msgpack:"durable"`
 }
 
 // inConflate is a subscribe frame's "conflate": per value of attribute
@@ -165,7 +170,10 @@ func Decode(data []byte, binary bool) (*Hello, message.Message, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		sub := &message.Subscribe{Req: f.ID, Filter: flt}
+		sub := &message.Subscribe{Req: f.ID, Filter: flt, Durable: f.Durable}
+		if err := subscribeFrom(sub, &f); err != nil {
+			return nil, nil, err
+		}
 		if f.Conflate != nil {
 			sub.Conflate = &message.Conflation{Key: f.Conflate.Key, IntervalMS: f.Conflate.IntervalMS}
 			if err := sub.Conflate.Check(); err != nil {
@@ -179,6 +187,16 @@ func Decode(data []byte, binary bool) (*Hello, message.Message, error) {
 			return nil, nil, bad(CodeBadFrame, "sub: %v", err)
 		}
 		return nil, &message.Unsubscribe{Sub: id}, nil
+	case "ack":
+		id, err := ParseSubID(f.Sub)
+		if err != nil {
+			return nil, nil, bad(CodeBadFrame, "sub: %v", err)
+		}
+		tok, err := base64.StdEncoding.DecodeString(f.Token)
+		if err != nil || len(tok) == 0 {
+			return nil, nil, bad(CodeBadFrame, "ack: token must be a checkpoint token in base64")
+		}
+		return nil, &message.DurableAck{Sub: id, Token: tok}, nil
 	case "publish":
 		if f.Seq == 0 {
 			return nil, nil, bad(CodeBadFrame, "publish: seq must be 1 or more (consecutive per publisher epoch)")
@@ -195,8 +213,42 @@ func Decode(data []byte, binary bool) (*Hello, message.Message, error) {
 	case "":
 		return nil, nil, bad(CodeBadFrame, "no \"type\"")
 	default:
-		return nil, nil, bad(CodeBadFrame, "unknown type %q (hello, subscribe, unsubscribe or publish)", truncate(f.Type))
+		return nil, nil, bad(CodeBadFrame, "unknown type %q (hello, subscribe, unsubscribe, publish or ack)", truncate(f.Type))
 	}
+}
+
+// subscribeFrom reads a subscribe frame's recovery (recover, positions)
+// or durable token into m.
+func subscribeFrom(m *message.Subscribe, f *inFrame) error {
+	switch {
+	case f.Recover && f.Durable != "":
+		return bad(CodeBadFrame, "subscribe: recover and durable exclude each other (a durable subscription resumes from its token)")
+	case !f.Recover && len(f.Positions) > 0:
+		return bad(CodeBadFrame, "subscribe: positions without recover")
+	case f.Durable == "" && f.Token != "":
+		return bad(CodeBadFrame, "subscribe: token without durable")
+	}
+	if f.Durable != "" && f.Token != "" {
+		tok, err := base64.StdEncoding.DecodeString(f.Token)
+		if err != nil {
+			return bad(CodeBadFrame, "subscribe: token: not base64: %v", err)
+		}
+		m.Token = tok
+	}
+	if !f.Recover {
+		return nil
+	}
+	if len(f.Positions) > message.MaxRecoverSources {
+		return bad(CodeBadFrame, "subscribe: %d positions, at most %d", len(f.Positions), message.MaxRecoverSources)
+	}
+	m.Recover = &message.Recovery{}
+	for i, p := range f.Positions {
+		if p.Sub != "" || p.Publisher == "" {
+			return bad(CodeBadFrame, "subscribe: positions[%d]: want publisher, epoch and seq (no sub)", i)
+		}
+		m.Recover.From = append(m.Recover.From, message.SourceSeq{Source: message.Source{Publisher: p.Publisher, Epoch: p.Epoch}, Seq: p.Seq})
+	}
+	return nil
 }
 
 func truncate(s string) string {

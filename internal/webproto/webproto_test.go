@@ -25,6 +25,18 @@ func TestDecodeFrames(t *testing.T) {
 		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","conflate":{"key":"symbol","interval_ms":1}}`, CodeBadFrame},
 		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","conflate":{"interval_ms":250}}`, CodeBadFrame},
 		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","conflate":{"key":"symbol","interval_ms":250,"x":1}}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","recover":true,"positions":[{"publisher":"p","epoch":3,"seq":9}]}`, "Subscribe"},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","recover":true}`, "Subscribe"},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","positions":[{"publisher":"p","epoch":3,"seq":9}]}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","recover":true,"positions":[{"sub":"B1/7/3","publisher":"p","epoch":3,"seq":9}]}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","recover":true,"positions":[{"epoch":3,"seq":9}]}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","durable":"d","token":"RFBDVA=="}`, "Subscribe"},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","durable":"d","token":"!!"}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","token":"RFBDVA=="}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","durable":"d","recover":true}`, CodeBadFrame},
+		{`{"type":"ack","sub":"B1/7/3","token":"RFBDVA=="}`, "DurableAck"},
+		{`{"type":"ack","sub":"B1/7/3"}`, CodeBadFrame},
+		{`{"type":"ack","sub":"x","token":"RFBDVA=="}`, CodeBadFrame},
 		{`{"type":"unsubscribe","sub":"B1/7/3"}`, "Unsubscribe"},
 		{`{"type":"unsubscribe","sub":"B1-7-3"}`, CodeBadFrame},
 		{`{"type":"publish","seq":1,"attrs":{"class":"A","n":1},"payload":"hi"}`, "Publish"},
@@ -117,6 +129,49 @@ func TestDeliverFrameIsEncode(t *testing.T) {
 		want, _ := Codec{}.Encode(d)
 		if got := DeliverFrame(Codec{}.DeliverBody(d), d.Sub); string(got) != string(want) {
 			t.Errorf("shared encoding\n got %s\nwant %s", got, want)
+		}
+	}
+}
+
+func TestDecodeSubscribeRecoverAndDurable(t *testing.T) {
+	_, m, err := Decode([]byte(`{"type":"subscribe","id":4,"filter":"[class,eq,'A']","recover":true,"positions":[{"publisher":"p","epoch":3,"seq":9}]}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.(*message.Subscribe)
+	want := []message.SourceSeq{{Source: message.Source{Publisher: "p", Epoch: 3}, Seq: 9}}
+	if s.Recover == nil || len(s.Recover.From) != 1 || s.Recover.From[0] != want[0] || s.Durable != "" {
+		t.Fatalf("recover: %+v", s)
+	}
+	_, m, err = Decode([]byte(`{"type":"subscribe","id":4,"filter":"[class,eq,'A']","durable":"screen","token":"RFBDVA=="}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.(*message.Subscribe); s.Durable != "screen" || string(s.Token) != "DPCT" || s.Recover != nil {
+		t.Fatalf("durable: %+v", s)
+	}
+}
+
+func TestEncodeRecoveryAndSilence(t *testing.T) {
+	sub := message.SubID{Edge: "B", Epoch: 7, N: 1}
+	src := message.Source{Publisher: "p", Epoch: 3}
+	var c Codec
+	for _, tc := range []struct {
+		m    message.Message
+		want string
+	}{
+		{&message.SubAck{Req: 1, Sub: sub, Confirmed: true, Recovery: true, Recovered: true},
+			`{"type":"suback","id":1,"sub":"B/7/1","confirmed":true,"recovered":true}`},
+		{&message.SubAck{Req: 1, Sub: sub, Confirmed: true, Recovery: true, Missed: []message.Gap{{Sub: sub, Source: src, From: 2, To: 4}}},
+			`{"type":"suback","id":1,"sub":"B/7/1","confirmed":true,"recovered":false,"gaps":[{"sub":"B/7/1","publisher":"p","epoch":3,"from":2,"to":4}]}`},
+		{&message.SubAck{Req: 1, Sub: sub, Confirmed: true},
+			`{"type":"suback","id":1,"sub":"B/7/1","confirmed":true}`},
+		{&message.Silence{Sub: sub, Sources: []message.SourceSeq{{Source: src, Seq: 40}}},
+			`{"type":"silence","sub":"B/7/1","sources":[{"publisher":"p","epoch":3,"seq":40}]}`},
+	} {
+		got, ok := c.Encode(tc.m)
+		if !ok || string(got) != tc.want {
+			t.Errorf("%T: got %s, want %s", tc.m, got, tc.want)
 		}
 	}
 }
