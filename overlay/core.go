@@ -263,6 +263,17 @@ func (n *Node) Tick() {
 				n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
 			}
 		}
+		if p.gone && p.goneProbes > 0 && !p.up && !p.dialing {
+			// A broker we declared gone may have been stalled, not dead:
+			// probed a few times, one failure timeout after the verdict
+			// and then once per gone_after, it hears that it was removed
+			// if it is alive (removedWhileAlive).
+			if p.goneWait--; p.goneWait <= 0 && p.goneAddr != "" {
+				p.goneProbes--
+				p.goneWait = n.cfg.GoneAfterTicks
+				n.dial(Peer{ID: id, Addr: p.goneAddr}, false)
+			}
+		}
 		if !p.up && !p.suspected && !p.dialing && p.dialWait == 0 && (n.wanted(id) || n.floodInvolves(id)) {
 			n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
 		}

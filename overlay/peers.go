@@ -42,6 +42,11 @@ type peer struct {
 	refuted   int    // its suspicions it refuted (heard again, same incarnation), not yet forgiven: patience.go
 	calm      int    // ticks since the last refutation or suspicion (patience.go)
 	toldGone  int64  // tick it was last told it was removed while alive (0: never)
+	// After we declared it gone: a few slow probes, so that a live one (a
+	// stall past gone_after) hears it was removed (removedWhileAlive).
+	goneProbes int    // probes left
+	goneWait   int    // ticks to the next one
+	goneAddr   string // its address when declared gone (a removal drops it from the map)
 }
 
 // monitored reports whether silence from id counts toward a suspicion:
@@ -227,12 +232,15 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 	}
 }
 
+// maxGoneProbes bounds the probes of a broker declared gone (see peer).
+const maxGoneProbes = 3
+
 // removedWhileAlive applies the rule "removed while alive" (docs/protocol.md
-// §6): a broker removed from the tree as gone that speaks again in the
-// same incarnation was not dead but stalled (frozen, starved) for
-// gone_after. Its subscriptions were withdrawn and its neighbours
-// re-attached around it; it still believes itself a member, routes
-// through nobody's map and gets nothing, for good. The broker that hears
+// §6): a broker declared gone (and, when isolated, removed from the tree)
+// that speaks again in the same incarnation was not dead but stalled
+// (frozen, starved) for gone_after. Its subscriptions were withdrawn
+// overlay-wide (and its neighbours re-attached around it); it still
+// believes itself a member, and its subscribers get nothing, for good. The broker that hears
 // it tells it so (a heartbeat with Removed, at most once per failure
 // timeout); the removed broker reports NoticeRemoved, once, on which the
 // runtime restarts it at once as a new incarnation, as after a crash
@@ -247,7 +255,7 @@ func (n *Node) removedWhileAlive(p *peer, m *message.Heartbeat) bool {
 		n.notice(NoticeRemoved, p.id, "removed from the tree as gone while alive: restart as a new incarnation")
 		return true
 	}
-	if m.Joined && m.Epoch == p.epoch && p.gone && n.topo.Removed(p.id) &&
+	if m.Joined && m.Epoch == p.epoch && p.gone &&
 		(p.toldGone == 0 || n.now-p.toldGone >= int64(n.cfg.FailureTicks)) {
 		p.toldGone = n.now
 		n.send(p.id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.mem.joined && !n.mem.leaving, Removed: true})
