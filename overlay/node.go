@@ -186,6 +186,40 @@ const (
 	NoticeRemoved     NoticeKind = "removed"      // this broker was removed from the tree as gone while alive (Peer told it): restart it as a new incarnation
 )
 
+// Core is the method set of a protocol core that an environment drives:
+// its inputs (Step, Tick, links, client sessions), its outputs (Ready) and
+// where it stands (Joined, Place). *Node is one; the replica baseline
+// (package replicas) and the simulator's reference node are others. The
+// runtime (overlay/runtime.Core) and the simulator (sim.Node) each add what
+// they read besides. Every method is called from one loop; none blocks.
+type Core interface {
+	Bootstrap()
+	Join(joinpoints []Peer)
+	Tick()
+	Step(from message.BrokerID, m message.Message)
+	LinkUp(peer message.BrokerID)
+	LinkDown(peer message.BrokerID)
+	DialFailed(peer message.BrokerID)
+	ClientOpen(c message.ClientID)
+	ClientClose(c message.ClientID)
+	Client(c message.ClientID, m message.Message)
+	// Leave starts a graceful leave (a core that cannot leave does
+	// nothing).
+	Leave()
+	// Restore gives a restarted core its publication log before it joins
+	// (a core without a log ignores it).
+	Restore(last []message.PubID, pubs []message.Pub)
+	// Ready returns the outputs produced since the last call and clears
+	// them; the environment acts on them in order.
+	Ready() Ready
+	Joined() bool
+	// Place is where a restart should rejoin: what the runtime keeps in
+	// the broker's data directory. nil: none.
+	Place() []Peer
+}
+
+var _ Core = (*Node)(nil)
+
 // Notice is an event the core reports.
 type Notice struct {
 	Kind   NoticeKind

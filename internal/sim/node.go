@@ -13,44 +13,21 @@ import (
 // what it changes. Every method is called from the simulator's single
 // loop; none may block.
 type Node interface {
-	Bootstrap()
-	Join(joinpoints []overlay.Peer)
-	Tick()
-	Step(from message.BrokerID, m message.Message)
-	LinkUp(peer message.BrokerID)
-	LinkDown(peer message.BrokerID)
-	DialFailed(peer message.BrokerID)
-	ClientOpen(c message.ClientID)
-	ClientClose(c message.ClientID)
-	Client(c message.ClientID, m message.Message)
-	// Leave starts a graceful leave (a node that cannot leave does
-	// nothing: Leaving stays false).
-	Leave()
-	// Restore gives a restarted node its publication log before it joins
-	// (overlay.Node.Restore; a node without a log ignores it).
-	Restore(last []message.PubID, pubs []message.Pub)
+	overlay.Core // inputs, outputs, Joined and Place (a restart's rejoin)
 
 	// Pending reports whether Ready has anything to return.
 	Pending() bool
-	// Ready returns the outputs produced since the last call and clears
-	// them; the simulator acts on them in order (notices, dials, closes,
-	// messages, messages to clients).
-	Ready() overlay.Ready
 
 	// What the checkers and the fuzzer read: cheap accessors, called
-	// often. Parent is the tree parent it joined under ("": none, or not
-	// known).
-	Joined() bool
+	// often.
 	Leaving() bool
 	// Phase is where the node stands in its membership state machine
 	// (overlay.Phase); the simulator checks every change against
 	// overlay.LegalPhaseChange.
 	Phase() overlay.Phase
 	QueueLen() int
+	// Parent is the tree parent it joined under ("": none, or not known).
 	Parent() message.BrokerID
-	// Place is where a restart should rejoin (overlay.Node.Place): what
-	// the runtime keeps in the broker's data directory. nil: none.
-	Place() []overlay.Peer
 }
 
 // The protocol core is a Node as it is.

@@ -15,23 +15,10 @@ import (
 	"github.com/deltapub/deltapub/replicas"
 )
 
-// Core is the method set of a protocol core that the runtime calls.
+// Core is what the runtime drives: a protocol core (overlay.Core) and its
+// status for metrics and /state.
 type Core interface {
-	Bootstrap()
-	Join(joinpoints []overlay.Peer)
-	Tick()
-	Step(from message.BrokerID, m message.Message)
-	LinkUp(peer message.BrokerID)
-	LinkDown(peer message.BrokerID)
-	DialFailed(peer message.BrokerID)
-	ClientOpen(c message.ClientID)
-	ClientClose(c message.ClientID)
-	Client(c message.ClientID, m message.Message)
-	Leave()
-	Restore(last []message.PubID, pubs []message.Pub)
-	Ready() overlay.Ready
-	Joined() bool
-	Place() []overlay.Peer
+	overlay.Core
 	Status() overlay.Status
 }
 
