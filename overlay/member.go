@@ -293,7 +293,9 @@ func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
 // and this broker's silence about it says nothing (docs/protocol.md §6).
 func (n *Node) declareGone(p *peer) {
 	p.gone = true
-	p.goneProbes, p.goneWait, p.goneAddr = maxGoneProbes, n.cfg.FailureTicks, n.addrOf(p.id)
+	if n.isNeighbour(p.id) {
+		p.goneProbes, p.goneWait, p.goneAddr = maxGoneProbes, n.cfg.FailureTicks, n.addrOf(p.id)
+	}
 	n.notice(NoticeGone, p.id, fmt.Sprintf("suspected for %d ticks", p.suspTicks))
 	var subs []message.SubID
 	for _, e := range n.table.Entries() {
