@@ -21,26 +21,7 @@ func newDurableHarness(t *testing.T) *harness {
 // subscription) and waits for the switch to live.
 func (h *harness) durableSub(b message.BrokerID, c message.ClientID, name string, f string, tok []byte) message.SubID {
 	h.t.Helper()
-	h.do(b, func(n *Node) {
-		n.ClientOpen(c)
-		n.Client(c, &message.Subscribe{Req: uint64(c), Filter: classFilter(f), Durable: name, Token: tok})
-	})
-	var sub message.SubID
-	h.runUntil(300, "durable subscription confirmed", func() bool {
-		for _, m := range h.got[c] {
-			if a, ok := m.(*message.SubAck); ok {
-				if a.Err != "" {
-					h.t.Fatalf("SubAck error: %s", a.Err)
-				}
-				if a.Confirmed {
-					sub = a.Sub
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return sub
+	return h.subscribeWith(b, c, &message.Subscribe{Req: uint64(c), Filter: classFilter(f), Durable: name, Token: tok}).Sub
 }
 
 // clientToken is the token a client of c computes from what it got.

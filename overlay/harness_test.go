@@ -230,8 +230,15 @@ func classFilter(class string) matching.Filter {
 // subscribe makes client c of broker b subscribe and waits for the
 // confirmation.
 func (h *harness) subscribe(b message.BrokerID, c message.ClientID, f matching.Filter) message.SubID {
-	h.do(b, func(n *Node) { n.ClientOpen(c); n.Client(c, &message.Subscribe{Req: uint64(c), Filter: f}) })
-	var sub message.SubID
+	return h.subscribeWith(b, c, &message.Subscribe{Req: uint64(c), Filter: f}).Sub
+}
+
+// subscribeWith opens client c at broker b, sends s and waits for its
+// confirmation (a SubAck with an error fails the test).
+func (h *harness) subscribeWith(b message.BrokerID, c message.ClientID, s *message.Subscribe) *message.SubAck {
+	h.t.Helper()
+	h.do(b, func(n *Node) { n.ClientOpen(c); n.Client(c, s) })
+	var ack *message.SubAck
 	h.runUntil(300, fmt.Sprintf("subscription of client %d confirmed", c), func() bool {
 		for _, m := range h.got[c] {
 			if a, ok := m.(*message.SubAck); ok {
@@ -239,14 +246,14 @@ func (h *harness) subscribe(b message.BrokerID, c message.ClientID, f matching.F
 					h.t.Fatalf("SubAck error: %s", a.Err)
 				}
 				if a.Confirmed {
-					sub = a.Sub
+					ack = a
 					return true
 				}
 			}
 		}
 		return false
 	})
-	return sub
+	return ack
 }
 
 func (h *harness) publish(b message.BrokerID, c message.ClientID, seq uint64, class string) {

@@ -11,26 +11,7 @@ import (
 // positions, and returns its confirmation.
 func (h *harness) recoverSub(b message.BrokerID, c message.ClientID, f string, from []message.SourceSeq) *message.SubAck {
 	h.t.Helper()
-	h.do(b, func(n *Node) {
-		n.ClientOpen(c)
-		n.Client(c, &message.Subscribe{Req: uint64(c), Filter: classFilter(f), Recover: &message.Recovery{From: from}})
-	})
-	var ack *message.SubAck
-	h.runUntil(300, "recovering subscription confirmed", func() bool {
-		for _, m := range h.got[c] {
-			if a, ok := m.(*message.SubAck); ok {
-				if a.Err != "" {
-					h.t.Fatalf("SubAck error: %s", a.Err)
-				}
-				if a.Confirmed {
-					ack = a
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return ack
+	return h.subscribeWith(b, c, &message.Subscribe{Req: uint64(c), Filter: classFilter(f), Recover: &message.Recovery{From: from}})
 }
 
 // lastPositions is what a web client presents: the last seq it got per
