@@ -253,7 +253,7 @@ func (n *Node) Tick() {
 		}
 		if p.suspected && !p.gone {
 			p.suspTicks++
-			if p.suspTicks >= n.cfg.GoneAfterTicks && n.now-p.vouchedAt > int64(n.cfg.FailureTicks) {
+			if p.suspTicks >= n.cfg.GoneAfterTicks && n.now-p.vouchedAt > int64(n.cfg.FailureTicks) && n.ownsGoneVerdict(p.id) {
 				n.declareGone(p)
 				changed = true
 			}

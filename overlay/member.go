@@ -283,6 +283,23 @@ func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
 		}})
 }
 
+// ownsGoneVerdict applies the rule "the gone verdict is the last live hop's"
+// (docs/protocol.md §6): a broker declares g gone only if it is g's tree
+// neighbour, or if g's tree neighbour on the path from here to g is
+// unusable to it. Otherwise that neighbour's verdict withdraws g's
+// subscriptions on our side (its withdrawals flood away from g), and ours
+// would be a second verdict from a broker that merely stopped hearing g:
+// a bypass target it no longer dials, a suspicion it took from a report
+// one heartbeat before the report was withdrawn (scenario
+// gone_verdict_waits_for_last_hop.txt).
+func (n *Node) ownsGoneVerdict(g message.BrokerID) bool {
+	path := n.topo.Path(n.cfg.ID, g)
+	if len(path) <= 2 {
+		return true // a tree neighbour, or g is not in our map any more
+	}
+	return n.unusable(path[len(path)-2])
+}
+
 // declareGone handles a broker suspected for GoneAfterTicks (PROTOCOL
 // §6): its subscriptions are withdrawn on its behalf overlay-wide, and
 // what was queued only for them is released. It stays in the map (it is
@@ -293,9 +310,7 @@ func (n *Node) onLeave(from message.BrokerID, m *message.LeaveRequest) {
 // and this broker's silence about it says nothing (docs/protocol.md §6).
 func (n *Node) declareGone(p *peer) {
 	p.gone = true
-	if n.isNeighbour(p.id) {
-		p.goneProbes, p.goneWait, p.goneAddr = maxGoneProbes, n.cfg.FailureTicks, n.addrOf(p.id)
-	}
+	p.goneProbes, p.goneWait, p.goneAddr = maxGoneProbes, n.cfg.FailureTicks, n.addrOf(p.id)
 	n.notice(NoticeGone, p.id, fmt.Sprintf("suspected for %d ticks", p.suspTicks))
 	var subs []message.SubID
 	for _, e := range n.table.Entries() {

@@ -236,8 +236,8 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 const maxGoneProbes = 3
 
 // removedWhileAlive applies the rule "removed while alive" (docs/protocol.md
-// §6): a broker declared gone by a tree neighbour (and, when isolated,
-// removed from the tree)
+// §6): a broker declared gone (by the last live hop toward it:
+// ownsGoneVerdict), and, when isolated, removed from the tree,
 // that speaks again in the same incarnation was not dead but stalled
 // (frozen, starved) for gone_after. Its subscriptions were withdrawn
 // overlay-wide (and its neighbours re-attached around it); it still
@@ -256,7 +256,7 @@ func (n *Node) removedWhileAlive(p *peer, m *message.Heartbeat) bool {
 		n.notice(NoticeRemoved, p.id, "removed from the tree as gone while alive: restart as a new incarnation")
 		return true
 	}
-	if m.Joined && m.Epoch == p.epoch && p.gone && (n.topo.Removed(p.id) || n.isNeighbour(p.id)) &&
+	if m.Joined && m.Epoch == p.epoch && p.gone &&
 		(p.toldGone == 0 || n.now-p.toldGone >= int64(n.cfg.FailureTicks)) {
 		p.toldGone = n.now
 		n.send(p.id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.mem.joined && !n.mem.leaving, Removed: true})
