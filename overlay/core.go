@@ -133,6 +133,8 @@ type floodState struct {
 type gapState struct {
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
+	onward     []message.SubID            // subscriptions a resync taught us, to flood on (paced: floodOnward)
+	onwardSet  map[message.SubID]bool     // what onward holds
 	seq        uint64                    // number of the last gap flood started here
 	seen       map[gapKey]bool
 	order      []gapKey
@@ -170,6 +172,7 @@ func NewNode(cfg Config) (*Node, error) {
 	n.floods.tombstones = map[message.SubID]bool{}
 	n.floods.topoSeen = map[floodKey]bool{}
 	n.gaps.holes = map[message.BrokerID]bool{}
+	n.gaps.onwardSet = map[message.SubID]bool{}
 	n.gaps.resyncDirs = map[message.BrokerID]bool{}
 	n.gaps.seen = map[gapKey]bool{}
 	n.counters.Control = map[string]uint64{}
@@ -291,6 +294,9 @@ func (n *Node) Tick() {
 			n.purge()
 		}
 		n.dackLinks()
+	}
+	if n.mem.joined {
+		n.floodOnward()
 	}
 	if n.mem.leaving && !n.mem.left {
 		n.leaveTick()

@@ -120,3 +120,43 @@ func (n *Node) onGapFlood(from message.BrokerID, g *message.GapFlood) {
 		n.send(t.id, g)
 	}
 }
+
+// onwardPerHeartbeat bounds the subscriptions a resync floods on per
+// heartbeat interval.
+const onwardPerHeartbeat = 50
+
+// floodOnward floods on, paced, the subscriptions a resync taught us
+// (onStateReply): at most onwardPerHeartbeat per heartbeat interval.
+// Rule (docs/protocol.md §8, "a resync floods on, paced"): a broker that
+// recovered without a side's state re-learns the whole side at once, 2,600
+// subscriptions in the srds09 run, and flooded each on to every other
+// neighbour in the same tick, which confirmed each at once: 7,560
+// SubFloods a second from one broker, and 2,000 SubConfirms a second from
+// each neighbour, on a machine already short of CPU (a storm by the
+// testbed's rule). The brokers behind us almost always hold these
+// subscriptions already (they were flooded before the failure); the
+// flood on is for the few made while a side was cut off beyond δ, whose
+// own floods resume when the hole heals (floodsResend), so pacing delays
+// nothing the guarantee counts on.
+func (n *Node) floodOnward() {
+	if len(n.gaps.onward) == 0 || n.now%int64(n.cfg.HeartbeatTicks) != 0 {
+		return
+	}
+	k := min(onwardPerHeartbeat, len(n.gaps.onward))
+	batch := n.gaps.onward[:k]
+	n.gaps.onward = n.gaps.onward[k:]
+	if len(n.gaps.onward) == 0 {
+		n.gaps.onward = nil
+	}
+	for _, sub := range batch {
+		delete(n.gaps.onwardSet, sub)
+		e, ok := n.table.Get(sub)
+		if !ok {
+			continue // withdrawn meanwhile: its withdrawal flooded on instead
+		}
+		fk := floodKey{kind: fkSub, sub: sub}
+		if _, busy := n.floods.pending[fk]; !busy {
+			n.startFlood(&flood{key: fk, except: e.Dir, budget: -1})
+		}
+	}
+}

@@ -183,11 +183,10 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 		}
 		for _, sub := range n.installSubs(from, m.Subs) {
 			// New to us, so possibly to the brokers behind us too: flood
-			// it on (those that have it answer at once).
-			e, _ := n.table.Get(sub)
-			k := floodKey{kind: fkSub, sub: sub}
-			if _, busy := n.floods.pending[k]; !busy {
-				n.startFlood(&flood{key: k, except: e.Dir, budget: -1})
+			// it on (those that have it answer at once), paced.
+			if !n.gaps.onwardSet[sub] {
+				n.gaps.onwardSet[sub] = true
+				n.gaps.onward = append(n.gaps.onward, sub)
 			}
 		}
 		n.routesChanged()

@@ -311,3 +311,50 @@ func rootWithGoneChild(t *testing.T, others ...message.BrokerID) *Node {
 	}
 	return n
 }
+
+// A resync that teaches us a whole side at once floods those
+// subscriptions on to our other side paced, at most onwardPerHeartbeat per
+// heartbeat interval, and every one of them in the end (rule "a resync
+// floods on, paced", docs/protocol.md §8).
+func TestResyncFloodsOnPaced(t *testing.T) {
+	n := childOfUnknownParent(t)
+	p := n.peer("B")
+	p.joined = true
+	linked(n, "D")
+	const total = 3*onwardPerHeartbeat + 7
+	var subs []message.SubState
+	for i := range total {
+		subs = append(subs, message.SubState{Sub: message.SubID{Edge: "B", Epoch: 2, N: uint64(i + 1)}, Filter: classFilter("a"), From: "B"})
+	}
+	n.Step("B", &message.StateReply{Map: append(n.topo.Nodes(), message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2}), Subs: subs})
+	flooded := map[message.SubID]bool{}
+	count := func() int {
+		k := 0
+		for _, e := range n.Ready().Messages {
+			if f, ok := e.Msg.(*message.SubFlood); ok && e.To == "D" && !f.Unsub {
+				flooded[f.Sub] = true
+				k++
+			}
+		}
+		return k
+	}
+	if k := count(); k != 0 {
+		t.Fatalf("%d SubFloods to D on the resync's own step, want 0 (paced by the tick)", k)
+	}
+	perInterval := 0
+	for tick := 1; tick <= 10*n.cfg.HeartbeatTicks; tick++ {
+		n.Step("B", &message.Heartbeat{Epoch: 2, Joined: true})
+		n.Step("D", &message.Heartbeat{Epoch: 1, Joined: true})
+		n.Tick()
+		perInterval += count()
+		if tick%n.cfg.HeartbeatTicks == 0 {
+			if perInterval > onwardPerHeartbeat {
+				t.Fatalf("%d SubFloods to D in one heartbeat interval, bound %d", perInterval, onwardPerHeartbeat)
+			}
+			perInterval = 0
+		}
+	}
+	if len(flooded) != total {
+		t.Fatalf("%d of %d learned subscriptions flooded on to D", len(flooded), total)
+	}
+}
