@@ -434,6 +434,10 @@ func planClients(s *Spec, p *Plan, errs *errList) {
 				errs.add(key("subscriptions"), "durable subscribers have one subscription each (subscriptions = %d)", ss.Subscriptions)
 				continue
 			}
+			if s.Overlay.Mode == ModeReplicas {
+				errs.add(key("durable"), "durable subscribers are not supported in [overlay] mode = \"replicas\" (the baseline has no publication log, docs/baseline.md)")
+				continue
+			}
 			if d := s.Overlay.Durability; d != "fsync" && d != "write" {
 				errs.add(key("durable"), "durable subscribers need the publication log: [overlay] durability = \"fsync\" or \"write\" (have %q)", d)
 				continue

@@ -54,6 +54,10 @@ func planReplicas(s *Spec, p *Plan, errs *errList) bool {
 		errs.add(L("overlay.replicas"), "replicas = %d: want 2..%d per virtual node", o.Replicas, replicas.MaxReplicas)
 		return false
 	}
+	if o.Durability != "" && o.Durability != runtime.DurabilityNone {
+		errs.add(L("overlay.durability"), "durability = %q: mode = \"replicas\" keeps no publication log (docs/baseline.md); leave it out or set \"none\"", o.Durability)
+		return false
+	}
 	if len(p.Topo.Names)*o.Replicas > MaxBrokers {
 		errs.add(L("overlay.replicas"), "%d virtual nodes × %d replicas: at most %d brokers", len(p.Topo.Names), o.Replicas, MaxBrokers)
 		return false

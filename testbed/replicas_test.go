@@ -69,6 +69,8 @@ func TestReplicasPlanErrors(t *testing.T) {
 		{`crash = ["B2a", "B5b"]`, `crash = ["B2a", "B2b"]`, "every replica of virtual node B2 would be down (B2a, B2b)"},
 		{`crash = ["B2a", "B5b"]`, `crash = ["B2a", "B5b"]` + "\nfreeze = [\"B3a\"]", "freeze B3a at 10s: mode \"replicas\" models crashes and restarts only"},
 		{`crash = ["B2a", "B5b"]`, `crash = ["B2", "B5b"]`, `unknown broker "B2"`},
+		{`replicas = 2`, "replicas = 2\ndurability = \"fsync\"", `durability = "fsync": mode = "replicas" keeps no publication log`},
+		{`brokers = "leaves"`, "brokers = \"leaves\"\ndurable = true", `durable subscribers are not supported in [overlay] mode = "replicas"`},
 	} {
 		src := strings.Replace(base, c.old, c.new, 1)
 		_, err := Parse("replicas.toml", []byte(src))
