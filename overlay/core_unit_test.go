@@ -278,3 +278,43 @@ func TestHeartbeatSaysJoinedAndSuspects(t *testing.T) {
 		t.Fatalf("leaving: %+v", hb)
 	}
 }
+
+// "Removed while alive" concerns the incarnation that was removed: a
+// broker that removed B from the tree tells B's old incarnation, if it
+// speaks again, that it was removed, and never a new one. A restarted B
+// links (its first heartbeats not joined) and joins through another
+// broker: told Removed, it restarted again, and its restart found its
+// address still bound and the broker stopped (a process-mode fuzz run).
+func TestRemovedIsToldOnlyToTheRemovedIncarnation(t *testing.T) {
+	removedB := func() *Node {
+		n := chainNode(t, 2)
+		linked(n, "B")
+		n.Ready()
+		n.applyLeave(&message.TopoChange{Origin: "A", Seq: 1, Remove: []message.BrokerID{"B"}, Leaver: "B",
+			Reparent: []message.MapNode{{ID: "C", Addr: "addr-C", Epoch: 1, Parent: "A"}}})
+		if n.topo.Has("B") || !n.peer("B").gone {
+			t.Fatalf("B not removed: in map %v, gone %v", n.topo.Has("B"), n.peer("B").gone)
+		}
+		n.Ready()
+		return n
+	}
+	told := func(n *Node) bool {
+		for _, e := range n.Ready().Messages {
+			if hb, ok := e.Msg.(*message.Heartbeat); ok && e.To == "B" && hb.Removed {
+				return true
+			}
+		}
+		return false
+	}
+	n := removedB()
+	n.Step("B", &message.Heartbeat{Epoch: 1, Joined: true})
+	if !told(n) {
+		t.Error("B's removed incarnation spoke again and was not told it was removed")
+	}
+	n = removedB()
+	n.Step("B", &message.Heartbeat{Epoch: 2})
+	n.Step("B", &message.Heartbeat{Epoch: 2, Joined: true})
+	if told(n) {
+		t.Error("B's new incarnation was told it was removed")
+	}
+}

@@ -260,6 +260,7 @@ func (n *Node) applyLeave(m *message.TopoChange) {
 		// by a flood (floodGaveUp), never probed. The link, if any, stays
 		// until the leaver closes it (our TopoAck travels on it).
 		p.gone, p.joined, p.heardHB, p.suspected = true, false, true, false
+		p.goneEpoch = max(p.goneEpoch, p.epoch)
 	}
 	delete(n.fwd.hops, x)
 	if known && m.Origin == x {

@@ -310,6 +310,7 @@ func (n *Node) ownsGoneVerdict(g message.BrokerID) bool {
 // and this broker's silence about it says nothing (docs/protocol.md §6).
 func (n *Node) declareGone(p *peer) {
 	p.gone = true
+	p.goneEpoch = max(p.goneEpoch, p.suspEpoch, p.epoch)
 	p.goneProbes, p.goneWait, p.goneAddr = maxGoneProbes, n.cfg.FailureTicks, n.addrOf(p.id)
 	n.notice(NoticeGone, p.id, fmt.Sprintf("suspected for %d ticks", p.suspTicks))
 	var subs []message.SubID

@@ -42,6 +42,7 @@ type peer struct {
 	refuted   int    // its suspicions it refuted (heard again, same incarnation), not yet forgiven: patience.go
 	calm      int    // ticks since the last refutation or suspicion (patience.go)
 	toldGone  int64  // tick it was last told it was removed while alive (0: never)
+	goneEpoch uint64 // the newest incarnation declared gone or removed from the tree (removedWhileAlive tells only those)
 	// After we declared it gone: a few slow probes, so that a live one (a
 	// stall past gone_after) hears it was removed (removedWhileAlive).
 	goneProbes int    // probes left
@@ -256,7 +257,7 @@ func (n *Node) removedWhileAlive(p *peer, m *message.Heartbeat) bool {
 		n.notice(NoticeRemoved, p.id, "removed from the tree as gone while alive: restart as a new incarnation")
 		return true
 	}
-	if m.Joined && m.Epoch == p.epoch && p.gone &&
+	if m.Joined && m.Epoch == p.epoch && p.gone && m.Epoch <= p.goneEpoch &&
 		(p.toldGone == 0 || n.now-p.toldGone >= int64(n.cfg.FailureTicks)) {
 		p.toldGone = n.now
 		n.send(p.id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.mem.joined && !n.mem.leaving, Removed: true})

@@ -51,6 +51,7 @@ type Endpoint struct {
 	cfg       Config
 	h         Handler
 	tr        *quic.Transport
+	udp       *net.UDPConn // tr's socket, ours to close (closeTransport)
 	ln        *quic.Listener
 	serverTLS *tls.Config
 	clientTLS *tls.Config
@@ -227,6 +228,7 @@ func Listen(cfg Config, h Handler) (*Endpoint, error) {
 	e := &Endpoint{
 		cfg: cfg, h: h, serverTLS: srv, clientTLS: cli,
 		tr:        &quic.Transport{Conn: udp},
+		udp:       udp,
 		sem:       make(chan struct{}, maxHandshakes),
 		links:     map[message.BrokerID]*Link{},
 		dials:     map[message.BrokerID]*dialCall{},
@@ -237,7 +239,7 @@ func Listen(cfg Config, h Handler) (*Endpoint, error) {
 	if cfg.Listen != "" {
 		e.ln, err = e.tr.Listen(srv, quicConfig(&cfg, true))
 		if err != nil {
-			_ = e.tr.Close()
+			_ = e.closeTransport()
 			return nil, fmt.Errorf("quic: listen %s: %w", laddr, err)
 		}
 		if cfg.Secret == nil && cfg.CertFile == "" {
@@ -305,10 +307,22 @@ func (e *Endpoint) Close() error {
 	select {
 	case <-done:
 	case <-t.C:
-		_ = e.tr.Close()
+		e.closeTransport()
 		return fmt.Errorf("quic: Close: handler calls still running after %v", closeWait)
 	}
-	return e.tr.Close()
+	return e.closeTransport()
+}
+
+// closeTransport closes the QUIC transport and then the UDP socket, which
+// quic-go leaves open when it did not create it: left open, the address
+// stayed bound, and a broker restarted in the same process (a removal
+// while alive, runtime.RunBroker) could not listen on it again.
+func (e *Endpoint) closeTransport() error {
+	err := e.tr.Close()
+	if cerr := e.udp.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (e *Endpoint) acceptLoop() {

@@ -640,3 +640,22 @@ func TestCloseWithAStuckHandler(t *testing.T) {
 		t.Fatalf("Close with a stuck handler: %v", err)
 	}
 }
+
+// A closed endpoint releases its UDP address: a broker restarted in the
+// same process (runtime.RunBroker after a removal) listens on it again.
+func TestCloseReleasesTheAddress(t *testing.T) {
+	cfg := Config{ID: "B1", Listen: "127.0.0.1:0", Secret: []byte("s"), Log: zerolog.Nop()}
+	ep, err := Listen(cfg, newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen = ep.Addr().String()
+	if err := ep.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Listen(cfg, newRecorder())
+	if err != nil {
+		t.Fatalf("listen again on %s after Close: %v", cfg.Listen, err)
+	}
+	_ = again.Close()
+}
