@@ -48,8 +48,8 @@ import (
 //	crash B3 [B4 ...] | restart B3 [via B2 ...] [stale-link D] | freeze B5 ... | resume B5 ...
 //	                            (stale-link: B3's peers keep its old links D after the
 //	                            restart, losing what they send on them, then LinkDown;
-//	                            resolve: the core is given the first joinpoint that answers
-//	                            a dial, alone, as the runtime does; place: B3 has a data
+//	                            resolve: every joinpoint is dialled at once and the core is
+//	                            given all that answered, as the runtime does; place: B3 has a data
 //	                            directory and rejoins through the place it saved there first;
 //	                            data: place, and B3 finds its publication log again, with
 //	                            config durable=on: its acknowledged publications are owed)
