@@ -101,15 +101,16 @@ type inprocHost struct {
 	mem      *runtime.MemNetwork // nil: QUIC
 	mu       sync.Mutex
 	brokers  map[string]*inprocBroker
-	starts   map[string]int             // starts per broker so far
-	port     map[string]int             // QUIC only
-	stores   map[string]*storage.Memory // each broker's data directory, kept across its restarts
+	starts   map[string]int               // starts per broker so far
+	removals map[string]*runtime.Removals // removals while alive per broker (their restarts are bounded)
+	port     map[string]int               // QUIC only
+	stores   map[string]*storage.Memory   // each broker's data directory, kept across its restarts
 	ctrlDone int64
 	stopOnce sync.Once
 }
 
 func newInprocHost(p *Plan) (*inprocHost, error) {
-	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, starts: map[string]int{}, port: map[string]int{}, stores: map[string]*storage.Memory{}}
+	h := &inprocHost{p: p, brokers: map[string]*inprocBroker{}, starts: map[string]int{}, removals: map[string]*runtime.Removals{}, port: map[string]int{}, stores: map[string]*storage.Memory{}}
 	if p.Spec.Inproc.Transport != TransportQUIC {
 		h.mem = runtime.NewMemNetwork()
 		return h, nil
@@ -243,14 +244,25 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 		if errors.Is(err, runtime.ErrRemoved) && rctx.Err() == nil {
 			// As runtime.RunBroker: removed from the overlay while alive,
 			// it starts again as a new incarnation after the failure
-			// timeout (once this one is done).
+			// timeout (once this one is done), within the same bound.
+			h.mu.Lock()
+			rm := h.removals[name]
+			if rm == nil {
+				rm = &runtime.Removals{}
+				h.removals[name] = rm
+			}
+			stop := rm.Restart(time.Now(), err)
+			h.mu.Unlock()
+			if stop != nil {
+				return // it stays down, as a broker process that exits with the error; the rejoin rule reports it
+			}
 			go func() {
 				select {
 				case <-time.After(cfg.FailureTimeout):
 				case <-rctx.Done():
 					return
 				}
-				_ = h.start(context.Background(), name, joinpoints)
+				_ = h.start(context.Background(), name, joinpoints) // failing, it stays down: the rejoin rule reports it
 			}()
 		}
 	}()

@@ -116,21 +116,38 @@ func (b *Broker) closeWS() {
 	}
 }
 
-// Removal restarts (RunBroker): paced by the failure timeout, at most
-// maxRemovals within removalWindow; past that the broker exits with
-// ErrRemoved (a machine that starves its broker this often needs an
-// operator, not a restart loop).
+// Removal restarts (RunBroker, and the inproc testbed's brokers): paced by
+// the failure timeout, at most maxRemovals within removalWindow; past that
+// the broker exits with ErrRemoved (a machine that starves its broker this
+// often needs an operator, not a restart loop).
 const (
 	maxRemovals   = 5
 	removalWindow = 10 * time.Minute
 )
 
+// Removals counts one broker's removals while alive, for the bound on
+// restarting after them.
+type Removals struct{ at []time.Time }
+
+// Restart records a removal (err, ErrRemoved) at now and says whether the
+// broker may start again: nil, or err wrapped with the bound it passed.
+func (r *Removals) Restart(now time.Time, err error) error {
+	for len(r.at) > 0 && now.Sub(r.at[0]) > removalWindow {
+		r.at = r.at[1:]
+	}
+	if r.at = append(r.at, now); len(r.at) > maxRemovals {
+		return fmt.Errorf("%w (%d times within %v: giving up)", err, len(r.at), removalWindow)
+	}
+	return nil
+}
+
 // RunBroker builds and runs a broker for cfg until ctx ends; when the
 // overlay removed it while alive (ErrRemoved) it starts it again as a new
-// incarnation, from its data directory, as after a crash. start is called
-// with each incarnation once it listens (nil: nothing).
+// incarnation, from its data directory, as after a crash, after one
+// failure timeout (Removals bounds how often). start is called with each
+// incarnation once it listens (nil: nothing).
 func RunBroker(ctx context.Context, cfg BrokerConfig, log zerolog.Logger, start func(*Broker)) error {
-	var removals []time.Time
+	var removals Removals
 	for {
 		b, err := NewBroker(cfg, log)
 		if err != nil {
@@ -143,12 +160,8 @@ func RunBroker(ctx context.Context, cfg BrokerConfig, log zerolog.Logger, start 
 		if !errors.Is(err, ErrRemoved) || ctx.Err() != nil {
 			return err
 		}
-		now := time.Now()
-		for len(removals) > 0 && now.Sub(removals[0]) > removalWindow {
-			removals = removals[1:]
-		}
-		if removals = append(removals, now); len(removals) > maxRemovals {
-			return fmt.Errorf("%w (%d times within %v: giving up)", err, len(removals), removalWindow)
+		if err := removals.Restart(time.Now(), err); err != nil {
+			return err
 		}
 		log.Warn().Uint64("epoch", b.Epoch()).Str("after", cfg.FailureTimeout.String()).Msg("removed from the overlay while alive: restarting as a new incarnation")
 		select {

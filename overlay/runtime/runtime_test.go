@@ -553,3 +553,22 @@ func TestJoinedReportedAtOnce(t *testing.T) {
 		b1.shutdown(t)
 	})
 }
+
+// Restarts after removals are bounded: the sixth removal within ten
+// minutes stops the broker; removals older than that are forgotten.
+func TestRemovalsBoundRestarts(t *testing.T) {
+	var r Removals
+	t0 := time.Unix(1000, 0)
+	for i := range maxRemovals {
+		if err := r.Restart(t0.Add(time.Duration(i)*time.Second), ErrRemoved); err != nil {
+			t.Fatalf("removal %d: %v", i+1, err)
+		}
+	}
+	err := r.Restart(t0.Add(time.Minute), ErrRemoved)
+	if !errors.Is(err, ErrRemoved) {
+		t.Fatalf("removal %d within %v: %v, want ErrRemoved", maxRemovals+1, removalWindow, err)
+	}
+	if err := r.Restart(t0.Add(removalWindow+2*time.Minute), ErrRemoved); err != nil {
+		t.Fatalf("a removal after the window: %v", err)
+	}
+}
