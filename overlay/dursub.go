@@ -2,12 +2,14 @@ package overlay
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/deltapub/deltapub/checkpoint"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
 )
 
 // Durable subscriptions (docs/durable.md, docs/protocol.md §"Durable
@@ -28,12 +30,31 @@ import (
 //     flood came from, which still awaits that broker's confirmation), so
 //     every answer reaches the subscriber's edge (SHB) before the flood's
 //     confirmation does (FIFO links). Until then the SHB buffers what
-//     arrives for the subscription, live or catchup; at the confirmation
+//     arrives for the subscription, live or catchup.
+//   - The first answers meet the live stream only if the flood and the
+//     publications took the same path: a flood that went around a frozen
+//     broker or a cut link reached the PHB first, and the publications
+//     after its Last took the tree path through a broker that had not
+//     installed the entry yet. So at the first confirmation (every broker
+//     on every path has the entry then) the SHB floods the subscription
+//     once more (DurableFlood.Again): every broker passes it on, every
+//     PHB answers again, and its new Last was taken after the whole path
+//     was installed. The SHB keeps buffering; at the second confirmation
 //     it delivers per source, in seq order, what the token has not
 //     consumed (a Gap first where the retention released a range the
-//     token had not consumed), advances the token's horizons to Last
-//     (Silence), and switches to live: each later publication is
-//     delivered if it is after the token's position.
+//     token had not consumed, and one where it released, between the two
+//     answers, a range after the first Last), advances the token's
+//     horizons to Last (Silence), and switches to live: each later
+//     publication is delivered if it is after the token's position.
+//   - A PHB that was down while the subscription was flooded learns it
+//     through its recovery's state transfer, with the position the flood
+//     carried (SubState.Durable; every broker keeps it with the entry,
+//     durRoute, and the SHB hands out its token's current one). Once
+//     joined, before it offers its log again or accepts a publication, it
+//     answers it with a Catchup toward the subscriber (answerRecovered):
+//     the brokers that forwarded its retained publications toward an
+//     earlier session drop the offered copies as duplicates, so the
+//     Catchup is the only way they reach the new one.
 
 // Bounds.
 const (
@@ -66,6 +87,25 @@ type dsub struct {
 	// missed: a recovering subscription's unfilled ranges, collected at
 	// the switch for its confirmation.
 	missed []message.Gap
+	// df is the position its last flood carried. again: the second flood
+	// is out; last1 is then the first answers' Last per source, and hole
+	// the range (after last1, before the second answer's First) that the
+	// retention released between the two answers.
+	df    *message.DurableFlood
+	again bool
+	last1 map[message.Source]uint64
+	hole  map[message.Source][2]uint64
+	// touched0: switched to live since the last silence pass, the
+	// sources touched before the switch (durableSilenceTick).
+	touched0 map[message.Source]uint64
+}
+
+// durRoute is what every broker keeps of a durable subscription's entry:
+// the position its flood carried (handed on in state transfers, for a
+// restarted PHB to answer from) and whether its second flood passed here.
+type durRoute struct {
+	df    *message.DurableFlood
+	again bool
 }
 
 // durSubs is the durable subscriptions of this broker's clients, and the
@@ -76,6 +116,9 @@ type durSubs struct {
 	// floods: the durable part of the subscription floods pending here
 	// (forwarded with them; dropped when the flood completes).
 	floods map[message.SubID]*message.DurableFlood
+	// routes: the durable entries of the routing table (dropped with
+	// their tombstone).
+	routes map[message.SubID]*durRoute
 	// touched: the newest seq of each source that arrived here since the
 	// last silence pass (durableSilenceTick), while durable
 	// subscriptions exist.
@@ -213,15 +256,161 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 	for _, e := range tok.Entries {
 		df.From = append(df.From, message.SourceSeq{Source: e.Source, Seq: e.From()})
 	}
-	n.durFloods()[sub] = df
-	n.answerDurable("", sub, m.Filter, df) // this broker's own sources
-	f := &flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1}
-	f.done = func() {
+	n.durFlood(sub, d, df, func() {
 		if d2 := n.dsub.subs[sub]; d2 == d && n.clients[c] == cs {
-			n.switchLive(sub, d)
+			n.floodAgain(sub, d, func() {
+				if d3 := n.dsub.subs[sub]; d3 == d && n.clients[c] == cs {
+					n.switchLive(sub, d)
+				}
+			})
+		}
+	})
+}
+
+// durFlood floods d with the position df, answering for this broker's
+// own sources first; done runs at the confirmation.
+func (n *Node) durFlood(sub message.SubID, d *dsub, df *message.DurableFlood, done func()) {
+	d.df = df
+	n.durFloods()[sub] = df
+	n.answerDurable("", sub, d.filter, df)
+	n.startFlood(&flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1, done: done})
+}
+
+// floodAgain is the second flood (see the file comment), from the same
+// position; a new subscription's starts, for each source that answered,
+// at the first answer's Last (nothing before it is owed to it).
+func (n *Node) floodAgain(sub message.SubID, d *dsub, done func()) {
+	df := &message.DurableFlood{Name: d.df.Name, From: d.df.From, Fresh: d.df.Fresh, Again: true}
+	if df.Fresh && len(d.last) > 0 {
+		df.From = mergeFrom(df.From, d.last)
+	}
+	d.again, d.last1, d.hole = true, maps.Clone(d.last), map[message.Source][2]uint64{}
+	n.durFlood(sub, d, df, done)
+}
+
+// mergeFrom returns from with, per source, the larger of its seq and
+// at's (sorted by source).
+func mergeFrom(from []message.SourceSeq, at map[message.Source]uint64) []message.SourceSeq {
+	m := make(map[message.Source]uint64, len(from)+len(at))
+	for _, e := range from {
+		m[e.Source] = e.Seq
+	}
+	for s, q := range at {
+		m[s] = max(m[s], q)
+	}
+	out := make([]message.SourceSeq, 0, len(m))
+	for s, q := range m {
+		out = append(out, message.SourceSeq{Source: s, Seq: q})
+	}
+	slices.SortFunc(out, func(a, b message.SourceSeq) int { return srcCmp(a.Source, b.Source) })
+	return out
+}
+
+// durPosition is d's position as a state transfer hands it on: its last
+// flood's, raised to what its token has consumed since.
+func (n *Node) durPosition(d *dsub) *message.DurableFlood {
+	at := make(map[message.Source]uint64, len(d.tok.Entries))
+	for _, e := range d.tok.Entries {
+		at[e.Source] = e.From()
+	}
+	return &message.DurableFlood{Name: d.df.Name, From: mergeFrom(d.df.From, at), Fresh: d.df.Fresh}
+}
+
+// durRecord keeps the position of a durable entry installed or known here
+// (again: its second flood passed here).
+func (n *Node) durRecord(sub message.SubID, df *message.DurableFlood) {
+	if n.dsub.routes == nil {
+		n.dsub.routes = map[message.SubID]*durRoute{}
+	}
+	r := n.dsub.routes[sub]
+	if r == nil {
+		r = &durRoute{}
+		n.dsub.routes[sub] = r
+	}
+	x := *df
+	x.Again = false
+	r.df, r.again = &x, r.again || df.Again
+}
+
+// durStateOf is the Durable of sub's SubState (nil for a plain one).
+func (n *Node) durStateOf(e *routing.Entry) *message.DurableFlood {
+	if e.Local {
+		if d := n.dsub.subs[e.Sub]; d != nil && d.df != nil {
+			return n.durPosition(d)
+		}
+		return nil
+	}
+	if r := n.dsub.routes[e.Sub]; r != nil {
+		return r.df
+	}
+	return nil
+}
+
+// floodDurable handles the durable part of a subscription flood from
+// from for an entry known here (dir: the direction it came from). The
+// second flood (Again) is answered and passed on once; it reports whether
+// it took the flood (started here, to be confirmed later). Any other is
+// answered again, as a flood rerouted around a failure may have lost the
+// first answer with its link.
+func (n *Node) floodDurable(from, dir message.BrokerID, m *message.SubFlood) bool {
+	if m.Durable == nil || m.Sub.Edge == n.cfg.ID || n.floods.tombstones[m.Sub] {
+		return false
+	}
+	r := n.dsub.routes[m.Sub]
+	again := m.Durable.Again && (r == nil || !r.again)
+	n.durRecord(m.Sub, m.Durable)
+	if !again {
+		n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+		return false
+	}
+	n.durFloods()[m.Sub] = m.Durable
+	n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+	n.startFlood(&flood{key: floodKey{kind: fkSub, sub: m.Sub}, except: dir, budget: -1, waiters: []message.BrokerID{from}})
+	return true
+}
+
+// floodAgainJoined handles the second flood of a subscription whose flood
+// f is still pending here (a first flood on another path): it is answered,
+// and f's targets still awaited get it again, so that it reaches the PHBs
+// behind them.
+func (n *Node) floodAgainJoined(from message.BrokerID, f *flood, m *message.SubFlood) {
+	if m.Durable == nil || !m.Durable.Again || m.Sub.Edge == n.cfg.ID {
+		return
+	}
+	if r := n.dsub.routes[m.Sub]; r != nil && r.again {
+		return
+	}
+	if _, ok := n.table.Get(m.Sub); !ok {
+		return
+	}
+	n.durRecord(m.Sub, m.Durable)
+	n.durFloods()[m.Sub] = m.Durable
+	n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+	n.geometry()
+	for _, t := range f.targets {
+		if p := n.peers[t.id]; t.out && p != nil && p.up {
+			n.send(t.id, n.floodMsg(f, t.id, n.geo.dist[t.id]))
 		}
 	}
-	n.startFlood(f)
+}
+
+// answerRecovered answers, once this restarted broker is joined and
+// before it offers its log again, every durable subscription its recovery
+// taught it (see the file comment), toward the subscriber: along the
+// route its publications for it take, so the answer arrives first.
+func (n *Node) answerRecovered() {
+	if !n.dur.on || len(n.dur.order) == 0 || len(n.dsub.routes) == 0 {
+		return
+	}
+	for _, e := range n.table.Entries() {
+		r := n.dsub.routes[e.Sub]
+		if e.Local || r == nil {
+			continue
+		}
+		if h := n.hop(e.From); h.ok {
+			n.answerDurable(h.to, e.Sub, e.Filter, r.df)
+		}
+	}
 }
 
 // durableToken checks a durable Subscribe's name and token: the token to
@@ -366,6 +555,9 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 		n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
 		return
 	}
+	if l1, ok := d.last1[s]; ok && d.again && m.First > l1+1 {
+		d.hole[s] = [2]uint64{l1, max(m.First, d.hole[s][1])}
+	}
 	if v, ok := d.first[s]; !ok || m.First < v {
 		d.first[s] = m.First
 	}
@@ -448,6 +640,18 @@ func (n *Node) durGap(sub message.SubID, d *dsub, s message.Source, first uint64
 	n.toClient(d.client, g)
 }
 
+// durHole gives d the Gap of h: after the first answer's Last h[0] (all
+// of it up to there was answered), before the second answer's First h[1].
+func (n *Node) durHole(sub message.SubID, d *dsub, s message.Source, h [2]uint64) {
+	if h[0] > d.tok.Get(s).From() {
+		if err := d.tok.Advance(s, h[0]); err != nil {
+			n.endDurable(sub, d, err.Error())
+			return
+		}
+	}
+	n.durGap(sub, d, s, h[1])
+}
+
 // durSilence advances d's horizons of srcs to to[s] and tells the client.
 func (n *Node) durSilence(sub message.SubID, d *dsub, srcs []message.Source, to map[message.Source]uint64) {
 	var out []message.SourceSeq
@@ -491,8 +695,16 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 		if first, ok := d.first[s]; ok {
 			n.durGap(sub, d, s, first)
 		}
+		h, hole := d.hole[s]
 		for i := range d.buf[s] {
+			if hole && d.buf[s][i].ID.Seq >= h[1] {
+				n.durHole(sub, d, s, h)
+				hole = false
+			}
 			n.durDeliver(sub, d, &d.buf[s][i])
+		}
+		if hole {
+			n.durHole(sub, d, s, h)
 		}
 		if n.dsub.subs[sub] != d {
 			return // ended (token full)
@@ -507,6 +719,7 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
 	}
 	d.buf, d.last, d.first, d.bytes, d.missed = nil, nil, nil, 0, nil
+	d.last1, d.hole, d.touched0 = nil, nil, maps.Clone(n.dsub.touched)
 	n.toClient(d.client, ack)
 }
 
@@ -537,9 +750,23 @@ func (n *Node) durableSilenceTick() {
 	}
 	slices.SortFunc(subs, func(a, b message.SubID) int { return cmpU64(a.N, b.N) })
 	for _, sub := range subs {
-		if d := ds.subs[sub]; d != nil {
-			n.durSilence(sub, d, srcs, to)
+		d := ds.subs[sub]
+		if d == nil {
+			continue
 		}
+		mine := srcs
+		if d.touched0 != nil {
+			// Live since the last pass: a source whose newest arrived
+			// before the switch may have passed here before the entry was
+			// installed, not delivered, and a late answer (a restarted PHB's)
+			// may still bring it.
+			mine = slices.DeleteFunc(slices.Clone(srcs), func(s message.Source) bool {
+				q, ok := d.touched0[s]
+				return ok && q == to[s]
+			})
+			d.touched0 = nil
+		}
+		n.durSilence(sub, d, mine, to)
 	}
 }
 
