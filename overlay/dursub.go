@@ -41,11 +41,12 @@ import (
 //     PHB answers again, and its new Last was taken after the whole path
 //     was installed. The SHB keeps buffering; at the second confirmation
 //     it delivers per source, in seq order, what the token has not
-//     consumed (a Gap first where the retention released a range the
-//     token had not consumed, and one where it released, between the two
-//     answers, a range after the first Last), advances the token's
-//     horizons to Last (Silence), and switches to live: each later
-//     publication is delivered if it is after the token's position.
+//     consumed (a Gap for each range the token had not consumed that no
+//     answer's retained range covered: released before the first answer,
+//     or after one answer's Last and before a later one's First),
+//     advances the token's horizons to Last (Silence), and switches to
+//     live: each later publication is delivered if it is after the
+//     token's position.
 //   - A PHB that was down while the subscription was flooded learns it
 //     through its recovery's state transfer, with the position the flood
 //     carried (SubState.Durable; every broker keeps it with the entry,
@@ -87,14 +88,10 @@ type dsub struct {
 	// missed: a recovering subscription's unfilled ranges, collected at
 	// the switch for its confirmation.
 	missed []message.Gap
-	// df is the position its last flood carried. again: the second flood
-	// is out; last1 is then the first answers' Last per source, and hole
-	// the range (after last1, before the second answer's First) that the
-	// retention released between the two answers.
-	df    *message.DurableFlood
-	again bool
-	last1 map[message.Source]uint64
-	hole  map[message.Source][2]uint64
+	// df is the position its last flood carried. ans: before the switch,
+	// per source the answers' retained ranges [First, Last].
+	df  *message.DurableFlood
+	ans map[message.Source][][2]uint64
 	// touched0: switched to live since the last silence pass, the
 	// sources touched before the switch (durableSilenceTick).
 	touched0 map[message.Source]uint64
@@ -243,7 +240,7 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		return
 	}
 	d := &dsub{name: m.Durable, recov: recov, client: c, req: m.Req, filter: m.Filter, tok: tok,
-		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, first: map[message.Source]uint64{}}
+		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, ans: map[message.Source][][2]uint64{}}
 	if n.dsub.subs == nil {
 		n.dsub.subs = map[message.SubID]*dsub{}
 		n.dsub.names = map[string]message.SubID{}
@@ -284,7 +281,6 @@ func (n *Node) floodAgain(sub message.SubID, d *dsub, done func()) {
 	if df.Fresh && len(d.last) > 0 {
 		df.From = mergeFrom(df.From, d.last)
 	}
-	d.again, d.last1, d.hole = true, maps.Clone(d.last), map[message.Source][2]uint64{}
 	n.durFlood(sub, d, df, done)
 }
 
@@ -555,11 +551,8 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 		n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
 		return
 	}
-	if l1, ok := d.last1[s]; ok && d.again && m.First > l1+1 {
-		d.hole[s] = [2]uint64{l1, max(m.First, d.hole[s][1])}
-	}
-	if v, ok := d.first[s]; !ok || m.First < v {
-		d.first[s] = m.First
+	if r := [2]uint64{m.First, m.Last}; !slices.Contains(d.ans[s], r) {
+		d.ans[s] = append(d.ans[s], r)
 	}
 	d.last[s] = max(d.last[s], m.Last)
 	for i := range m.Pubs {
@@ -622,34 +615,50 @@ func (n *Node) durDeliver(sub message.SubID, d *dsub, p *message.Pub) {
 // durGap gives d a Gap for what the retention released of s before first
 // that its token had not consumed.
 func (n *Node) durGap(sub message.SubID, d *dsub, s message.Source, first uint64) {
-	from := d.tok.Get(s).From()
-	if first <= from+1 {
+	if first > 0 {
+		n.durGapRange(sub, d, s, 0, first-1)
+	}
+}
+
+// unanswered returns the ranges of s after from and up to the answers'
+// largest Last that no answer's retained range [First, Last] covers:
+// released by the retention before an answer was taken, and after the
+// previous answer's Last (which may have been taken while a broker on the
+// way had not installed the subscription yet), so nothing says they
+// arrived.
+func unanswered(ans [][2]uint64, from uint64) [][2]uint64 {
+	ivs := slices.Clone(ans)
+	slices.SortFunc(ivs, func(a, b [2]uint64) int { return cmpU64(a[0], b[0]) })
+	var out [][2]uint64
+	next := from + 1 // the first seq not known to be covered
+	for _, r := range ivs {
+		if r[0] > next {
+			out = append(out, [2]uint64{next, r[0] - 1})
+		}
+		next = max(next, r[1]+1)
+	}
+	return out
+}
+
+// durGapRange gives d a Gap for a..b of s, as far as its token has not
+// consumed it.
+func (n *Node) durGapRange(sub message.SubID, d *dsub, s message.Source, a, b uint64) {
+	if b <= d.tok.Get(s).From() || b < a {
 		return
 	}
-	if err := d.tok.Advance(s, first-1); err != nil {
+	a = max(a, d.tok.Get(s).From()+1)
+	if err := d.tok.Advance(s, b); err != nil {
 		n.endDurable(sub, d, err.Error())
 		return
 	}
 	n.counters.Gaps++
 	n.counters.DurableGaps++
-	g := &message.Gap{Sub: sub, Source: s, From: from + 1, To: first - 1, Reason: "no longer retained by the publisher's edge (retention) when this subscription asked for it"}
+	g := &message.Gap{Sub: sub, Source: s, From: a, To: b, Reason: "no longer retained by the publisher's edge (retention) when this subscription asked for it"}
 	if d.recov && d.buf != nil {
 		d.missed = append(d.missed, *g) // at the switch: listed in the confirmation
 		return
 	}
 	n.toClient(d.client, g)
-}
-
-// durHole gives d the Gap of h: after the first answer's Last h[0] (all
-// of it up to there was answered), before the second answer's First h[1].
-func (n *Node) durHole(sub message.SubID, d *dsub, s message.Source, h [2]uint64) {
-	if h[0] > d.tok.Get(s).From() {
-		if err := d.tok.Advance(s, h[0]); err != nil {
-			n.endDurable(sub, d, err.Error())
-			return
-		}
-	}
-	n.durGap(sub, d, s, h[1])
 }
 
 // durSilence advances d's horizons of srcs to to[s] and tells the client.
@@ -692,19 +701,25 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	slices.SortFunc(srcs, srcCmp)
 	d.live = true
 	for _, s := range srcs {
-		if first, ok := d.first[s]; ok {
-			n.durGap(sub, d, s, first)
-		}
-		h, hole := d.hole[s]
+		// In seq order: a Gap for each range no answer covered (split
+		// around what arrived anyway), the rest delivered.
+		holes := unanswered(d.ans[s], d.tok.Get(s).From())
 		for i := range d.buf[s] {
-			if hole && d.buf[s][i].ID.Seq >= h[1] {
-				n.durHole(sub, d, s, h)
-				hole = false
+			q := d.buf[s][i].ID.Seq
+			for len(holes) > 0 && holes[0][0] <= q {
+				if holes[0][0] < q {
+					n.durGapRange(sub, d, s, holes[0][0], min(holes[0][1], q-1))
+				}
+				if holes[0][1] > q {
+					holes[0][0] = q + 1
+					break
+				}
+				holes = holes[1:]
 			}
 			n.durDeliver(sub, d, &d.buf[s][i])
 		}
-		if hole {
-			n.durHole(sub, d, s, h)
+		for _, h := range holes {
+			n.durGapRange(sub, d, s, h[0], h[1])
 		}
 		if n.dsub.subs[sub] != d {
 			return // ended (token full)
@@ -718,8 +733,8 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	if d.recov {
 		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
 	}
-	d.buf, d.last, d.first, d.bytes, d.missed = nil, nil, nil, 0, nil
-	d.last1, d.hole, d.touched0 = nil, nil, maps.Clone(n.dsub.touched)
+	d.buf, d.last, d.ans, d.bytes, d.missed = nil, nil, nil, 0, nil
+	d.touched0 = maps.Clone(n.dsub.touched)
 	n.toClient(d.client, ack)
 }
 
