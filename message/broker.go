@@ -48,6 +48,11 @@ type SubState struct {
 	Sub    SubID           `msgpack:"s"`
 	Filter matching.Filter `msgpack:"f"`
 	From   BrokerID        `msgpack:"o"`
+	// Durable (a durable subscription): the position its flood carried,
+	// or its edge's current one; a restarted publisher's edge that learns
+	// the entry this way answers it with a Catchup. Older brokers ignore
+	// it.
+	Durable *DurableFlood `msgpack:"d,omitempty"`
 }
 
 // Stamp is one entry of a publication's stamp vector: broker B, in its

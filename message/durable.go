@@ -15,10 +15,18 @@ type SourceSeq struct {
 // per source, the seq after which the subscriber still has to consume (its
 // checkpoint token); a source not listed is to be consumed from its start,
 // unless Fresh (a new subscription: nothing before now).
+//
+// Again marks the second flood of a resumed subscription, sent by its edge
+// once the first was confirmed (every broker on every path has the entry
+// then): every broker floods it on although it knows the entry, and every
+// publisher's edge answers it again, so the catch-up meets the live stream
+// at a Last taken after the whole path was installed. Older brokers
+// ignore it: they answer it at once as a known subscription.
 type DurableFlood struct {
 	Name  string      `msgpack:"n"`
 	From  []SourceSeq `msgpack:"f,omitempty"` // sorted by source
 	Fresh bool        `msgpack:"x,omitempty"`
+	Again bool        `msgpack:"g,omitempty"`
 }
 
 // Catchup is a publisher's edge's answer to a durable subscription's

@@ -213,7 +213,8 @@ func (n *Node) becomeJoined() {
 			n.send(id, n.heartbeat())
 		}
 	}
-	n.reoffer() // the log's publications, before any new one (durable.go)
+	n.answerRecovered() // before the log's publications (dursub.go)
+	n.reoffer()         // the log's publications, before any new one (durable.go)
 	for _, id := range sortedIDs(n.floods.heldFloods) {
 		n.askUnplaced(id) // floods held while we recovered (flood.go holdUnplaced)
 	}

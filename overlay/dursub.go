@@ -2,12 +2,14 @@ package overlay
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/deltapub/deltapub/checkpoint"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
+	"github.com/deltapub/deltapub/routing"
 )
 
 // Durable subscriptions (docs/durable.md, docs/protocol.md §"Durable
@@ -28,12 +30,32 @@ import (
 //     flood came from, which still awaits that broker's confirmation), so
 //     every answer reaches the subscriber's edge (SHB) before the flood's
 //     confirmation does (FIFO links). Until then the SHB buffers what
-//     arrives for the subscription, live or catchup; at the confirmation
+//     arrives for the subscription, live or catchup.
+//   - The first answers meet the live stream only if the flood and the
+//     publications took the same path: a flood that went around a frozen
+//     broker or a cut link reached the PHB first, and the publications
+//     after its Last took the tree path through a broker that had not
+//     installed the entry yet. So at the first confirmation (every broker
+//     on every path has the entry then) the SHB floods the subscription
+//     once more (DurableFlood.Again): every broker passes it on, every
+//     PHB answers again, and its new Last was taken after the whole path
+//     was installed. The SHB keeps buffering; at the second confirmation
 //     it delivers per source, in seq order, what the token has not
-//     consumed (a Gap first where the retention released a range the
-//     token had not consumed), advances the token's horizons to Last
-//     (Silence), and switches to live: each later publication is
-//     delivered if it is after the token's position.
+//     consumed (a Gap for each range the token had not consumed that no
+//     answer's retained range covered: released before the first answer,
+//     or after one answer's Last and before a later one's First),
+//     advances the token's horizons to Last (Silence), and switches to
+//     live: each later publication is delivered if it is after the
+//     token's position.
+//   - A PHB that was down while the subscription was flooded learns it
+//     through its recovery's state transfer, with the position the flood
+//     carried (SubState.Durable; every broker keeps it with the entry,
+//     durRoute, and the SHB hands out its token's current one). Once
+//     joined, before it offers its log again or accepts a publication, it
+//     answers it with a Catchup toward the subscriber (answerRecovered):
+//     the brokers that forwarded its retained publications toward an
+//     earlier session drop the offered copies as duplicates, so the
+//     Catchup is the only way they reach the new one.
 
 // Bounds.
 const (
@@ -66,6 +88,21 @@ type dsub struct {
 	// missed: a recovering subscription's unfilled ranges, collected at
 	// the switch for its confirmation.
 	missed []message.Gap
+	// df is the position its last flood carried. ans: before the switch,
+	// per source the answers' retained ranges [First, Last].
+	df  *message.DurableFlood
+	ans map[message.Source][][2]uint64
+	// touched0: switched to live since the last silence pass, the
+	// sources touched before the switch (durableSilenceTick).
+	touched0 map[message.Source]uint64
+}
+
+// durRoute is what every broker keeps of a durable subscription's entry:
+// the position its flood carried (handed on in state transfers, for a
+// restarted PHB to answer from) and whether its second flood passed here.
+type durRoute struct {
+	df    *message.DurableFlood
+	again bool
 }
 
 // durSubs is the durable subscriptions of this broker's clients, and the
@@ -76,6 +113,9 @@ type durSubs struct {
 	// floods: the durable part of the subscription floods pending here
 	// (forwarded with them; dropped when the flood completes).
 	floods map[message.SubID]*message.DurableFlood
+	// routes: the durable entries of the routing table (dropped with
+	// their tombstone).
+	routes map[message.SubID]*durRoute
 	// touched: the newest seq of each source that arrived here since the
 	// last silence pass (durableSilenceTick), while durable
 	// subscriptions exist.
@@ -200,7 +240,7 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		return
 	}
 	d := &dsub{name: m.Durable, recov: recov, client: c, req: m.Req, filter: m.Filter, tok: tok,
-		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, first: map[message.Source]uint64{}}
+		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, ans: map[message.Source][][2]uint64{}}
 	if n.dsub.subs == nil {
 		n.dsub.subs = map[message.SubID]*dsub{}
 		n.dsub.names = map[string]message.SubID{}
@@ -213,15 +253,160 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 	for _, e := range tok.Entries {
 		df.From = append(df.From, message.SourceSeq{Source: e.Source, Seq: e.From()})
 	}
-	n.durFloods()[sub] = df
-	n.answerDurable("", sub, m.Filter, df) // this broker's own sources
-	f := &flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1}
-	f.done = func() {
+	n.durFlood(sub, d, df, func() {
 		if d2 := n.dsub.subs[sub]; d2 == d && n.clients[c] == cs {
-			n.switchLive(sub, d)
+			n.floodAgain(sub, d, func() {
+				if d3 := n.dsub.subs[sub]; d3 == d && n.clients[c] == cs {
+					n.switchLive(sub, d)
+				}
+			})
+		}
+	})
+}
+
+// durFlood floods d with the position df, answering for this broker's
+// own sources first; done runs at the confirmation.
+func (n *Node) durFlood(sub message.SubID, d *dsub, df *message.DurableFlood, done func()) {
+	d.df = df
+	n.durFloods()[sub] = df
+	n.answerDurable("", sub, d.filter, df)
+	n.startFlood(&flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1, done: done})
+}
+
+// floodAgain is the second flood (see the file comment), from the same
+// position; a new subscription's starts, for each source that answered,
+// at the first answer's Last (nothing before it is owed to it).
+func (n *Node) floodAgain(sub message.SubID, d *dsub, done func()) {
+	df := &message.DurableFlood{Name: d.df.Name, From: d.df.From, Fresh: d.df.Fresh, Again: true}
+	if df.Fresh && len(d.last) > 0 {
+		df.From = mergeFrom(df.From, d.last)
+	}
+	n.durFlood(sub, d, df, done)
+}
+
+// mergeFrom returns from with, per source, the larger of its seq and
+// at's (sorted by source).
+func mergeFrom(from []message.SourceSeq, at map[message.Source]uint64) []message.SourceSeq {
+	m := make(map[message.Source]uint64, len(from)+len(at))
+	for _, e := range from {
+		m[e.Source] = e.Seq
+	}
+	for s, q := range at {
+		m[s] = max(m[s], q)
+	}
+	out := make([]message.SourceSeq, 0, len(m))
+	for s, q := range m {
+		out = append(out, message.SourceSeq{Source: s, Seq: q})
+	}
+	slices.SortFunc(out, func(a, b message.SourceSeq) int { return srcCmp(a.Source, b.Source) })
+	return out
+}
+
+// durPosition is d's position as a state transfer hands it on: its last
+// flood's, raised to what its token has consumed since.
+func (n *Node) durPosition(d *dsub) *message.DurableFlood {
+	at := make(map[message.Source]uint64, len(d.tok.Entries))
+	for _, e := range d.tok.Entries {
+		at[e.Source] = e.From()
+	}
+	return &message.DurableFlood{Name: d.df.Name, From: mergeFrom(d.df.From, at), Fresh: d.df.Fresh}
+}
+
+// durRecord keeps the position of a durable entry installed or known here
+// (again: its second flood passed here).
+func (n *Node) durRecord(sub message.SubID, df *message.DurableFlood) {
+	if n.dsub.routes == nil {
+		n.dsub.routes = map[message.SubID]*durRoute{}
+	}
+	r := n.dsub.routes[sub]
+	if r == nil {
+		r = &durRoute{}
+		n.dsub.routes[sub] = r
+	}
+	x := *df
+	x.Again = false
+	r.df, r.again = &x, r.again || df.Again
+}
+
+// durStateOf is the Durable of sub's SubState (nil for a plain one).
+func (n *Node) durStateOf(e *routing.Entry) *message.DurableFlood {
+	if e.Local {
+		if d := n.dsub.subs[e.Sub]; d != nil && d.df != nil {
+			return n.durPosition(d)
+		}
+		return nil
+	}
+	if r := n.dsub.routes[e.Sub]; r != nil {
+		return r.df
+	}
+	return nil
+}
+
+// floodDurable handles the durable part of a subscription flood from
+// from for an entry known here (dir: the direction it came from). The
+// second flood (Again) is answered and passed on once; it reports whether
+// it took the flood (started here, to be confirmed later). Any other is
+// answered again, as a flood rerouted around a failure may have lost the
+// first answer with its link.
+func (n *Node) floodDurable(from, dir message.BrokerID, m *message.SubFlood) bool {
+	if m.Durable == nil || m.Sub.Edge == n.cfg.ID || n.floods.tombstones[m.Sub] {
+		return false
+	}
+	r := n.dsub.routes[m.Sub]
+	again := m.Durable.Again && (r == nil || !r.again)
+	n.durRecord(m.Sub, m.Durable)
+	if !again {
+		n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+		return false
+	}
+	n.durFloods()[m.Sub] = m.Durable
+	n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+	n.startFlood(&flood{key: floodKey{kind: fkSub, sub: m.Sub}, except: dir, budget: -1, waiters: []message.BrokerID{from}})
+	return true
+}
+
+// floodAgainJoined handles the second flood of a subscription whose flood
+// f is still pending here (a first flood on another path): it is answered,
+// and f's targets still awaited get it again, so that it reaches the PHBs
+// behind them.
+func (n *Node) floodAgainJoined(from message.BrokerID, f *flood, m *message.SubFlood) {
+	if m.Durable == nil || !m.Durable.Again || m.Sub.Edge == n.cfg.ID {
+		return
+	}
+	if r := n.dsub.routes[m.Sub]; r != nil && r.again {
+		return
+	}
+	if _, ok := n.table.Get(m.Sub); !ok {
+		return
+	}
+	n.durRecord(m.Sub, m.Durable)
+	n.durFloods()[m.Sub] = m.Durable
+	n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+	n.geometry()
+	for _, t := range f.targets {
+		if p := n.peers[t.id]; t.out && p != nil && p.up {
+			n.send(t.id, n.floodMsg(f, t.id, n.geo.dist[t.id]))
 		}
 	}
-	n.startFlood(f)
+}
+
+// answerRecovered answers, once this restarted broker is joined and
+// before it offers its log again, every durable subscription its recovery
+// taught it (see the file comment), toward the subscriber: along the
+// route its publications for it take, so the answer arrives first.
+func (n *Node) answerRecovered() {
+	if !n.dur.on || len(n.dur.order) == 0 || len(n.dsub.routes) == 0 {
+		return
+	}
+	for _, e := range n.table.Entries() {
+		r := n.dsub.routes[e.Sub]
+		if e.Local || r == nil {
+			continue
+		}
+		if h := n.hop(e.From); h.ok {
+			n.answerDurable(h.to, e.Sub, e.Filter, r.df)
+		}
+	}
 }
 
 // durableToken checks a durable Subscribe's name and token: the token to
@@ -366,8 +551,8 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 		n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
 		return
 	}
-	if v, ok := d.first[s]; !ok || m.First < v {
-		d.first[s] = m.First
+	if r := [2]uint64{m.First, m.Last}; !slices.Contains(d.ans[s], r) {
+		d.ans[s] = append(d.ans[s], r)
 	}
 	d.last[s] = max(d.last[s], m.Last)
 	for i := range m.Pubs {
@@ -430,17 +615,45 @@ func (n *Node) durDeliver(sub message.SubID, d *dsub, p *message.Pub) {
 // durGap gives d a Gap for what the retention released of s before first
 // that its token had not consumed.
 func (n *Node) durGap(sub message.SubID, d *dsub, s message.Source, first uint64) {
-	from := d.tok.Get(s).From()
-	if first <= from+1 {
+	if first > 0 {
+		n.durGapRange(sub, d, s, 0, first-1)
+	}
+}
+
+// unanswered returns the ranges of s after from and up to the answers'
+// largest Last that no answer's retained range [First, Last] covers:
+// released by the retention before an answer was taken, and after the
+// previous answer's Last (which may have been taken while a broker on the
+// way had not installed the subscription yet), so nothing says they
+// arrived.
+func unanswered(ans [][2]uint64, from uint64) [][2]uint64 {
+	ivs := slices.Clone(ans)
+	slices.SortFunc(ivs, func(a, b [2]uint64) int { return cmpU64(a[0], b[0]) })
+	var out [][2]uint64
+	next := from + 1 // the first seq not known to be covered
+	for _, r := range ivs {
+		if r[0] > next {
+			out = append(out, [2]uint64{next, r[0] - 1})
+		}
+		next = max(next, r[1]+1)
+	}
+	return out
+}
+
+// durGapRange gives d a Gap for a..b of s, as far as its token has not
+// consumed it.
+func (n *Node) durGapRange(sub message.SubID, d *dsub, s message.Source, a, b uint64) {
+	if b <= d.tok.Get(s).From() || b < a {
 		return
 	}
-	if err := d.tok.Advance(s, first-1); err != nil {
+	a = max(a, d.tok.Get(s).From()+1)
+	if err := d.tok.Advance(s, b); err != nil {
 		n.endDurable(sub, d, err.Error())
 		return
 	}
 	n.counters.Gaps++
 	n.counters.DurableGaps++
-	g := &message.Gap{Sub: sub, Source: s, From: from + 1, To: first - 1, Reason: "no longer retained by the publisher's edge (retention) when this subscription asked for it"}
+	g := &message.Gap{Sub: sub, Source: s, From: a, To: b, Reason: "no longer retained by the publisher's edge (retention) when this subscription asked for it"}
 	if d.recov && d.buf != nil {
 		d.missed = append(d.missed, *g) // at the switch: listed in the confirmation
 		return
@@ -488,11 +701,25 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	slices.SortFunc(srcs, srcCmp)
 	d.live = true
 	for _, s := range srcs {
-		if first, ok := d.first[s]; ok {
-			n.durGap(sub, d, s, first)
-		}
+		// In seq order: a Gap for each range no answer covered (split
+		// around what arrived anyway), the rest delivered.
+		holes := unanswered(d.ans[s], d.tok.Get(s).From())
 		for i := range d.buf[s] {
+			q := d.buf[s][i].ID.Seq
+			for len(holes) > 0 && holes[0][0] <= q {
+				if holes[0][0] < q {
+					n.durGapRange(sub, d, s, holes[0][0], min(holes[0][1], q-1))
+				}
+				if holes[0][1] > q {
+					holes[0][0] = q + 1
+					break
+				}
+				holes = holes[1:]
+			}
 			n.durDeliver(sub, d, &d.buf[s][i])
+		}
+		for _, h := range holes {
+			n.durGapRange(sub, d, s, h[0], h[1])
 		}
 		if n.dsub.subs[sub] != d {
 			return // ended (token full)
@@ -506,7 +733,8 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	if d.recov {
 		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
 	}
-	d.buf, d.last, d.first, d.bytes, d.missed = nil, nil, nil, 0, nil
+	d.buf, d.last, d.ans, d.bytes, d.missed = nil, nil, nil, 0, nil
+	d.touched0 = maps.Clone(n.dsub.touched)
 	n.toClient(d.client, ack)
 }
 
@@ -537,9 +765,23 @@ func (n *Node) durableSilenceTick() {
 	}
 	slices.SortFunc(subs, func(a, b message.SubID) int { return cmpU64(a.N, b.N) })
 	for _, sub := range subs {
-		if d := ds.subs[sub]; d != nil {
-			n.durSilence(sub, d, srcs, to)
+		d := ds.subs[sub]
+		if d == nil {
+			continue
 		}
+		mine := srcs
+		if d.touched0 != nil {
+			// Live since the last pass: a source whose newest arrived
+			// before the switch may have passed here before the entry was
+			// installed, not delivered, and a late answer (a restarted PHB's)
+			// may still bring it.
+			mine = slices.DeleteFunc(slices.Clone(srcs), func(s message.Source) bool {
+				q, ok := d.touched0[s]
+				return ok && q == to[s]
+			})
+			d.touched0 = nil
+		}
+		n.durSilence(sub, d, mine, to)
 	}
 }
 

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/deltapub/deltapub/message"
@@ -435,7 +436,15 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			n.sendFloodAck(k, from)
 			return
 		}
-		f.waiters = append(f.waiters, from)
+		if !slices.Contains(f.waiters, from) {
+			// A copy the sender sent again (on a new link, or once we were
+			// joined) is answered once: a second answer would arrive after
+			// the sender's flood completed and answer its next flood of
+			// the same key (a durable subscription's second flood, which
+			// then completed before the brokers behind us had answered).
+			f.waiters = append(f.waiters, from)
+		}
+		n.floodAgainJoined(from, f, m) // dursub.go
 		return
 	}
 	dir := n.direction(from)
@@ -486,15 +495,19 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			// Learned through a state transfer (recovery, resync), so the
 			// brokers behind us may not have it: flood it on this once.
 			delete(n.floods.viaState, m.Sub)
+			if m.Durable != nil && m.Sub.Edge != n.cfg.ID {
+				// With its durable part, answered here too (dursub.go).
+				n.durRecord(m.Sub, m.Durable)
+				n.durFloods()[m.Sub] = m.Durable
+				n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+			}
 			n.startFlood(&flood{key: k, except: e.Dir, budget: -1, waiters: []message.BrokerID{from}})
 			return
 		}
 	}
 	if known || n.floods.tombstones[m.Sub] || m.Sub.Edge == n.cfg.ID {
-		if known && m.Durable != nil && m.Sub.Edge != n.cfg.ID {
-			// Again on another path (a reroute around a failure): the
-			// first answer may have been lost with its link (dursub.go).
-			n.answerDurable(from, m.Sub, m.Filter, m.Durable)
+		if known && n.floodDurable(from, dir, m) { // dursub.go
+			return
 		}
 		n.sendFloodAck(k, from)
 		return
@@ -521,8 +534,8 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		return
 	}
 	if !inserted { // known
-		if m.Durable != nil {
-			n.answerDurable(from, m.Sub, m.Filter, m.Durable) // as above
+		if n.floodDurable(from, dir, m) { // as above
+			return
 		}
 		n.sendFloodAck(k, from)
 		return
@@ -530,6 +543,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	if m.Durable != nil {
 		// Installed: answer now, before any later publication is routed
 		// to it (dursub.go).
+		n.durRecord(m.Sub, m.Durable)
 		n.durFloods()[m.Sub] = m.Durable
 		n.answerDurable(from, m.Sub, m.Filter, m.Durable)
 	}
@@ -662,6 +676,7 @@ func (n *Node) withdraw(sub message.SubID, except message.BrokerID, release bool
 }
 
 func (n *Node) tombstone(sub message.SubID) {
+	delete(n.dsub.routes, sub) // dursub.go
 	if n.floods.tombstones[sub] {
 		return
 	}

@@ -41,14 +41,14 @@ func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 	var out []message.SubState
 	for _, e := range n.table.Entries() {
 		if e.Local {
-			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.cfg.ID})
+			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.cfg.ID, Durable: n.durStateOf(e)})
 			continue
 		}
 		if placed && d <= 1 {
 			if e.Dir == x {
 				continue
 			}
-			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.topo.FromFor(e.From, d)})
+			out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: n.topo.FromFor(e.From, d), Durable: n.durStateOf(e)})
 			continue
 		}
 		pf := n.pathTo(e.From)
@@ -67,7 +67,7 @@ func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 		} else if p == nil {
 			from = n.cfg.ID
 		}
-		out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: from})
+		out = append(out, message.SubState{Sub: e.Sub, Filter: e.Filter, From: from, Durable: n.durStateOf(e)})
 	}
 	return out
 }
@@ -88,6 +88,9 @@ func (n *Node) installSubs(from message.BrokerID, subs []message.SubState) (adde
 		if ok, _ := n.table.Insert(routing.Entry{Sub: s.Sub, Filter: s.Filter, From: fp, Dir: dir}); ok {
 			added = append(added, s.Sub)
 			n.floods.viaState[s.Sub] = true
+			if s.Durable != nil {
+				n.durRecord(s.Sub, s.Durable) // answered once joined (dursub.go)
+			}
 		}
 	}
 	return added

@@ -21,19 +21,12 @@ import (
 // subscriber whose session is gone (its edge crashed or left, or its
 // broker refused or ended it) reconnects at a random live broker after
 // 100 ms–1 s; all are reconnected when publishing stops, so that the
-// settle period judges every one.
-//
-// A reconnect waits for a moment when every publisher's edge is up and
-// joined and no link is cut (durableQuiet): a durable subscription resumed
-// while a publisher's edge is down, or while a cut separates it from one,
-// can lose what was in flight to its previous session
-// (testdata/open/durable_sub_reconnect_while_phb_down.txt: the core's
-// catch-up has no answer from a PHB that installs the subscription
-// through its recovery, docs/durable.md "Known limits").
+// settle period judges every one. A reconnect may come at any moment:
+// while a publisher's edge is down, a link is cut or a broker is frozen
+// (docs/durable.md "Resuming during failures").
 type durFuzz struct {
 	r     *rand.Rand
 	w     *workload.Small
-	phbs  []message.BrokerID       // the publishers' edges
 	next  map[string]time.Duration // when a gone session reconnects
 	until time.Duration
 }
@@ -70,11 +63,6 @@ func (z *durFuzz) liveBroker(s *Sim, tree Tree, not message.BrokerID) message.Br
 // and the reconnects of gone sessions until until.
 func (z *durFuzz) start(s *Sim, tree Tree, faults []fault, waveAt, until time.Duration, plan func(string, ...any)) error {
 	z.until = until
-	for _, c := range s.clientList() {
-		if c.pub != nil {
-			z.phbs = append(z.phbs, c.edge.id)
-		}
-	}
 	var crashed []message.BrokerID
 	for _, f := range faults {
 		if f.kind == "crash" {
@@ -140,7 +128,7 @@ func (z *durFuzz) reconnectDue(s *Sim, tree Tree, all bool) {
 			at = s.Now() + time.Duration(100+z.r.IntN(900))*time.Millisecond
 			z.next[name] = at
 		}
-		if !all && s.Now() < at || !z.quiet(s) {
+		if !all && s.Now() < at {
 			continue
 		}
 		not := message.BrokerID("")
@@ -155,29 +143,7 @@ func (z *durFuzz) reconnectDue(s *Sim, tree Tree, all bool) {
 	}
 }
 
-// durQuietWait bounds the wait for a quiet moment at the end of a run.
-const durQuietWait = 10 * time.Second
-
-// reconnectAll reconnects every durable subscriber still away, at the
-// first quiet moment (within durQuietWait of virtual time; past it, now).
-func (z *durFuzz) reconnectAll(s *Sim, tree Tree) error {
-	if _, err := s.RunUntilCond(durQuietWait, func() bool { return z.quiet(s) }); err != nil {
-		return err
-	}
+// reconnectAll reconnects every durable subscriber still away, now.
+func (z *durFuzz) reconnectAll(s *Sim, tree Tree) {
 	z.reconnectDue(s, tree, true)
-	return nil
-}
-
-// quiet reports whether a durable subscriber may reconnect now: every
-// publisher's edge up and joined, no link cut.
-func (z *durFuzz) quiet(s *Sim) bool {
-	if len(s.cuts) > 0 {
-		return false
-	}
-	for _, b := range z.phbs {
-		if s.State(b) != "up" || !s.Joined(b) && !s.HasLeft(b) {
-			return false
-		}
-	}
-	return true
 }
