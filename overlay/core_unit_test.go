@@ -318,3 +318,35 @@ func TestRemovedIsToldOnlyToTheRemovedIncarnation(t *testing.T) {
 		t.Error("B's new incarnation was told it was removed")
 	}
 }
+
+// A far broker answering a recovering one (subsFor, x beyond its
+// neighbours) leaves out a subscription whose pointer stops short of δ+1
+// hops at a broker that is not its edge, on the way to x: the pointer was
+// set while the map did not reach the edge, and the subscriber may be
+// behind x. Named, x installed it toward us, the first answer won over its
+// own child's, and x never forwarded to that child (a sim fuzz run, δ = 3:
+// 7 deliveries lost). A pointer that is its edge is still named.
+func TestFarStateReplyLeavesOutTruncatedPointers(t *testing.T) {
+	n := chainNode(t, 3) // A-B-C-D-E-F; D is 3 hops away
+	f := classFilter("a")
+	truncated := message.SubID{Edge: "X", Epoch: 1, N: 1} // X behind D, not in A's map
+	edge := message.SubID{Edge: "C", Epoch: 1, N: 1}      // C's own subscriber
+	for _, e := range []routing.Entry{
+		{Sub: truncated, Filter: f, From: "B", Dir: "B"},
+		{Sub: edge, Filter: f, From: "C", Dir: "B"},
+	} {
+		if _, err := n.table.Insert(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	named := map[message.SubID]bool{}
+	for _, s := range n.subsFor("D") {
+		named[s.Sub] = true
+	}
+	if named[truncated] {
+		t.Error("a subscription with a truncated pointer on the way to D was named to D")
+	}
+	if !named[edge] {
+		t.Error("C's own subscription (its pointer is its edge, before D) was left out")
+	}
+}

@@ -55,6 +55,15 @@ func (n *Node) subsFor(x message.BrokerID) []message.SubState {
 		if placed && slices.Contains(pf[min(1, len(pf)):], x) {
 			continue // behind x
 		}
+		if placed && e.From != e.Sub.Edge && len(pf)-1 < n.cfg.Delta+1 && slices.Contains(n.pathTo(x), e.From) {
+			// A pointer short of δ+1 hops that is not the subscription's
+			// edge was set while our map did not reach the edge (it stops
+			// at the neighbour the flood came from): the subscriber may
+			// be behind x. Named, x installed it toward us, the first
+			// answer won over its own child's, and x never forwarded to
+			// that child (test TestFarStateReplyLeavesOutTruncatedPointers).
+			continue
+		}
 		if (!placed || d > n.cfg.Delta+1) && len(pf)-1 >= n.cfg.Delta+1 && (!placed || slices.Contains(n.pathTo(x), e.From)) {
 			continue // its subscriber may be behind x: we cannot tell
 		}
