@@ -133,8 +133,8 @@ type floodState struct {
 type gapState struct {
 	holes      map[message.BrokerID]bool // directions currently cut off beyond δ
 	resyncDirs map[message.BrokerID]bool // directions to re-learn subscriptions from once reachable
-	onward     []message.SubID            // subscriptions a resync taught us, to flood on (paced: floodOnward)
-	onwardSet  map[message.SubID]bool     // what onward holds
+	onward     []message.SubID           // subscriptions a resync taught us, to flood on (paced: floodOnward)
+	onwardSet  map[message.SubID]bool    // what onward holds
 	seq        uint64                    // number of the last gap flood started here
 	seen       map[gapKey]bool
 	order      []gapKey
