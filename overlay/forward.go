@@ -134,7 +134,7 @@ func (n *Node) onPub(from message.BrokerID, m *message.Pub) {
 	if st != nil && m.ID.Seq <= st.seq {
 		if !n.acceptOlder(st, m, except) {
 			n.counters.Duplicates++
-			n.holdDuplicate(m)
+			n.holdDuplicate(m, except)
 		}
 		return
 	}
@@ -158,7 +158,15 @@ type dupHold struct {
 // "made safe here" and purges m while its only other copy is queued
 // toward a broker that crashes; U's switch rule then has nothing to
 // retransmit (scenario restart_duplicate_holds_discarded.txt).
-func (n *Node) holdDuplicate(m *message.Pub) {
+//
+// No hold when the queued copy waits only on recipients on the side the
+// duplicate came from (dir): the upstream copies our report lets go were
+// headed through us, away from dir, where ours is already safe; toward
+// dir ours is not needed, the sender accepted the publication. Held, two
+// brokers that retransmitted their copies to each other after a repair
+// wait on each other's watermark forever (scenario
+// leave_retransmit_crossing_no_deadlock.txt).
+func (n *Node) holdDuplicate(m *message.Pub, dir message.BrokerID) {
 	if n.fwd.queueLen == 0 || len(m.Stamps) == 0 {
 		return
 	}
@@ -167,11 +175,25 @@ func (n *Node) holdDuplicate(m *message.Pub) {
 		if e.purged || e.pub.ID != m.ID {
 			continue
 		}
+		if n.pendingOnlyToward(e, dir) {
+			return
+		}
 		for _, s := range m.Stamps {
 			n.fwd.dupHolds = append(n.fwd.dupHolds, dupHold{s: s, e: e})
 		}
 		return
 	}
+}
+
+// pendingOnlyToward reports whether every recipient e still waits on lies
+// on side dir.
+func (n *Node) pendingOnlyToward(e *qentry, dir message.BrokerID) bool {
+	for i, r := range e.recips {
+		if !e.safe[i] && n.direction(r) != dir {
+			return false
+		}
+	}
+	return true
 }
 
 // acceptOlder handles a copy of a publication of a source older than the
