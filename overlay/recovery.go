@@ -317,7 +317,7 @@ func (n *Node) checkRecovery() {
 		// resumes) rather than become routable without its side's
 		// subscriptions, which would swallow publications for them.
 	}
-	if len(n.rec.stateWait) == 0 || n.rec.stateWaitT > n.cfg.GoneAfterTicks {
+	if len(n.rec.stateWait) == 0 || n.rec.stateWaitT > n.cfg.GoneAfterTicks && !n.awaitingVerdict() {
 		if len(n.rec.stateWait) > 0 {
 			n.notice(NoticeGap, "", fmt.Sprintf("recovery completed without the state of %d peers", len(n.rec.stateWait)))
 			// Re-learn those sides once they are reachable again.
@@ -330,6 +330,29 @@ func (n *Node) checkRecovery() {
 		n.rec.stateWait = nil
 		n.becomeJoined()
 	}
+}
+
+// awaitingVerdict reports whether the recovery, past GoneAfterTicks,
+// still waits for the gone verdict on an awaited peer: one suspected, not
+// yet gone, whose verdict is ours (a tree neighbour: a leaf child frozen
+// while we were down has nobody behind it to ask). Its verdict comes
+// GoneAfterTicks after its suspicion, which began after our restart; until
+// then it is a live broker with clients. Completed at our own
+// GoneAfterTicks, we became routable without its subscriptions, took the
+// publications held for it upstream and dropped them: lost to its
+// subscriber when it resumed in between (scenario
+// restart_waits_for_frozen_child_verdict.txt). Bounded: at 2×GoneAfterTicks
+// the recovery completes as before.
+func (n *Node) awaitingVerdict() bool {
+	if n.rec.stateWaitT > 2*n.cfg.GoneAfterTicks {
+		return false
+	}
+	for id := range n.rec.stateWait {
+		if p := n.peers[id]; p != nil && p.suspected && !p.gone && n.ownsGoneVerdict(id) {
+			return true
+		}
+	}
+	return false
 }
 
 // unplaced reports whether id, an awaited peer our map does not hold, may
