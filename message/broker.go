@@ -148,6 +148,11 @@ type TopoChange struct {
 	// repair is applied atomically with all its routes. Omitted when the
 	// change fits in one frame.
 	More int `msgpack:"k,omitempty"`
+	// Logs: a graceful leaver's logged sources with their last seq (and
+	// those handed to it by earlier leavers): every broker that applies the
+	// repair keeps them and answers durable floods for them with the range
+	// the leaver took with it (docs/durable.md "A leaving PHB").
+	Logs []SourceSeq `msgpack:"g,omitempty"`
 }
 
 // SubsVia lists subscriptions that a leaving broker routes along Path:
@@ -257,6 +262,10 @@ type LeaveRequest struct {
 	// sender at once.
 	Drain bool `msgpack:"d,omitempty"`
 	Ack   bool `msgpack:"k,omitempty"`
+	// Logs: as TopoChange.Logs, given to the neighbours when the leave
+	// starts (publications are refused from then on: the last seqs are
+	// final).
+	Logs []SourceSeq `msgpack:"g,omitempty"`
 }
 
 // GapFlood carries a loss notice beyond δ (PROTOCOL §8) from the broker

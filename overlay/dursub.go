@@ -120,6 +120,88 @@ type durSubs struct {
 	// last silence pass (durableSilenceTick), while durable
 	// subscriptions exist.
 	touched map[message.Source]uint64
+	// left: the last seq of each source whose publisher's edge left
+	// gracefully with its log (TopoChange.Logs, LeaveRequest.Logs), in
+	// the order learned (leftOrder, bounded by maxLeftSources).
+	left      map[message.Source]uint64
+	leftOrder []message.Source
+}
+
+// maxLeftSources bounds the sources a leaver hands on (TopoChange.Logs:
+// it must fit a frame) and a broker keeps of leavers (durSubs.left, the
+// newest learned are kept).
+const maxLeftSources = 4096
+
+// leftLogs is what this leaving broker hands on (docs/durable.md "A
+// leaving PHB"): every logged source's last seq, and what earlier leavers
+// handed to it, sorted by source.
+func (n *Node) leftLogs() []message.SourceSeq {
+	m := map[message.Source]uint64{}
+	for _, s := range n.dsub.leftOrder {
+		m[s] = n.dsub.left[s]
+	}
+	if n.dur.on {
+		for _, s := range n.dur.order {
+			if x := n.dur.src[s]; x.last > 0 {
+				m[s] = max(m[s], x.last)
+			}
+		}
+	}
+	out := make([]message.SourceSeq, 0, len(m))
+	for s, q := range m {
+		out = append(out, message.SourceSeq{Source: s, Seq: q})
+	}
+	slices.SortFunc(out, func(a, b message.SourceSeq) int { return srcCmp(a.Source, b.Source) })
+	if len(out) > maxLeftSources {
+		out = out[len(out)-maxLeftSources:]
+	}
+	return out
+}
+
+// keepLeft records a leaver's logs (the larger last seq per source).
+func (n *Node) keepLeft(logs []message.SourceSeq) {
+	ds := &n.dsub
+	for _, e := range logs {
+		if e.Seq == 0 {
+			continue
+		}
+		if ds.left == nil {
+			ds.left = map[message.Source]uint64{}
+		}
+		if _, ok := ds.left[e.Source]; !ok {
+			ds.leftOrder = append(ds.leftOrder, e.Source)
+		}
+		ds.left[e.Source] = max(ds.left[e.Source], e.Seq)
+	}
+	if excess := len(ds.leftOrder) - maxLeftSources; excess > 0 {
+		for _, s := range ds.leftOrder[:excess] {
+			delete(ds.left, s)
+		}
+		ds.leftOrder = slices.Delete(ds.leftOrder, 0, excess)
+	}
+}
+
+// answerLeft answers a durable flood for the sources whose edge left:
+// nothing retained, up to the last seq the leaver logged (a Catchup with
+// First = Last+1, so the SHB gives a Gap for what the token had not
+// consumed up to Last, unless another answer retained it).
+func (n *Node) answerLeft(from message.BrokerID, sub message.SubID, df *message.DurableFlood) {
+	for _, s := range n.dsub.leftOrder {
+		last := n.dsub.left[s]
+		i, ok := slices.BinarySearchFunc(df.From, s, func(e message.SourceSeq, s message.Source) int { return srcCmp(e.Source, s) })
+		if !ok && df.Fresh {
+			continue // a new subscription: nothing before it is owed
+		}
+		if ok && df.From[i].Seq >= last {
+			continue
+		}
+		m := &message.Catchup{Sub: sub, Source: s, Last: last, First: last + 1}
+		if from == "" {
+			n.onCatchup("", m)
+		} else {
+			n.send(from, m)
+		}
+	}
 }
 
 func (ds *durSubs) touch(s message.Source, seq uint64) {
@@ -461,6 +543,7 @@ func (n *Node) dropDurable(sub message.SubID) {
 // here (from: the broker it came from; "" when local), for every local
 // source of the log.
 func (n *Node) answerDurable(from message.BrokerID, sub message.SubID, f matching.Filter, df *message.DurableFlood) {
+	n.answerLeft(from, sub, df)
 	d := &n.dur
 	if !d.on {
 		return

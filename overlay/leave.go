@@ -87,7 +87,7 @@ func (n *Node) Leave() {
 // its Ack (a heartbeat, which now says not joined, goes first).
 func (n *Node) leaveAnnounce(id message.BrokerID) {
 	n.send(id, n.heartbeat())
-	n.send(id, &message.LeaveRequest{Node: n.self, Drain: true})
+	n.send(id, &message.LeaveRequest{Node: n.self, Drain: true, Logs: n.leftLogs()})
 	n.mem.lv.await[id] = true
 }
 
@@ -121,6 +121,7 @@ func (n *Node) onLeaveDrain(from message.BrokerID, m *message.LeaveRequest) {
 			n.routesChanged()
 		}
 	}
+	n.keepLeft(m.Logs)
 	n.send(from, &message.LeaveRequest{Node: n.self, Drain: true, Ack: true})
 }
 
@@ -199,10 +200,11 @@ func (n *Node) startRepair() {
 	// at δ+1 hops, and its map must show that neighbour's new parent.
 	budget := n.cfg.Delta + 2
 	rm := []message.BrokerID{n.cfg.ID}
+	logs := n.leftLogs()
 	n.startFlood(&flood{key: key, budget: budget,
 		msg: func(to message.BrokerID, dist int) message.Message {
 			return &message.TopoChange{Origin: key.origin, Seq: key.seq, Hops: budget - dist,
-				Remove: rm, Leaver: n.cfg.ID, Reparent: rep, Add: extra, Via: via}
+				Remove: rm, Leaver: n.cfg.ID, Reparent: rep, Add: extra, Via: via, Logs: logs}
 		},
 		done: func() { lv.repaired = true }})
 }

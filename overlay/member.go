@@ -184,7 +184,8 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 		before = append(before, n.topo.Neighbours(n.cfg.ID)...)
 	}
 	if m.Leaver != "" {
-		n.applyLeave(m) // a graceful leave with its tree repair (leave.go)
+		n.keepLeft(m.Logs) // its durable log's range (dursub.go)
+		n.applyLeave(m)    // a graceful leave with its tree repair (leave.go)
 	} else if err := topology.Validate(m.Add); err == nil {
 		for _, a := range m.Add {
 			if a.ID == n.cfg.ID {
@@ -221,7 +222,7 @@ func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 	n.startFlood(&flood{key: k, except: dir, budget: hops, waiters: []message.BrokerID{from},
 		msg: func(to message.BrokerID, dist int) message.Message {
 			return &message.TopoChange{Origin: m.Origin, Seq: m.Seq, Hops: hops - dist, Add: m.Add, Remove: m.Remove,
-				Leaver: m.Leaver, Reparent: m.Reparent, Via: m.Via}
+				Leaver: m.Leaver, Reparent: m.Reparent, Via: m.Via, Logs: m.Logs}
 		}})
 }
 

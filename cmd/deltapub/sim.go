@@ -53,7 +53,7 @@ type fuzzFlags struct {
 	brokers, delta, node string
 	faults               int
 	quick, noLeaves      bool
-	durable              bool
+	durable, noDurable   bool
 	ideal                bool
 }
 
@@ -63,7 +63,8 @@ func (f *fuzzFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.node, "node", "overlay", "protocol under test: overlay (the core) or flood (the simulator's no-fault-tolerance reference)")
 	fs.BoolVar(&f.quick, "quick", false, "shorter runs (downtimes, gone_after, settling), as the fuzz in go test")
 	fs.IntVar(&f.faults, "faults", -1, "concurrent faults per run; -1: random from 0 to the run's δ; above δ: judged by the beyond-δ rules")
-	fs.BoolVar(&f.durable, "durable", false, "also draw durable subscribers: half of the runs log at the edges and have durable subscribers that disconnect and reconnect elsewhere (off by default while the durable loss open in docs/durable.md, Resuming during failures, is open)")
+	fs.BoolVar(&f.noDurable, "no-durable", false, "never draw durable subscribers (by default half of the runs log at the edges and have durable subscribers that disconnect and reconnect elsewhere)")
+	fs.BoolVar(&f.durable, "durable", false, "draw durable subscribers (the default; kept for older replay commands, --no-durable wins)")
 	fs.BoolVar(&f.noLeaves, "no-leaves", false, "never add a graceful leave (by default one run in four with room within δ has one)")
 	fs.BoolVar(&f.ideal, "ideal", false, "no draws of what real processes do (dial failures, accept delays, stale links, stalls, restarts together, the testbed's joinpoints): the fuzzer before them, to replay seeds found then")
 }
@@ -85,7 +86,7 @@ func (f *fuzzFlags) options() (sim.FuzzOptions, error) {
 	}
 	o.NoWire = f.node == "flood" // its messages are not in the wire registry
 	o.NoLeaves = f.noLeaves || f.node == "flood"
-	o.NoDurable = !f.durable || f.node == "flood"
+	o.NoDurable = f.noDurable || f.node == "flood"
 	return o, o.Validate()
 }
 
@@ -100,8 +101,8 @@ func (f *fuzzFlags) replayFlags() string {
 	if f.noLeaves {
 		s += " --no-leaves"
 	}
-	if f.durable {
-		s += " --durable"
+	if f.noDurable {
+		s += " --no-durable"
 	}
 	if f.ideal {
 		s += " --ideal"

@@ -41,7 +41,8 @@ type FuzzOptions struct {
 	Ideal bool
 	// NoDurable turns off the durable draws (publication logs, retention,
 	// durable subscribers that disconnect and reconnect elsewhere;
-	// fuzzdur.go): for nodes without durable subscriptions (FloodNode).
+	// fuzzdur.go): for nodes without durable subscriptions (FloodNode),
+	// or `sim fuzz --no-durable`.
 	NoDurable bool
 }
 
