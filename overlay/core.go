@@ -263,7 +263,7 @@ func (n *Node) Tick() {
 			}
 			// Probe: a suspected broker that matters is dialled again now
 			// and then, so that its return (or a healed cut) is noticed.
-			if !p.up && !p.dialing && p.dialWait == 0 && n.topo.Has(id) {
+			if !p.up && !p.dialing && p.dialWait == 0 && n.topo.Has(id) && !n.reporterWatches(p) {
 				n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
 			}
 		}

@@ -14,35 +14,36 @@ import (
 // peer is what the node knows about one other broker it has (or had, or
 // wants) a link with.
 type peer struct {
-	id        message.BrokerID
-	up        bool   // a link is established
-	silent    int    // ticks since anything arrived (counted while monitored)
-	idle      int    // ticks since anything was sent on the link
-	suspected bool   // silent too long, or the dial failed
-	suspTicks int    // ticks spent suspected (for gone_after)
-	suspAt    int64  // tick of the last suspicion (topo_resend.go)
-	suspEpoch uint64 // the newest incarnation known when it was suspected: the one gone_after may declare gone
-	gone      bool   // declared gone (PROTOCOL §6)
-	vouchedAt int64  // last tick a joined tree neighbour of it said it does not suspect it (gone waits)
-	epoch     uint64 // last incarnation heard from it
-	joined    bool   // its last heartbeat said it is routable
-	heardHB   bool   // a heartbeat arrived on the current link
-	heardAny  bool   // a heartbeat arrived on some link: joined is what it last said
-	leaving   bool   // it said it is leaving (routable before, not now, same epoch; or LeaveRequest{Drain})
-	dialing   bool   // a dial was requested and not answered
-	joinDial  bool   // that dial was the join walk's (tryJoinpoint)
-	dialWait  int    // ticks before the next dial may be requested
-	dialFails int    // dials in a row that failed (or brought a link that died before a heartbeat): the backoff's attempt
-	dialled   bool   // the current link came up on a dial of ours (links.go: the dialler closes it when unneeded)
-	unneeded  int    // ticks in a row the current link served nothing (links.go)
-	served    bool   // the current link was needed once its first heartbeat arrived (links.go)
-	dackSent  uint64 // store version covered by the last DACK on this link
-	dackAt    int64  // tick of the last DACK on this link (at most one per DACKTicks)
-	dackIn    int64  // tick of the last DACK received from it (0: none)
-	refuted   int    // its suspicions it refuted (heard again, same incarnation), not yet forgiven: patience.go
-	calm      int    // ticks since the last refutation or suspicion (patience.go)
-	toldGone  int64  // tick it was last told it was removed while alive (0: never)
-	goneEpoch uint64 // the newest incarnation declared gone or removed from the tree (removedWhileAlive tells only those)
+	id         message.BrokerID
+	up         bool             // a link is established
+	silent     int              // ticks since anything arrived (counted while monitored)
+	idle       int              // ticks since anything was sent on the link
+	suspected  bool             // silent too long, or the dial failed, or reported
+	reportedBy message.BrokerID // the suspicion is a tree neighbour's of it, taken from its heartbeat (empty: our own)
+	suspTicks  int              // ticks spent suspected (for gone_after)
+	suspAt     int64            // tick of the last suspicion (topo_resend.go)
+	suspEpoch  uint64           // the newest incarnation known when it was suspected: the one gone_after may declare gone
+	gone       bool             // declared gone (PROTOCOL §6)
+	vouchedAt  int64            // last tick a joined tree neighbour of it said it does not suspect it (gone waits)
+	epoch      uint64           // last incarnation heard from it
+	joined     bool             // its last heartbeat said it is routable
+	heardHB    bool             // a heartbeat arrived on the current link
+	heardAny   bool             // a heartbeat arrived on some link: joined is what it last said
+	leaving    bool             // it said it is leaving (routable before, not now, same epoch; or LeaveRequest{Drain})
+	dialing    bool             // a dial was requested and not answered
+	joinDial   bool             // that dial was the join walk's (tryJoinpoint)
+	dialWait   int              // ticks before the next dial may be requested
+	dialFails  int              // dials in a row that failed (or brought a link that died before a heartbeat): the backoff's attempt
+	dialled    bool             // the current link came up on a dial of ours (links.go: the dialler closes it when unneeded)
+	unneeded   int              // ticks in a row the current link served nothing (links.go)
+	served     bool             // the current link was needed once its first heartbeat arrived (links.go)
+	dackSent   uint64           // store version covered by the last DACK on this link
+	dackAt     int64            // tick of the last DACK on this link (at most one per DACKTicks)
+	dackIn     int64            // tick of the last DACK received from it (0: none)
+	refuted    int              // its suspicions it refuted (heard again, same incarnation), not yet forgiven: patience.go
+	calm       int              // ticks since the last refutation or suspicion (patience.go)
+	toldGone   int64            // tick it was last told it was removed while alive (0: never)
+	goneEpoch  uint64           // the newest incarnation declared gone or removed from the tree (removedWhileAlive tells only those)
 	// After we declared it gone: a few slow probes, so that a live one (a
 	// stall past gone_after) hears it was removed (removedWhileAlive).
 	goneProbes int    // probes left
@@ -113,6 +114,7 @@ func (n *Node) vouch(from message.BrokerID, suspects []message.BrokerID) {
 
 func (n *Node) suspect(p *peer, why string) {
 	p.suspected = true
+	p.reportedBy = ""
 	p.suspTicks = 0
 	p.calm = 0
 	p.suspAt = n.now
@@ -137,9 +139,45 @@ func (n *Node) unsuspect(p *peer) {
 	p.suspected = false
 	p.suspTicks = 0
 	p.gone = false
+	p.reportedBy = ""
 	n.refuted(p)
 	n.notice(NoticeUnsuspected, p.id, "")
 	n.resendTopo(p)
+}
+
+// hintPatience is how long, in failure timeouts, a suspicion taken from a
+// reporter that is still heard waits for that reporter to lift it before
+// this broker probes the suspect itself (probing, core.go Tick).
+const hintPatience = 4
+
+// reporterWatches reports whether p's suspicion is a report whose reporter
+// is still a usable link of ours, heard within hintPatience failure
+// timeouts of the report: that reporter, a tree neighbour of p, monitors
+// p and lifts the suspicion in its next heartbeat when p speaks again
+// (liftReported), so a probe of ours would only add a handshake. *Rule: a
+// reported suspicion is its reporter's to lift* (docs/protocol.md §7).
+func (n *Node) reporterWatches(p *peer) bool {
+	if p.reportedBy == "" || p.suspTicks >= hintPatience*n.cfg.FailureTicks {
+		return false
+	}
+	r := n.peers[p.reportedBy]
+	return r != nil && r.up && !n.unusable(r.id)
+}
+
+// liftReported lifts the suspicions taken from reporter's heartbeats that
+// its latest one, m, no longer lists, of brokers still its tree neighbours
+// in our map: it hears them again (it monitors its tree neighbours).
+func (n *Node) liftReported(reporter message.BrokerID, m *message.Heartbeat) bool {
+	lifted := false
+	for _, x := range n.topo.Neighbours(reporter) {
+		q := n.peers[x]
+		if q == nil || !q.suspected || q.gone || q.reportedBy != reporter || slices.Contains(m.Suspects, x) {
+			continue
+		}
+		n.unsuspect(q)
+		lifted = true
+	}
+	return lifted
 }
 
 // heartbeat builds this broker's heartbeat: epoch, joined, and the tree
@@ -177,9 +215,13 @@ func (n *Node) onHeartbeat(p *peer, m *message.Heartbeat) {
 			}
 			if q := n.peer(x); adjacent && !q.up && !q.suspected {
 				n.suspect(q, "reported by "+string(p.id))
+				q.reportedBy = p.id
 				hinted = true
 			}
 		}
+	}
+	if n.mem.member && m.Joined && m.Epoch >= p.epoch && n.liftReported(p.id, m) {
+		hinted = true
 	}
 	if hinted {
 		defer n.routesChanged()
