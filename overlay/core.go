@@ -278,7 +278,10 @@ func (n *Node) Tick() {
 				n.dial(Peer{ID: id, Addr: p.goneAddr}, false)
 			}
 		}
-		if !p.up && !p.suspected && !p.dialing && p.dialWait == 0 && (n.wanted(id) || n.floodInvolves(id)) {
+		// A peer unlinked and unsuspected that a route, a flood or this
+		// recovery needs is dialled (also one whose reported suspicion its
+		// reporter lifted: nobody probed it meanwhile, reporterWatches).
+		if !p.up && !p.suspected && !p.dialing && p.dialWait == 0 && (n.wanted(id) || n.floodInvolves(id) || n.rec.stateWait[id]) {
 			n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
 		}
 	}

@@ -61,3 +61,42 @@ func TestReportedSuspicionIsLiftedByItsReporter(t *testing.T) {
 		t.Fatal("B2, the reporter, crashed, and nobody probed B3, which it had reported")
 	}
 }
+
+// A recovering broker that awaits the state of a broker it holds suspected
+// on a report dials it once the reporter lifts the report: nobody probed
+// it meanwhile, and the recovery asks for a state only on a link. (Without
+// the dial, a restarted broker waited on its neighbourhood's state until
+// its recovery gave up on it, and the subscriptions flooded meanwhile were
+// never confirmed: a simulator fuzz run.)
+func TestRecoveryDialsAPeerWhoseReportWasLifted(t *testing.T) {
+	h := newHarness(t, 3)
+	// B2 is a leaf beside B4's parent B3: nobody stands behind it whom
+	// B4's recovery could ask instead of it.
+	h.buildTree("B1", [][2]message.BrokerID{{"B3", "B1"}, {"B2", "B3"}, {"B4", "B3"}, {"B5", "B4"}})
+	h.run(20)
+	ft := h.cfg.FailureTicks
+	h.crash("B2")
+	h.crash("B4")
+	h.runUntil(3*ft, "B3 suspects B2", func() bool { return h.nodes["B3"].peers["B2"].suspected })
+	// B4 restarts with B2 among its joinpoints (as the runtime gives the
+	// core its saved place), so its recovery awaits B2's state; its dial
+	// of B2 stays pending until B3's report on B2 has reached it, then
+	// fails.
+	h.gated = map[[2]message.BrokerID]bool{pair("B4", "B2"): true}
+	h.restart("B4", 2, "B3", "B2", "B5")
+	h.runUntil(3*ft, "B4 takes B3's report on B2", func() bool {
+		p := h.nodes["B4"].peers["B2"]
+		return p != nil && p.suspected && p.reportedBy == "B3"
+	})
+	delete(h.gated, pair("B4", "B2"))
+	h.do("B4", func(n *Node) { n.DialFailed("B2") })
+	if !h.nodes["B4"].rec.stateWait["B2"] {
+		t.Fatal("B4's recovery does not await B2's state: the case is not reached")
+	}
+	h.run(2 * ft)
+	since := len(h.dials)
+	h.restart("B2", 2, "B3")
+	h.runUntil(6*ft, "B3's report on B2 lifted at B4", func() bool { return !h.nodes["B4"].peers["B2"].suspected })
+	h.runUntil(4*ft, "B4 dials B2 for its state", func() bool { return h.dialsTo("B2", since, "B4") > 0 })
+	h.runUntil(10*ft, "B4 recovered", func() bool { return h.nodes["B4"].Joined() })
+}
