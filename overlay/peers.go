@@ -150,9 +150,9 @@ func (n *Node) unsuspect(p *peer) {
 // this broker probes the suspect itself (probing, core.go Tick).
 const hintPatience = 4
 
-// reporterWatches reports whether p's suspicion is a report whose reporter
-// is still a usable link of ours, heard within hintPatience failure
-// timeouts of the report: that reporter, a tree neighbour of p, monitors
+// reporterWatches reports whether p's suspicion is a report, standing for
+// less than hintPatience failure timeouts, whose reporter is still a
+// usable link of ours: that reporter, a tree neighbour of p, monitors
 // p and lifts the suspicion in its next heartbeat when p speaks again
 // (liftReported), so a probe of ours would only add a handshake. *Rule: a
 // reported suspicion is its reporter's to lift* (docs/protocol.md §7).
