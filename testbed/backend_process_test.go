@@ -124,10 +124,10 @@ garbage line
 // their admin endpoints (POST /ctl/cut at both ends) and heals it: the
 // brokers bypass each other and reconnect, every delivery arrives (a cut
 // is one failure, ≤ δ), verdict PASS. It runs in parallel with
-// TestProcessEndToEnd from its own copy of the binary (needOwnBinary).
+// TestProcessEndToEnd, each from its own path of the binary (needBinary).
 func TestProcessCutHeal(t *testing.T) {
 	t.Parallel()
-	bin := needOwnBinary(t)
+	bin := needBinary(t)
 	p, sum, dir := runExample(t, "examples/cut.toml", "process", Options{Binary: bin})
 	checkCutHeal(t, p, sum, dir)
 	// Both ends logged the cut and the heal (the admin endpoint's
@@ -161,7 +161,7 @@ func checkCutHeal(t *testing.T, p *Plan, sum *Summary, dir string) {
 // B2's subscriber counted apart, its publisher stopped at the leave.
 func TestProcessLeave(t *testing.T) {
 	t.Parallel()
-	bin := needOwnBinary(t)
+	bin := needBinary(t)
 	p, sum, dir := runExample(t, "examples/leave.toml", "process", Options{Binary: bin})
 	checkLeave(t, p, sum, dir)
 	data, err := os.ReadFile(filepath.Join(dir, "logs", "B2.log"))

@@ -19,6 +19,9 @@ var (
 	binDir           string
 	deltapubBin      string
 	deltapubBuildErr error
+
+	handedOut     sync.Mutex
+	binsHandedOut []string // every test's own path of the binary
 )
 
 func buildBinary() {
@@ -39,8 +42,11 @@ func buildBinary() {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	bin := deltapubBin
-	if n := killBrokersOf(bin); n > 0 {
+	n := killBrokersOf(deltapubBin)
+	for _, bin := range binsHandedOut {
+		n += killBrokersOf(bin)
+	}
+	if n > 0 {
 		fmt.Fprintf(os.Stderr, "testbed: %d broker processes outlived the tests (killed now)\n", n)
 		code = 1
 	}
@@ -75,38 +81,29 @@ func killBrokersOf(bin string) int {
 	return n
 }
 
+// needBinary returns the deltapub binary for a process-mode test: a link
+// to (or copy of) the built binary under the test's own directory. Brokers
+// are found by their executable's path, so the Cleanup check sees only
+// this test's brokers, whichever tests run in parallel with it.
 func needBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(buildBinary)
 	if deltapubBin == "" {
 		t.Fatalf("no deltapub binary: %v", deltapubBuildErr)
 	}
-	t.Cleanup(func() {
-		if n := killBrokersOf(deltapubBin); n > 0 {
-			t.Errorf("%d broker processes outlived the run", n)
-		}
-	})
-	return deltapubBin
-}
-
-// needOwnBinary is needBinary for a process test that runs in parallel
-// with another: a copy of the binary under the test's own directory, so
-// that the Cleanup check (brokers are found by their executable's path)
-// sees only this test's brokers.
-func needOwnBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(buildBinary)
-	if deltapubBin == "" {
-		t.Fatalf("no deltapub binary: %v", deltapubBuildErr)
-	}
-	data, err := os.ReadFile(deltapubBin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(t.TempDir(), "deltapub")
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
+	if err := os.Link(deltapubBin, bin); err != nil {
+		data, err := os.ReadFile(deltapubBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
+	handedOut.Lock()
+	binsHandedOut = append(binsHandedOut, bin)
+	handedOut.Unlock()
 	t.Cleanup(func() {
 		if n := killBrokersOf(bin); n > 0 {
 			t.Errorf("%d broker processes outlived the run", n)
