@@ -350,3 +350,56 @@ func TestFarStateReplyLeavesOutTruncatedPointers(t *testing.T) {
 		t.Error("C's own subscription (its pointer is its edge, before D) was left out")
 	}
 }
+
+// A recovering broker answers a restarted neighbour's StateRequest while
+// it awaits only peers on that neighbour's side, also peers its map does
+// not hold: one named as a parent in the map (Map.Dangling) or named by
+// that neighbour's NotMember. Counted on no side, such a peer held the
+// answer while the neighbour waited for ours: both waited until
+// gone_after. A peer awaited on another side still holds the answer.
+func TestRecoveringAnswersNeighbourWhileAwaitingItsSide(t *testing.T) {
+	cases := []struct {
+		name    string
+		awaited message.BrokerID
+		namedBy bool // X named by B's NotMember (else: C's parent in our map)
+		answer  bool
+	}{
+		{"unmapped parent of a broker on B's side", "X", false, true},
+		{"unmapped peer named by B", "Y", true, true},
+		{"a peer on our other side", "D", false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
+			n, err := NewNode(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// X - C - B - A - D, X not in A's map.
+			n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 2, Parent: "X"})
+			n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "C"})
+			n.topo.Put(message.MapNode{ID: "A", Addr: "addr-A", Epoch: 2, Parent: "B"})
+			n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "A"})
+			for _, id := range []message.BrokerID{"B", "D"} {
+				p := n.peer(id)
+				p.up, p.heardHB, p.heardAny, p.joined, p.epoch = true, true, true, id == "D", 2
+			}
+			n.mem.member = true
+			n.rec.stateWait = map[message.BrokerID]bool{c.awaited: true}
+			if c.namedBy {
+				n.rec.namedBy[c.awaited] = "B"
+			}
+			n.Step("B", &message.StateRequest{Node: message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "C"}})
+			answered := false
+			for _, e := range n.Ready().Messages {
+				if r, ok := e.Msg.(*message.StateReply); ok && e.To == "B" && !r.NotMember {
+					answered = true
+				}
+			}
+			if answered != c.answer {
+				t.Errorf("answered B = %v, want %v (awaiting %v)", answered, c.answer, n.rec.stateWait)
+			}
+		})
+	}
+}

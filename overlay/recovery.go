@@ -161,7 +161,12 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 // directions, so while we are recovering ourselves we answer only once no
 // state is awaited from a direction other than the requester's (in a tree
 // these dependencies point away from each other: no deadlock between two
-// neighbours recovering at once).
+// neighbours recovering at once). An awaited peer our map does not hold
+// counts in the direction of the broker that names it (awaitedDirection):
+// counted in none, it held the answer to a restarted neighbour that was
+// itself waiting for ours, and both waited until gone_after, their
+// subscribers' resumes unconfirmed meanwhile (more than δ restarted in a
+// row; test TestRecoveringAnswersNeighbourWhileAwaitingItsSide).
 func (n *Node) answerStateRequests() {
 	if len(n.mem.pendingState) == 0 {
 		return
@@ -171,7 +176,7 @@ func (n *Node) answerStateRequests() {
 		dir := n.direction(id)
 		ready := true
 		for w := range n.rec.stateWait {
-			if n.direction(w) != dir {
+			if n.awaitedDirection(w) != dir {
 				ready = false
 				break
 			}
@@ -182,6 +187,30 @@ func (n *Node) answerStateRequests() {
 		delete(n.mem.pendingState, id)
 		n.send(id, &message.StateReply{Map: n.topo.Within(id, n.cfg.Delta+1), Subs: n.subsFor(id)})
 	}
+}
+
+// awaitedDirection is the direction of an awaited peer: its side in our
+// map or, for a peer our map does not hold, the side of the broker that
+// names it: the restarted neighbour whose NotMember named it (namedBy), or
+// a broker whose parent it is (Map.Dangling). That broker's far side is
+// where it lies. "" when nothing places it.
+func (n *Node) awaitedDirection(w message.BrokerID) message.BrokerID {
+	if d := n.direction(w); d != "" {
+		return d
+	}
+	if y, ok := n.rec.namedBy[w]; ok {
+		if d := n.direction(y); d != "" {
+			return d
+		}
+	}
+	for _, x := range n.topo.Nodes() {
+		if x.Parent == w && x.ID != n.cfg.ID {
+			if d := n.direction(x.ID); d != "" {
+				return d
+			}
+		}
+	}
+	return ""
 }
 
 func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
