@@ -403,3 +403,40 @@ func TestRecoveringAnswersNeighbourWhileAwaitingItsSide(t *testing.T) {
 		})
 	}
 }
+
+// A durable subscription learned in a resync (a StateReply to a joined
+// broker, after more than δ in a row failed) is flooded on as durable, with
+// the position its flood carried: flooded on as a plain subscription, the
+// brokers behind installed it as plain, the PHB there never answered its
+// position, and what the subscriber missed from that publisher was lost
+// without a Gap.
+func TestResyncFloodsDurableSubscriptionOnAsDurable(t *testing.T) {
+	n := chainNode(t, 1)
+	n.topo.Put(message.MapNode{ID: "G", Addr: "addr-G", Epoch: 1, Parent: "A"})
+	n.mem.joined = true
+	for _, id := range []message.BrokerID{"B", "G"} {
+		linked(n, id)
+	}
+	sub := message.SubID{Edge: "F", Epoch: 1, N: 1}
+	pos := &message.DurableFlood{Name: "D1", From: []message.SourceSeq{{Source: message.Source{Publisher: "P1", Epoch: 1}, Seq: 20}}}
+	n.Step("B", &message.StateReply{
+		Map:  n.topo.Within("A", 2),
+		Subs: []message.SubState{{Sub: sub, Filter: classFilter("a"), From: "B", Durable: pos}},
+	})
+	n.Ready()
+	var flood *message.SubFlood
+	for i := 0; i < 10*n.cfg.HeartbeatTicks && flood == nil; i++ {
+		n.Tick()
+		for _, e := range n.Ready().Messages {
+			if f, ok := e.Msg.(*message.SubFlood); ok && e.To == "G" && f.Sub == sub {
+				flood = f
+			}
+		}
+	}
+	if flood == nil {
+		t.Fatal("the subscription learned in the resync was not flooded on to G")
+	}
+	if flood.Durable == nil || flood.Durable.Name != "D1" || len(flood.Durable.From) != 1 || flood.Durable.From[0].Seq != 20 {
+		t.Errorf("flooded on as %+v, want durable D1 from P1/1/20", flood.Durable)
+	}
+}

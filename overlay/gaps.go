@@ -156,6 +156,15 @@ func (n *Node) floodOnward() {
 		}
 		fk := floodKey{kind: fkSub, sub: sub}
 		if _, busy := n.floods.pending[fk]; !busy {
+			if r := n.dsub.routes[sub]; r != nil && r.df != nil {
+				// Durable: flooded on with the position its flood
+				// carried, so that the PHBs behind answer it (catch-up,
+				// or a Gap for what they no longer hold). Flooded on
+				// plain, what its subscriber missed from them was lost
+				// without a Gap (test
+				// TestResyncFloodsDurableSubscriptionOnAsDurable).
+				n.durFloods()[sub] = r.df
+			}
 			n.startFlood(&flood{key: fk, except: e.Dir, budget: -1})
 		}
 	}
