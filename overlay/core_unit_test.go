@@ -353,52 +353,66 @@ func TestFarStateReplyLeavesOutTruncatedPointers(t *testing.T) {
 
 // A recovering broker answers a restarted neighbour's StateRequest while
 // it awaits only peers on that neighbour's side, also peers its map does
-// not hold: one named as a parent in the map (Map.Dangling) or named by
-// that neighbour's NotMember. Counted on no side, such a peer held the
+// not hold: one the map names as the parent of a broker on that side
+// (Map.Dangling), or one named by a restarted broker on that side whose
+// names cannot be our ancestors. Counted on no side, such a peer held the
 // answer while the neighbour waited for ours: both waited until
-// gone_after. A peer awaited on another side still holds the answer.
+// gone_after. A peer awaited on another side still holds the answer, and
+// a requester the map does not place is answered once every awaited peer
+// is unplaced too.
 func TestRecoveringAnswersNeighbourWhileAwaitingItsSide(t *testing.T) {
 	cases := []struct {
-		name    string
-		awaited message.BrokerID
-		namedBy bool // X named by B's NotMember (else: C's parent in our map)
-		answer  bool
+		name      string
+		delta     int
+		requester message.BrokerID
+		awaited   message.BrokerID
+		namedBy   message.BrokerID
+		answer    bool
 	}{
-		{"unmapped parent of a broker on B's side", "X", false, true},
-		{"unmapped peer named by B", "Y", true, true},
-		{"a peer on our other side", "D", false, false},
+		{"unmapped parent of a broker on B's side", 2, "B", "X", "", true},
+		{"unmapped peer named by our child D", 2, "D", "Y", "D", true},
+		{"unmapped peer named by B, our parent", 2, "B", "Y", "B", true},
+		{"named by D, but our ancestor 3 hops up is unknown: may be it", 3, "D", "Y", "D", false},
+		{"a peer on our other side", 2, "B", "D", "", false},
+		{"unplaced requester, unplaced awaited peer", 2, "Z", "Y", "", true},
+		{"unplaced requester, awaited peer on a side", 2, "Z", "D", "", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
+			cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", c.delta
 			n, err := NewNode(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// X - C - B - A - D, X not in A's map.
+			// X - C - B - A - D, X not in A's map. A broker on our child's
+			// side names up to δ of our ancestors: with δ = 3, X may be Y.
 			n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 2, Parent: "X"})
 			n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "C"})
 			n.topo.Put(message.MapNode{ID: "A", Addr: "addr-A", Epoch: 2, Parent: "B"})
-			n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 1, Parent: "A"})
-			for _, id := range []message.BrokerID{"B", "D"} {
+			n.topo.Put(message.MapNode{ID: "D", Addr: "addr-D", Epoch: 2, Parent: "A"})
+			for _, id := range []message.BrokerID{"B", "D", "Z"} {
 				p := n.peer(id)
-				p.up, p.heardHB, p.heardAny, p.joined, p.epoch = true, true, true, id == "D", 2
+				p.up, p.heardHB, p.heardAny, p.joined, p.epoch = true, true, true, false, 2
 			}
 			n.mem.member = true
 			n.rec.stateWait = map[message.BrokerID]bool{c.awaited: true}
-			if c.namedBy {
-				n.rec.namedBy[c.awaited] = "B"
+			if c.namedBy != "" {
+				n.rec.namedBy[c.awaited] = c.namedBy
 			}
-			n.Step("B", &message.StateRequest{Node: message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "C"}})
+			node, _ := n.topo.Get(c.requester)
+			if c.requester == "Z" {
+				node = message.MapNode{ID: "Z", Addr: "addr-Z", Epoch: 2}
+			}
+			n.Step(c.requester, &message.StateRequest{Node: node})
 			answered := false
 			for _, e := range n.Ready().Messages {
-				if r, ok := e.Msg.(*message.StateReply); ok && e.To == "B" && !r.NotMember {
+				if r, ok := e.Msg.(*message.StateReply); ok && e.To == c.requester && !r.NotMember {
 					answered = true
 				}
 			}
 			if answered != c.answer {
-				t.Errorf("answered B = %v, want %v (awaiting %v)", answered, c.answer, n.rec.stateWait)
+				t.Errorf("answered %s = %v, want %v (awaiting %v)", c.requester, answered, c.answer, n.rec.stateWait)
 			}
 		})
 	}

@@ -162,11 +162,15 @@ func (n *Node) onStateRequest(from message.BrokerID, m *message.StateRequest) {
 // state is awaited from a direction other than the requester's (in a tree
 // these dependencies point away from each other: no deadlock between two
 // neighbours recovering at once). An awaited peer our map does not hold
-// counts in the direction of the broker that names it (awaitedDirection):
-// counted in none, it held the answer to a restarted neighbour that was
-// itself waiting for ours, and both waited until gone_after, their
-// subscribers' resumes unconfirmed meanwhile (more than δ restarted in a
-// row; test TestRecoveringAnswersNeighbourWhileAwaitingItsSide).
+// counts on the side where it lies, when that side is known (unplacedSide)
+// and so is the requester's: counted on no side, it held the answer to a
+// restarted neighbour that was itself waiting for ours, and both waited
+// until gone_after, their subscribers' resumes unconfirmed meanwhile (more
+// than δ restarted in a row; test
+// TestRecoveringAnswersNeighbourWhileAwaitingItsSide). A requester our map
+// does not place is answered as before, once every awaited peer is
+// unplaced too: given a side, such a peer held the answer to a requester
+// behind that very side, and two recoveries waited for each other again.
 func (n *Node) answerStateRequests() {
 	if len(n.mem.pendingState) == 0 {
 		return
@@ -176,7 +180,11 @@ func (n *Node) answerStateRequests() {
 		dir := n.direction(id)
 		ready := true
 		for w := range n.rec.stateWait {
-			if n.awaitedDirection(w) != dir {
+			side := n.direction(w)
+			if side == "" && dir != "" {
+				side = n.unplacedSide(w)
+			}
+			if side != dir {
 				ready = false
 				break
 			}
@@ -189,17 +197,16 @@ func (n *Node) answerStateRequests() {
 	}
 }
 
-// awaitedDirection is the direction of an awaited peer: its side in our
-// map or, for a peer our map does not hold, the side of the broker that
-// names it: the restarted neighbour whose NotMember named it (namedBy), or
-// a broker whose parent it is (Map.Dangling). That broker's far side is
-// where it lies. "" when nothing places it.
-func (n *Node) awaitedDirection(w message.BrokerID) message.BrokerID {
-	if d := n.direction(w); d != "" {
-		return d
-	}
+// unplacedSide is the side of an awaited peer our map does not hold: the
+// side of the restarted broker whose NotMember named it (namedBy), unless
+// that broker is on a child's side and the peer may be one of our
+// ancestors (the names are that broker's joinpoints, its ancestors among
+// them, which from a child's side are ours too); else the side of a broker our map shows as its child
+// (Map.Dangling), which reaches us through its own children, so its parent
+// lies beyond it. "" when neither places it.
+func (n *Node) unplacedSide(w message.BrokerID) message.BrokerID {
 	if y, ok := n.rec.namedBy[w]; ok {
-		if d := n.direction(y); d != "" {
+		if d := n.direction(y); d != "" && (d == n.topo.Parent(n.cfg.ID) || !n.mayBeAncestor(w)) {
 			return d
 		}
 	}
@@ -211,6 +218,21 @@ func (n *Node) awaitedDirection(w message.BrokerID) message.BrokerID {
 		}
 	}
 	return ""
+}
+
+// mayBeAncestor reports whether w may be one of our ancestors within δ
+// hops: the farthest a broker on our child's side names among its
+// joinpoints (the runtime lists δ+1 ancestors). Our map shows the
+// ancestors it holds; past the first it does not hold, any may be w.
+func (n *Node) mayBeAncestor(w message.BrokerID) bool {
+	a := n.topo.Parent(n.cfg.ID)
+	for d := 1; a != "" && d <= n.cfg.Delta; d++ {
+		if a == w || !n.topo.Has(a) {
+			return true
+		}
+		a = n.topo.Parent(a)
+	}
+	return false
 }
 
 func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
