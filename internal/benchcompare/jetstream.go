@@ -109,12 +109,13 @@ type jsServers struct {
 }
 
 // Start starts the variant's servers (n is ignored: R1 runs on one server,
-// R3 on three) and creates the stream. A cluster that does not come up (on
-// a loaded machine its servers sometimes never agree on a meta leader) is
-// started once more on fresh ports, and its error kept with the second's.
+// R3 on three) and creates the stream. Servers that do not come up (on a
+// loaded machine a cluster sometimes never agrees on a meta leader, and a
+// server has exited at start without a word) are started once more on
+// fresh ports, and the first error is kept with the second's.
 func (j jsSystem) Start(ctx context.Context, _ int) (servers, error) {
 	s, err := j.start(ctx)
-	if err == nil || j.v.Replicas == 1 || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil {
 		return s, err
 	}
 	s, err2 := j.start(ctx)
