@@ -173,9 +173,14 @@ func (j jsSystem) start(ctx context.Context) (servers, error) {
 		s.mons = append(s.mons, "http://"+p.mon)
 		s.names = append(s.names, name)
 	}
+	// Generous: a synced store on a busy disk starts slowly. But at most
+	// half the time left, so that Start has time to try again.
+	wait := 60 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
 	for i := range ps {
-		// Generous: a synced store on a busy disk starts slowly.
-		if err := WaitHTTP(ctx, s.mons[i]+"/healthz", 60*time.Second, s.procs[i].Exited(), nil); err != nil {
+		if err := WaitHTTP(ctx, s.mons[i]+"/healthz", wait, s.procs[i].Exited(), nil); err != nil {
 			out := s.procs[i].Output()
 			s.Close()
 			return nil, fmt.Errorf("benchcompare: nats-server %s: %w\n%s", s.names[i], err, out)
