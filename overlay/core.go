@@ -262,8 +262,12 @@ func (n *Node) Tick() {
 				changed = true
 			}
 			// Probe: a suspected broker that matters is dialled again now
-			// and then, so that its return (or a healed cut) is noticed.
-			if !p.up && !p.dialing && p.dialWait == 0 && n.topo.Has(id) && !n.reporterWatches(p) {
+			// and then, so that its return (or a healed cut) is noticed:
+			// one our map holds, or one this recovery awaits. (An awaited
+			// peer our map does not hold, not probed, held the recovery
+			// until gone_after after it had restarted: more than δ in a
+			// row, test TestRecoveryProbesAnAwaitedPeerItsMapDoesNotHold.)
+			if !p.up && !p.dialing && p.dialWait == 0 && (n.topo.Has(id) || n.rec.stateWait[id] && n.addrOf(id) != "") && !n.reporterWatches(p) {
 				n.dial(Peer{ID: id, Addr: n.addrOf(id)}, false)
 			}
 		}

@@ -454,3 +454,52 @@ func TestResyncFloodsDurableSubscriptionOnAsDurable(t *testing.T) {
 		t.Errorf("flooded on as %+v, want durable D1 from P1/1/20", flood.Durable)
 	}
 }
+
+// A recovery that awaits a peer its map does not hold (named by a
+// restarted neighbour's NotMember) probes it at the address it was named
+// with while it is suspected: not probed, a peer whose dial failed while it
+// was down was awaited until gone_after after it had restarted, and the
+// recovering broker held its neighbours' recoveries as long (more than δ
+// in a row).
+func TestRecoveryProbesAnAwaitedPeerItsMapDoesNotHold(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2})
+	n.topo.Put(message.MapNode{ID: "A", Addr: "addr-A", Epoch: 2, Parent: "B"})
+	p := n.peer("B")
+	p.up, p.heardHB, p.heardAny, p.joined, p.epoch = true, true, true, false, 2
+	n.mem.member = true
+	n.rec.stateWait = map[message.BrokerID]bool{"B": true}
+	n.Step("B", &message.StateReply{NotMember: true, Joinpoints: []message.MapNode{{ID: "Y", Addr: "addr-Y"}}})
+	dialsToY := func() int {
+		c := 0
+		for _, d := range n.Ready().Dials {
+			if d.ID == "Y" && d.Addr == "addr-Y" {
+				c++
+			}
+		}
+		return c
+	}
+	if dialsToY() != 1 || !n.rec.stateWait["Y"] {
+		t.Fatalf("Y not asked: awaiting %v", n.rec.stateWait)
+	}
+	n.DialFailed("Y")
+	if !n.peers["Y"].suspected {
+		t.Fatal("Y not suspected after its dial failed")
+	}
+	probes := 0
+	for i := 0; i < 4*n.cfg.FailureTicks; i++ {
+		n.Tick()
+		probes += dialsToY()
+	}
+	if !n.rec.stateWait["Y"] {
+		t.Fatalf("Y no longer awaited (%v): the case is not reached", n.rec.stateWait)
+	}
+	if probes == 0 || probes > 4 {
+		t.Errorf("%d probes of Y in 4 failure timeouts, want 1..4", probes)
+	}
+}

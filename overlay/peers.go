@@ -49,6 +49,7 @@ type peer struct {
 	goneProbes int    // probes left
 	goneWait   int    // ticks to the next one
 	goneAddr   string // its address when declared gone (a removal drops it from the map)
+	namedAddr  string // its address as a NotMember named it (recovery.go askState): for a peer our map does not hold
 }
 
 // monitored reports whether silence from id counts toward a suspicion:
@@ -438,6 +439,9 @@ func (n *Node) addrOf(id message.BrokerID) string {
 		if jp.ID == id {
 			return jp.Addr
 		}
+	}
+	if p := n.peers[id]; p != nil {
+		return p.namedAddr
 	}
 	return ""
 }

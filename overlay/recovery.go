@@ -566,6 +566,9 @@ func (n *Node) reaskState() {
 // link is up, or once the dial brings the link up.
 func (n *Node) askState(p Peer) {
 	n.rec.stateWait[p.ID] = true
+	if p.Addr != "" && !n.topo.Has(p.ID) {
+		n.peer(p.ID).namedAddr = p.Addr // probed by this address if it fails (Tick)
+	}
 	if n.peer(p.ID).up {
 		n.send(p.ID, &message.StateRequest{Node: n.self})
 	} else {
