@@ -130,16 +130,24 @@ func (s *Subscription) subscribeMsg(req uint64) *message.Subscribe {
 }
 
 // consume records d (a delivery or a gap) in the token and returns the
-// token after it.
-func (d *durable) consume(dl *Delivery) []byte {
+// token after it, and the token before it (restore, if it is not handed on).
+func (d *durable) consume(dl *Delivery) (after []byte, before checkpoint.Token) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	before = d.tok.Clone()
 	if dl.Gap != nil {
 		_ = d.tok.Advance(dl.Gap.Source, dl.Gap.To)
 	} else {
 		_ = d.tok.Consume(dl.Pub.Source(), dl.Pub.Seq) // the broker ends the subscription before the token is full
 	}
-	return d.tok.Encode()
+	return d.tok.Encode(), before
+}
+
+// restore sets the token back to t (a delivery consumed but not handed on).
+func (d *durable) restore(t checkpoint.Token) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tok = t
 }
 
 func (d *durable) silence(m *message.Silence) {

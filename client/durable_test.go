@@ -45,3 +45,33 @@ func TestDurableResumeSendsAnEmptyToken(t *testing.T) {
 		c.Close()
 	}
 }
+
+// When the client closes while deliveries flow, the application gets a
+// prefix of them, and the token forgets what it did not get: the select
+// between a free C and the closed client picks at random, and a delivery
+// dropped there while a later one was handed on was counted consumed by
+// the later one's token, so a resume from it never got it.
+func TestClosedClientHandsOnAPrefixAndTheTokenForgetsTheRest(t *testing.T) {
+	s := &Subscription{ch: make(chan Delivery, 1000), stop: make(chan struct{}),
+		dur: &durable{name: "D1", tok: checkpoint.Token{Name: "D1"}}}
+	done := make(chan struct{})
+	close(done) // the client is closing
+	for seq := uint64(1); seq <= 200; seq++ {
+		s.deliver(Delivery{Pub: message.PubID{Publisher: "P1", Epoch: 1, Seq: seq}}, done)
+	}
+	close(s.ch)
+	var last uint64
+	for d := range s.ch {
+		if d.Pub.Seq != last+1 {
+			t.Fatalf("handed on seq %d after %d", d.Pub.Seq, last)
+		}
+		last = d.Pub.Seq
+	}
+	tok, err := checkpoint.Decode(s.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Get(message.Source{Publisher: "P1", Epoch: 1}).Seq; got != last {
+		t.Errorf("token says seq %d consumed, the application got up to %d", got, last)
+	}
+}

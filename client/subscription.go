@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deltapub/deltapub/checkpoint"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
@@ -52,6 +53,7 @@ type Subscription struct {
 	id        message.SubID
 	err       error
 	ended     bool
+	dropped   bool // a delivery was not handed on (withdrawn, closed): none after it is
 	abandoned bool // Subscribe gave up waiting: unsubscribe when accepted
 	confOnce  sync.Once
 }
@@ -235,29 +237,47 @@ func (s *Subscription) accept(id *message.SubID, err error) {
 // deliver hands d to the application, waiting while C is full (see the
 // package comment for why nothing is dropped), unless the subscription was
 // withdrawn or the client closed.
+//
+// A delivery not handed on ends the hand-offs, and a durable
+// subscription's token forgets it: handed on, a later delivery's token
+// would count it consumed, and a resume from that token would never get it
+// (when the client closes while deliveries flow, the select below picks
+// at random between a free C and done).
 func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
 	s.mu.Lock()
-	ended := s.ended
+	ended := s.ended || s.dropped
 	s.mu.Unlock()
 	if ended {
 		return
 	}
+	var before checkpoint.Token
 	if s.dur != nil {
-		d.Token = s.dur.consume(&d)
+		d.Token, before = s.dur.consume(&d)
 	}
+	handed := false
 	if s.fn != nil {
 		select {
 		case <-s.stop:
 		case <-done:
 		default:
 			s.fn(d)
+			handed = true
 		}
-		return
+	} else {
+		select {
+		case s.ch <- d:
+			handed = true
+		case <-s.stop:
+		case <-done:
+		}
 	}
-	select {
-	case s.ch <- d:
-	case <-s.stop:
-	case <-done:
+	if !handed {
+		s.mu.Lock()
+		s.dropped = true
+		s.mu.Unlock()
+		if s.dur != nil {
+			s.dur.restore(before)
+		}
 	}
 }
 
