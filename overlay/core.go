@@ -241,6 +241,7 @@ func (n *Node) Tick() {
 			p.dialWait--
 		}
 		if p.up {
+			p.upAt, p.upEpoch = n.now, p.epoch
 			p.idle++
 			if p.idle >= n.cfg.HeartbeatTicks {
 				n.send(id, n.heartbeat())

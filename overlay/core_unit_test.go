@@ -503,3 +503,39 @@ func TestRecoveryProbesAnAwaitedPeerItsMapDoesNotHold(t *testing.T) {
 		t.Errorf("%d probes of Y in 4 failure timeouts, want 1..4", probes)
 	}
 }
+
+// A topology flood that found a peer's link closed (as unneeded) gives it
+// up when the dial for it fails, which may be more than a failure timeout
+// later (a slow handshake); when that peer speaks again, the flood is
+// resent to it, although it was passed on before the suspicion's silence
+// window. Not resent, the peer (within δ+1 hops of a joiner) never placed
+// the joiner, pointed the joiner's subscriptions at the broker before it,
+// and waited for that broker when it was cut off instead of bypassing it:
+// silent losses within δ.
+func TestTopologyFloodResentAfterAFailedDialOfAClosedLink(t *testing.T) {
+	n := chainNode(t, 2)
+	ft := int64(n.cfg.FailureTicks)
+	join := &message.TopoChange{Origin: "A", Seq: 1, Hops: 2,
+		Add: []message.MapNode{{ID: "N", Addr: "addr-N", Epoch: 1, Parent: "A"}}}
+	x := n.peer("C")
+	x.epoch, x.heardAny = 1, true
+	n.now = 100
+	x.upAt, x.upEpoch = n.now, 1 // its link closed as unneeded here
+	n.now += 5
+	n.recordTopo(&flood{key: floodKey{kind: fkTopo, origin: "A", seq: 1}, msg: func(message.BrokerID, int) message.Message { return join }})
+	n.now += 2 * ft // the dial for the flood fails late
+	n.suspect(x, "dial failed")
+	n.now += 3 * ft
+	n.Ready()
+	x.up = true // its heartbeat arrives on a new link
+	n.unsuspect(x)
+	got := false
+	for _, e := range n.Ready().Messages {
+		if tc, ok := e.Msg.(*message.TopoChange); ok && e.To == "C" && len(tc.Add) == 1 && tc.Add[0].ID == "N" {
+			got = true
+		}
+	}
+	if !got {
+		t.Error("C, back, was not sent the join of N it missed")
+	}
+}

@@ -22,6 +22,8 @@ type peer struct {
 	reportedBy message.BrokerID // the suspicion is a tree neighbour's of it, taken from its heartbeat (empty: our own)
 	suspTicks  int              // ticks spent suspected (for gone_after)
 	suspAt     int64            // tick of the last suspicion (topo_resend.go)
+	upAt       int64            // last tick its link was up (topo_resend.go)
+	upEpoch    uint64           // its incarnation then
 	suspEpoch  uint64           // the newest incarnation known when it was suspected: the one gone_after may declare gone
 	gone       bool             // declared gone (PROTOCOL §6)
 	vouchedAt  int64            // last tick a joined tree neighbour of it said it does not suspect it (gone waits)

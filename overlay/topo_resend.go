@@ -45,10 +45,21 @@ func (n *Node) recordTopo(f *flood) {
 // silence began a failure timeout before the suspicion: what was sent to
 // it meanwhile waited unprocessed and was lost when the link was closed
 // (scenario freeze_misses_repair_before_suspicion.txt: a leave's repair
-// passed on just before the suspicion).
+// passed on just before the suspicion). And if p, the same incarnation,
+// had no link since earlier, since then: a flood that found its link
+// closed (as unneeded) gave p up when the dial for it failed, and that
+// suspicion began after the flood; p, a broker within δ+1 hops of a join,
+// never placed the joiner, pointed its subscriptions at the broker before
+// it, and waited for that broker when it was cut off instead of bypassing
+// it (test TestTopologyFloodResentAfterAFailedDialOfAClosedLink). A
+// restarted p rebuilds its map in its recovery: older floods would undo
+// what came after them there.
 func (n *Node) resendTopo(p *peer) {
 	horizon := n.now - int64(n.cfg.GoneAfterTicks)
 	since := p.suspAt - int64(n.cfg.FailureTicks) - 1
+	if p.upEpoch == p.epoch {
+		since = min(since, p.upAt)
+	}
 	for _, r := range n.floods.recentTopo {
 		if r.at < since || r.at < horizon || r.key.origin == p.id {
 			continue
