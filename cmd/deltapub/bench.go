@@ -90,7 +90,8 @@ func benchOverlayCmd(fs *flag.FlagSet) func([]string) int {
 // runBrokerBench drives a benchmark that starts broker processes of this
 // executable: it sets binary, validates the options, runs, and prints the
 // report as JSON or as text (progress lines on stderr with text). Exit
-// codes: 2 for bad options, 1 for a failed run.
+// codes: 2 for bad options, 1 for a failed run or a report whose
+// Failure method (if it has one) returns an error.
 func runBrokerBench[R interface{ WriteText(io.Writer) }](name string, binary *string, progress *func(string, ...any), asJSON bool, validate func() error, run func() (R, error)) int {
 	var err error
 	if *binary, err = os.Executable(); err != nil {
@@ -113,6 +114,13 @@ func runBrokerBench[R interface{ WriteText(io.Writer) }](name string, binary *st
 		printJSON(rep)
 	} else {
 		rep.WriteText(os.Stdout)
+	}
+	// A run that completed may still have failed what it checks.
+	if f, ok := any(rep).(interface{ Failure() error }); ok {
+		if err := f.Failure(); err != nil {
+			fmt.Fprintf(os.Stderr, "deltapub bench %s: %v\n", name, err)
+			return 1
+		}
 	}
 	return 0
 }

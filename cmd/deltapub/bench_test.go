@@ -64,3 +64,22 @@ func TestBenchMatchCommand(t *testing.T) {
 		t.Errorf("unknown workload: exit %d, want 2", code)
 	}
 }
+
+// Flag handling only: a bad size is refused before any broker starts.
+func TestBenchGryphonFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--subscribers", "0"}, "subscribers 0 out of range [1, 200]"},
+		{[]string{"--away-every", "10s", "--away-for", "10s"}, "away-for 10s out of range [100ms, 9.999s]"},
+		{[]string{"--outage", "20m"}, "outage 20m0s out of range [1s, 10m0s]"},
+		{[]string{"--hops", "0"}, "hops 0 out of range [1, 9]"},
+		{[]string{"--duration", "x"}, "invalid value"},
+	} {
+		code, _, stderr := capture(t, func() int { return dispatch(append([]string{"bench", "gryphon"}, c.args...)) })
+		if code != 2 || !strings.Contains(stderr, c.err) {
+			t.Errorf("bench gryphon %q: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr, c.err)
+		}
+	}
+}

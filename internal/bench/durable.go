@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/deltapub/deltapub/client"
-	"github.com/deltapub/deltapub/internal/benchcompare"
 	"github.com/deltapub/deltapub/internal/quic/baseline"
 	"github.com/deltapub/deltapub/matching"
 )
@@ -120,37 +118,21 @@ func Durable(o DurableOptions) (*DurableReport, error) {
 // durableRound runs one broker with durability d in dir and returns the
 // throughput (msgs/s) and the acknowledgement latencies (ms).
 func durableRound(o DurableOptions, d, dir string) (float64, []float64, error) {
-	addr, err := benchcompare.FreeUDP()
-	if err != nil {
-		return 0, nil, err
-	}
-	adm, err := benchcompare.FreeTCP()
-	if err != nil {
-		return 0, nil, err
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "broker.log"))
+	b, err := newBenchBroker("B1")
 	if err != nil {
 		return 0, nil, err
 	}
-	cmd := exec.Command(o.Binary, "broker", "--preset", "default", "--id", "B1", "--listen", addr, "--admin", adm,
-		"--data-dir", filepath.Join(dir, "data"), "--durability", d, "--log-level", "warn", "--log-format", "json")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	if err := b.start(o.Binary, filepath.Join(dir, "broker.log"), "--preset", "default",
+		"--data-dir", filepath.Join(dir, "data"), "--durability", d, "--log-level", "warn", "--log-format", "json"); err != nil {
 		return 0, nil, err
 	}
-	b := &benchBroker{id: "B1", addr: addr, admin: adm, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); logf.Close(); close(b.done) }()
 	defer stopBrokers([]*benchBroker{b}, 3*time.Second)
-	if err := benchcompare.WaitHTTP(context.Background(), "http://"+adm+"/healthz", 15*time.Second, b.done, nil); err != nil {
-		return 0, nil, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	pubc, err := client.Connect(ctx, addr, client.Options{MaxInFlight: 4096})
+	pubc, err := client.Connect(ctx, b.addr, client.Options{MaxInFlight: 4096})
 	if err != nil {
 		return 0, nil, err
 	}

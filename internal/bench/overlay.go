@@ -87,8 +87,58 @@ func (rep *OverlayReport) WriteText(w io.Writer) {
 // benchBroker is one broker child process.
 type benchBroker struct {
 	id, addr, admin string
+	args            []string // its flags beyond id and addresses: a restart reuses them
 	cmd             *exec.Cmd
 	done            chan struct{}
+}
+
+// newBenchBroker names broker id and picks its free loopback addresses.
+func newBenchBroker(id string) (*benchBroker, error) {
+	b := &benchBroker{id: id}
+	var err error
+	if b.addr, err = benchcompare.FreeUDP(); err != nil {
+		return nil, err
+	}
+	if b.admin, err = benchcompare.FreeTCP(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// start runs b as 'deltapub broker' of binary with args, its output in
+// logPath, and waits until it has joined the overlay (/healthz);
+// one that does not is killed. The kernel kills it should this process
+// die first, so no broker outlives a bench.
+func (b *benchBroker) start(binary, logPath string, args ...string) error {
+	mode := os.O_TRUNC // a restart appends to its first run's log
+	if b.cmd != nil {
+		mode = os.O_APPEND
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|mode, 0o644)
+	if err != nil {
+		return err
+	}
+	b.args = args
+	b.cmd = exec.Command(binary, append([]string{"broker", "--id", b.id, "--listen", b.addr, "--admin", b.admin}, args...)...)
+	b.cmd.Stdout, b.cmd.Stderr = logf, logf
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := b.cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	b.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); logf.Close(); close(done) }(b.cmd, b.done)
+	if err := benchcompare.WaitHTTP(context.Background(), "http://"+b.admin+"/healthz", 60*time.Second, b.done, nil); err != nil {
+		b.kill()
+		return fmt.Errorf("broker %s: %w (its log: %s)", b.id, err, logPath)
+	}
+	return nil
+}
+
+// kill stops b at once (SIGKILL: a crash) and waits for it.
+func (b *benchBroker) kill() {
+	_ = b.cmd.Process.Kill()
+	<-b.done
 }
 
 // Overlay starts three brokers as separate processes on 127.0.0.1 (a chain
@@ -136,36 +186,21 @@ func Overlay(o OverlayOptions) (*OverlayReport, error) {
 	var brokers []*benchBroker
 	defer func() { stopBrokers(brokers, 3*time.Second) }()
 	for i := 1; i <= 3; i++ {
-		b := &benchBroker{id: fmt.Sprintf("B%d", i), done: make(chan struct{})}
-		if b.addr, err = benchcompare.FreeUDP(); err != nil {
-			return nil, err
-		}
-		if b.admin, err = benchcompare.FreeTCP(); err != nil {
+		b, err := newBenchBroker(fmt.Sprintf("B%d", i))
+		if err != nil {
 			return nil, err
 		}
 		// The default preset's timings (3 s failure timeout, 500 ms
 		// link_block): a benchmark on a busy machine must not be cut short
 		// by false suspicions; failure detection is not what it measures.
-		args := []string{"broker", "--preset", "default", "--config", limits, "--id", b.id, "--listen", b.addr, "--admin", b.admin,
-			"--delta", "2", "--secret-file", secret, "--log-level", "warn", "--log-format", "json"}
+		args := []string{"--preset", "default", "--config", limits, "--delta", "2", "--secret-file", secret, "--log-level", "warn", "--log-format", "json"}
 		if i > 1 {
 			args = append(args, "--join", brokers[i-2].addr)
 		}
-		logf, err := os.Create(filepath.Join(logDir, b.id+".log"))
-		if err != nil {
+		if err := b.start(o.Binary, filepath.Join(logDir, b.id+".log"), args...); err != nil {
 			return nil, err
 		}
-		b.cmd = exec.Command(o.Binary, args...)
-		b.cmd.Stdout, b.cmd.Stderr = logf, logf
-		if err := b.cmd.Start(); err != nil {
-			logf.Close()
-			return nil, err
-		}
-		go func() { b.cmd.Wait(); logf.Close(); close(b.done) }()
 		brokers = append(brokers, b)
-		if err := benchcompare.WaitHTTP(context.Background(), "http://"+b.admin+"/healthz", 15*time.Second, b.done, nil); err != nil {
-			return nil, fmt.Errorf("broker %s: %w", b.id, err)
-		}
 	}
 	progress("brokers up: %s, %s, %s", brokers[0].addr, brokers[1].addr, brokers[2].addr)
 
