@@ -8,6 +8,18 @@ import (
 	"github.com/deltapub/deltapub/routing"
 )
 
+// nodeA returns a new node A (address addr-A) with δ = delta, not started.
+func nodeA(t *testing.T, delta int) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", delta
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // chainNode returns node A of the chain A-B-C-D-E-F (parent first), a
 // joined member with every other broker in its map, and δ = delta.
 func chainNode(t *testing.T, delta int) *Node {
@@ -129,12 +141,7 @@ func TestRecoveryStatelessChain(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 3
-			n, err := NewNode(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			n := nodeA(t, 3)
 			n.topo.Put(message.MapNode{ID: "A", Addr: "addr-A", Epoch: 2})
 			n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2, Parent: "A"})
 			n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 2, Parent: "B"})
@@ -379,12 +386,7 @@ func TestRecoveringAnswersNeighbourWhileAwaitingItsSide(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", c.delta
-			n, err := NewNode(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			n := nodeA(t, c.delta)
 			// X - C - B - A - D, X not in A's map. A broker on our child's
 			// side names up to δ of our ancestors: with δ = 3, X may be Y.
 			n.topo.Put(message.MapNode{ID: "C", Addr: "addr-C", Epoch: 2, Parent: "X"})
@@ -462,12 +464,7 @@ func TestResyncFloodsDurableSubscriptionOnAsDurable(t *testing.T) {
 // recovering broker held its neighbours' recoveries as long (more than δ
 // in a row).
 func TestRecoveryProbesAnAwaitedPeerItsMapDoesNotHold(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
-	n, err := NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := nodeA(t, 1)
 	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 2})
 	n.topo.Put(message.MapNode{ID: "A", Addr: "addr-A", Epoch: 2, Parent: "B"})
 	p := n.peer("B")

@@ -13,12 +13,7 @@ import (
 // broker behind it: B-E, C-F, D-G), all linked and joined.
 func starNode(t *testing.T) *Node {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
-	n, err := NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := nodeA(t, 1)
 	n.Bootstrap()
 	for _, e := range [][2]message.BrokerID{{"B", "A"}, {"C", "A"}, {"D", "A"}, {"E", "B"}, {"F", "C"}, {"G", "D"}} {
 		n.topo.Put(message.MapNode{ID: e[0], Addr: "addr-" + string(e[0]), Epoch: 1, Parent: e[1]})

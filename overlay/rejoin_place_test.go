@@ -289,12 +289,7 @@ func childWithTwoChildren(t *testing.T, delta int, epochB uint64, linkedTo ...me
 // from the tree as gone, and its other children (linked up) in its map.
 func rootWithGoneChild(t *testing.T, others ...message.BrokerID) *Node {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.ID, cfg.Addr, cfg.Delta = "A", "addr-A", 1
-	n, err := NewNode(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := nodeA(t, 1)
 	n.Bootstrap()
 	for _, id := range append([]message.BrokerID{"B"}, others...) {
 		n.topo.Put(message.MapNode{ID: id, Addr: "addr-" + string(id), Epoch: 1, Parent: "A"})
