@@ -201,18 +201,19 @@ func (n *Node) answerStateRequests() {
 // side of the restarted broker whose NotMember named it (namedBy), unless
 // that broker is on a child's side and the peer may be one of our
 // ancestors (the names are that broker's joinpoints, its ancestors among
-// them, which from a child's side are ours too); else the side of a broker our map shows as its child
-// (Map.Dangling), which reaches us through its own children, so its parent
-// lies beyond it. "" when neither places it.
+// them, which from a child's side are ours too); else the side of a
+// broker our map shows as its child (Map.Dangling), which reaches us
+// through its own children, so its parent lies beyond it. "" when neither
+// places it.
 func (n *Node) unplacedSide(w message.BrokerID) message.BrokerID {
 	if y, ok := n.rec.namedBy[w]; ok {
 		if d := n.direction(y); d != "" && (d == n.topo.Parent(n.cfg.ID) || !n.mayBeAncestor(w)) {
 			return d
 		}
 	}
-	for _, x := range n.topo.Nodes() {
-		if x.Parent == w && x.ID != n.cfg.ID {
-			if d := n.direction(x.ID); d != "" {
+	for _, x := range n.topo.ChildrenOf(w) {
+		if x != n.cfg.ID {
+			if d := n.direction(x); d != "" {
 				return d
 			}
 		}

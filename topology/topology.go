@@ -7,6 +7,7 @@ package topology
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/deltapub/deltapub/message"
@@ -136,15 +137,20 @@ func (m *Map) Neighbours(id BrokerID) []BrokerID { return m.adjacency()[id] }
 // hold (a map rebuilt from others' partial ones after a restart can name
 // its owner's parent without holding it).
 func (m *Map) Dangling(id BrokerID) bool {
-	if id == "" || m.Has(id) {
-		return false
-	}
+	return id != "" && !m.Has(id) && len(m.ChildrenOf(id)) > 0
+}
+
+// ChildrenOf returns the entries that name id as their parent, sorted by
+// ID, whether or not the map holds id itself.
+func (m *Map) ChildrenOf(id BrokerID) []BrokerID {
+	var out []BrokerID
 	for _, n := range m.nodes {
-		if n.Parent == id {
-			return true
+		if n.Parent == id && n.ID != id {
+			out = append(out, n.ID)
 		}
 	}
-	return false
+	slices.Sort(out)
+	return out
 }
 
 // Parent returns the parent of id ("" for the root or when unknown).
