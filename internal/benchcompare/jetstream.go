@@ -217,13 +217,22 @@ func (s *jsServers) createStream(ctx context.Context, v JSVariant) error {
 		// A publish before the stream's Raft group has a leader gets
 		// "no response from stream": measure from a stream that has one.
 		info, err := st.Info(ctx)
-		if err == nil && info.Cluster != nil && info.Cluster.Leader == "" {
-			err = errors.New("the stream has no leader yet")
+		if err != nil {
+			return err
 		}
-		return err
+		return leaderKnown(info.Cluster)
 	})
 	if err != nil {
 		return fmt.Errorf("benchcompare: create JetStream stream (%s): %w", v.Label(), err)
+	}
+	return nil
+}
+
+// leaderKnown is nil unless a replicated stream's or consumer's Raft
+// group (c; nil for R1) has no leader yet.
+func leaderKnown(c *jetstream.ClusterInfo) error {
+	if c != nil && c.Leader == "" {
+		return errors.New("no Raft leader yet")
 	}
 	return nil
 }
@@ -478,26 +487,23 @@ func (e *jsEndpoint) Subscribe(ctx context.Context, s subSpec, h handler) error 
 	if e.retry {
 		ackWait = jsAckWait
 	}
+	// A replicated consumer drops the pull requests it gets before its
+	// Raft group has a leader, and nats.go sends the next pull only when
+	// the first expires (30 s): consume once the leader is known.
 	var c jetstream.Consumer
 	err := retryJSAPI(ctx, func(ctx context.Context) error {
 		var err error
 		c, err = e.js.CreateOrUpdateConsumer(ctx, jsStream, jetstream.ConsumerConfig{Durable: name,
 			AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 2 * Window,
 			DeliverPolicy: jetstream.DeliverAllPolicy})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("benchcompare: JetStream consumer: %w", err)
-	}
-	// A replicated consumer drops the pull requests it gets before its
-	// Raft group has a leader, and nats.go sends the next pull only when
-	// the first expires (30 s): consume once the leader is known.
-	err = retryJSAPI(ctx, func(ctx context.Context) error {
-		info, err := c.Info(ctx)
-		if err == nil && info.Cluster != nil && info.Cluster.Leader == "" {
-			err = errors.New("no leader yet")
+		if err != nil {
+			return err
 		}
-		return err
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		return leaderKnown(info.Cluster)
 	})
 	if err != nil {
 		return fmt.Errorf("benchcompare: JetStream consumer %s: %w", name, err)
