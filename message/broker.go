@@ -199,6 +199,28 @@ type SubConfirm struct {
 	Sub   SubID `msgpack:"s"`
 	Unsub bool  `msgpack:"u,omitempty"`
 	Mark  bool  `msgpack:"m,omitempty"`
+	// Round says which flood of a durable subscription it answers:
+	// RoundFirst or RoundAgain (DurableFlood.Again). 0: a plain
+	// subscription's flood, or an older broker's answer, which answers
+	// whichever flood is pending.
+	Round uint8 `msgpack:"r,omitempty"`
+}
+
+// Rounds of a durable subscription's flood (SubConfirm.Round).
+const (
+	RoundFirst uint8 = 1
+	RoundAgain uint8 = 2
+)
+
+// FloodRound is the round of a flood with durable part df (0: plain).
+func FloodRound(df *DurableFlood) uint8 {
+	switch {
+	case df == nil:
+		return 0
+	case df.Again:
+		return RoundAgain
+	}
+	return RoundFirst
 }
 
 // Pub is a publication in flight between brokers. Stamps holds the stamps

@@ -365,6 +365,11 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 				k.kind = fkMark
 			}
 		}
+		if r := n.floodRound(m.Sub); k.kind == fkSub && m.Round != 0 && r != 0 && m.Round != r {
+			// A late answer to the durable subscription's other flood
+			// (sendFloodAck): not an answer to the one pending here.
+			return
+		}
 		n.floodAck(k, from)
 	case *message.Pub:
 		n.counters.PubsIn++

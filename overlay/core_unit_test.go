@@ -536,3 +536,85 @@ func TestTopologyFloodResentAfterAFailedDialOfAClosedLink(t *testing.T) {
 		t.Error("C, back, was not sent the join of N it missed")
 	}
 }
+
+// An answer to a durable subscription's first flood that arrives while its
+// second (Again) flood is pending here does not answer the second: the
+// broker behind had answered a copy of the first flood sent again when it
+// said it was joined, and that late answer, taken for the second's,
+// completed the second flood before the publishers' edges behind it had
+// answered it (docs/durable.md, "The second flood"); the subscriber's edge
+// switched to live early and lost a publication. The broker that answers
+// says which flood it answers (SubConfirm.Round), and both are echoed as
+// sent.
+func TestLateAnswerToTheFirstFloodDoesNotAnswerTheSecond(t *testing.T) {
+	sub := message.SubID{Edge: "F", Epoch: 1, N: 1}
+	first := &message.DurableFlood{Name: "D1"}
+	again := &message.DurableFlood{Name: "D1", Again: true}
+	cases := []struct {
+		name    string
+		pending *message.DurableFlood
+		round   uint8
+		done    bool
+	}{
+		{"first answer, second flood pending", again, message.RoundFirst, false},
+		{"second answer, second flood pending", again, message.RoundAgain, true},
+		{"older broker's answer, second flood pending", again, 0, true},
+		{"first answer, first flood pending", first, message.RoundFirst, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := chainNode(t, 3)
+			for _, id := range []message.BrokerID{"B", "C"} {
+				linked(n, id)
+			}
+			k := floodKey{kind: fkSub, sub: sub}
+			f := &flood{key: k, except: "B", budget: -1, waiters: []message.BrokerID{"B"}}
+			f.targets = []ftarget{{id: "C", epoch: 1, out: true}}
+			f.nOut = 1
+			n.floods.pending[k] = f
+			n.durFloods()[sub] = c.pending
+			n.Ready()
+			n.Step("C", &message.SubConfirm{Sub: sub, Round: c.round})
+			_, pending := n.floods.pending[k]
+			if pending == c.done {
+				t.Fatalf("flood completed = %v, want %v", !pending, c.done)
+			}
+			var confirm *message.SubConfirm
+			for _, e := range n.Ready().Messages {
+				if sc, ok := e.Msg.(*message.SubConfirm); ok && e.To == "B" {
+					confirm = sc
+				}
+			}
+			if c.done && (confirm == nil || confirm.Round != message.FloodRound(c.pending)) {
+				t.Errorf("confirmation to B = %+v, want round %d", confirm, message.FloodRound(c.pending))
+			}
+		})
+	}
+}
+
+// A broker that knows a durable subscription answers a copy of its first
+// flood at once, saying it answers the first.
+func TestKnownDurableFloodAnsweredWithItsRound(t *testing.T) {
+	n := chainNode(t, 3)
+	n.mem.joined = true
+	for _, id := range []message.BrokerID{"B", "C"} {
+		linked(n, id)
+	}
+	sub := message.SubID{Edge: "F", Epoch: 1, N: 1}
+	df := &message.DurableFlood{Name: "D1"}
+	n.durRecord(sub, df)
+	if _, err := n.table.Insert(routing.Entry{Sub: sub, Filter: classFilter("a"), From: "F", Dir: "B"}); err != nil {
+		t.Fatal(err)
+	}
+	n.Ready()
+	n.Step("B", &message.SubFlood{Sub: sub, Filter: classFilter("a"), From: "F", Durable: df})
+	for _, e := range n.Ready().Messages {
+		if sc, ok := e.Msg.(*message.SubConfirm); ok && e.To == "B" {
+			if sc.Round != message.RoundFirst {
+				t.Errorf("answered with round %d, want %d", sc.Round, message.RoundFirst)
+			}
+			return
+		}
+	}
+	t.Fatal("the known subscription's flood was not answered")
+}

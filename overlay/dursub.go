@@ -366,6 +366,12 @@ func (n *Node) floodAgain(sub message.SubID, d *dsub, done func()) {
 	n.durFlood(sub, d, df, done)
 }
 
+// floodRound is the round of sub's durable flood pending here
+// (message.FloodRound; 0: none, or a plain subscription).
+func (n *Node) floodRound(sub message.SubID) uint8 {
+	return message.FloodRound(n.dsub.floods[sub])
+}
+
 // mergeFrom returns from with, per source, the larger of its seq and
 // at's (sorted by source).
 func mergeFrom(from []message.SourceSeq, at map[message.Source]uint64) []message.SourceSeq {

@@ -200,24 +200,30 @@ func (n *Node) floodCheck(f *flood) {
 		return
 	}
 	delete(n.floods.pending, f.key)
+	round := uint8(0)
 	if f.key.kind == fkSub && n.dsub.floods != nil {
+		round = n.floodRound(f.key.sub)
 		delete(n.dsub.floods, f.key.sub) // dursub.go
 	}
 	for _, w := range f.waiters {
 		if w == "" {
 			continue
 		}
-		n.sendFloodAck(f.key, w)
+		n.sendFloodAck(f.key, w, round)
 	}
 	if f.done != nil {
 		f.done()
 	}
 }
 
-func (n *Node) sendFloodAck(k floodKey, to message.BrokerID) {
+// sendFloodAck answers flood k to to; round (subscription floods only) is
+// the round of the durable flood answered (message.FloodRound): a broker
+// that answers both floods of a durable subscription must not have its
+// late answer to the first taken for one to the second.
+func (n *Node) sendFloodAck(k floodKey, to message.BrokerID, round uint8) {
 	switch k.kind {
 	case fkSub:
-		n.send(to, &message.SubConfirm{Sub: k.sub})
+		n.send(to, &message.SubConfirm{Sub: k.sub, Round: round})
 	case fkUnsub:
 		n.send(to, &message.SubConfirm{Sub: k.sub, Unsub: true})
 	case fkMark:
@@ -433,7 +439,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 			// upstream still awaits all our targets, it included, so the
 			// confirmation at the origin still means every broker has the
 			// entry (scenario gone_removal_crossed_floods.txt).
-			n.sendFloodAck(k, from)
+			n.sendFloodAck(k, from, message.FloodRound(m.Durable))
 			return
 		}
 		if !slices.Contains(f.waiters, from) {
@@ -468,7 +474,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	}
 	if m.Unsub && m.Mark {
 		if _, ok := n.table.Get(m.Sub); !ok {
-			n.sendFloodAck(k, from)
+			n.sendFloodAck(k, from, message.FloodRound(m.Durable))
 			return
 		}
 		n.startFlood(&flood{key: k, except: dir, budget: -1, waiters: []message.BrokerID{from}})
@@ -477,7 +483,7 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 	if m.Unsub {
 		if _, ok := n.table.Get(m.Sub); !ok {
 			n.tombstone(m.Sub)
-			n.sendFloodAck(k, from)
+			n.sendFloodAck(k, from, message.FloodRound(m.Durable))
 			return
 		}
 		n.withdrawFlood(m.Sub, dir, from, nil)
@@ -509,11 +515,11 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		if known && n.floodDurable(from, dir, m) { // dursub.go
 			return
 		}
-		n.sendFloodAck(k, from)
+		n.sendFloodAck(k, from, message.FloodRound(m.Durable))
 		return
 	}
 	if p := n.peers[m.Sub.Edge]; p != nil && p.epoch > m.Sub.Epoch {
-		n.sendFloodAck(k, from) // a subscription of an old incarnation: dead
+		n.sendFloodAck(k, from, message.FloodRound(m.Durable)) // a subscription of an old incarnation: dead
 		return
 	}
 	// The entry's from-pointer: the flood's From if in our map, else the
@@ -530,14 +536,14 @@ func (n *Node) onSubFlood(from message.BrokerID, m *message.SubFlood) {
 		if _, known := n.table.Get(m.Sub); !known {
 			n.notice(NoticeGap, from, err.Error())
 		}
-		n.sendFloodAck(k, from)
+		n.sendFloodAck(k, from, message.FloodRound(m.Durable))
 		return
 	}
 	if !inserted { // known
 		if n.floodDurable(from, dir, m) { // as above
 			return
 		}
-		n.sendFloodAck(k, from)
+		n.sendFloodAck(k, from, message.FloodRound(m.Durable))
 		return
 	}
 	if m.Durable != nil {

@@ -156,21 +156,21 @@ func (n *Node) rememberTopo(k floodKey) {
 func (n *Node) onTopoChange(from message.BrokerID, m *message.TopoChange) {
 	k := floodKey{kind: fkTopo, origin: m.Origin, seq: m.Seq}
 	if !n.mem.member {
-		n.sendFloodAck(k, from) // the map transfer that follows includes it
+		n.sendFloodAck(k, from, 0) // the map transfer that follows includes it
 		return
 	}
 	if f, ok := n.floods.pending[k]; ok {
 		if m.Leaver != "" {
 			// A leave's repair reaches us on the old and on the new edges
 			// (a cycle while it spreads): answer at once, it is applied.
-			n.sendFloodAck(k, from)
+			n.sendFloodAck(k, from, 0)
 			return
 		}
 		f.waiters = append(f.waiters, from)
 		return
 	}
 	if n.floods.topoSeen[k] {
-		n.sendFloodAck(k, from)
+		n.sendFloodAck(k, from, 0)
 		return
 	}
 	n.rememberTopo(k)
