@@ -228,6 +228,7 @@ func (n *Node) Tick() {
 	}
 	n.durableTick()
 	n.durableSilenceTick()
+	n.expireAway() // resume.go
 	n.joinTick()
 	if n.mem.member && !n.mem.joined && n.rec.stateWait != nil {
 		n.rec.stateWaitT++

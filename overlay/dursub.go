@@ -56,6 +56,8 @@ import (
 //     the brokers that forwarded its retained publications toward an
 //     earlier session drop the offered copies as duplicates, so the
 //     Catchup is the only way they reach the new one.
+//   - A resume at the edge where the subscription lives needs none of
+//     this while the edge keeps it (resume.go).
 
 // Bounds.
 const (
@@ -95,6 +97,14 @@ type dsub struct {
 	// touched0: switched to live since the last silence pass, the
 	// sources touched before the switch (durableSilenceTick).
 	touched0 map[message.Source]uint64
+	// For a resume here (resume.go): from the switch, the deliveries and
+	// Gaps not acknowledged, per source after floor[s]; away: its session
+	// closed at tick awaySince, the subscription kept installed.
+	held      map[message.Source][]message.Message
+	floor     map[message.Source]uint64
+	heldBytes int64
+	away      bool
+	awaySince int64
 }
 
 // durRoute is what every broker keeps of a durable subscription's entry:
@@ -125,6 +135,9 @@ type durSubs struct {
 	// the order learned (leftOrder, bounded by maxLeftSources).
 	left      map[message.Source]uint64
 	leftOrder []message.Source
+	// heldBytes: what the subscriptions here hold for a resume
+	// (resume.go), bounded by Config.MaxHeldBytes.
+	heldBytes int64
 }
 
 // maxLeftSources bounds the sources a leaver hands on (TopoChange.Logs:
@@ -213,15 +226,20 @@ func (ds *durSubs) touch(s message.Source, seq uint64) {
 
 // DurableStatus describes the durable subscriptions (Status.Durable).
 type DurableStatus struct {
-	Subs      int // durable subscriptions of local clients
-	InCatchup int // of those, not switched to live yet
+	Subs      int   // durable subscriptions of local clients
+	InCatchup int   // of those, not switched to live yet
+	Away      int   // of those, kept while their client is away (resume.go)
+	HeldBytes int64 // held for resumes here (Config.MaxHeldBytes)
 }
 
 func (n *Node) durableStatus() DurableStatus {
-	st := DurableStatus{Subs: len(n.dsub.subs)}
+	st := DurableStatus{Subs: len(n.dsub.subs), HeldBytes: n.dsub.heldBytes}
 	for _, d := range n.dsub.subs {
 		if !d.live {
 			st.InCatchup++
+		}
+		if d.away {
+			st.Away++
 		}
 	}
 	return st
@@ -303,14 +321,21 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		return
 	}
 	if old, ok := n.dsub.names[m.Durable]; ok && !recov {
-		// One home per name: a newer session takes it over here.
+		// One home per name: a newer session takes it over here, from
+		// what this edge holds when it can (resume.go), else by a flood.
 		if d := n.dsub.subs[old]; d != nil {
+			if d.filter.String() == m.Filter.String() && n.resumable(d, tok) {
+				n.resumeHere(old, d, c, cs, m, tok)
+				return
+			}
 			if ocs := n.clients[d.client]; ocs != nil {
 				delete(ocs.subs, old)
 			}
 			n.dropDurable(old)
 			n.withdrawFlood(old, "", "", nil)
-			n.toClient(d.client, &message.UnsubAck{Sub: old, Err: "durable subscription taken over by a newer session"})
+			if !d.away {
+				n.toClient(d.client, &message.UnsubAck{Sub: old, Err: "durable subscription taken over by a newer session"})
+			}
 		}
 	}
 	if len(n.dsub.subs) >= maxDurableSubs {
@@ -414,6 +439,7 @@ func (n *Node) durRecord(sub message.SubID, df *message.DurableFlood) {
 	x := *df
 	x.Again = false
 	r.df, r.again = &x, r.again || df.Again
+	n.awayResumedElsewhere(sub, df.Name) // resume.go
 }
 
 // durStateOf is the Durable of sub's SubState (nil for a plain one).
@@ -535,6 +561,7 @@ func (n *Node) dropDurable(sub message.SubID) {
 	if d == nil {
 		return
 	}
+	n.stopHolding(d)
 	delete(n.dsub.subs, sub)
 	if n.dsub.names[d.name] == sub {
 		delete(n.dsub.names, d.name)
@@ -673,7 +700,9 @@ func (n *Node) endDurable(sub message.SubID, d *dsub, why string) {
 	}
 	n.dropDurable(sub)
 	n.withdrawFlood(sub, "", "", nil)
-	n.toClient(d.client, &message.UnsubAck{Sub: sub, Err: why})
+	if !d.away {
+		n.toClient(d.client, &message.UnsubAck{Sub: sub, Err: why})
+	}
 }
 
 // durLive handles a publication routed to the local durable subscription
@@ -697,8 +726,12 @@ func (n *Node) durDeliver(sub message.SubID, d *dsub, p *message.Pub) {
 		n.endDurable(sub, d, err.Error())
 		return
 	}
-	n.counters.Delivered++
-	n.toClient(d.client, &message.Deliver{Sub: sub, Pub: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time})
+	m := &message.Deliver{Sub: sub, Pub: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time}
+	if !d.away {
+		n.counters.Delivered++
+		n.toClient(d.client, m)
+	}
+	n.hold(sub, d, s, m) // resume.go
 }
 
 // durGap gives d a Gap for what the retention released of s before first
@@ -747,7 +780,15 @@ func (n *Node) durGapRange(sub message.SubID, d *dsub, s message.Source, a, b ui
 		d.missed = append(d.missed, *g) // at the switch: listed in the confirmation
 		return
 	}
-	n.toClient(d.client, g)
+	n.durNotify(sub, d, g)
+}
+
+// durNotify sends d a Gap of a live stream (held for a resume here).
+func (n *Node) durNotify(sub message.SubID, d *dsub, g *message.Gap) {
+	if !d.away {
+		n.toClient(d.client, g)
+	}
+	n.hold(sub, d, g.Source, g)
 }
 
 // durSilence advances d's horizons of srcs to to[s] and tells the client.
@@ -761,8 +802,8 @@ func (n *Node) durSilence(sub message.SubID, d *dsub, srcs []message.Source, to 
 		if err := d.tok.Advance(s, h); err != nil {
 			continue // a full token takes no new source on silence alone
 		}
-		if d.recov {
-			continue // its token is the broker's alone
+		if d.recov || d.away {
+			continue // its token is the broker's alone, or sent at a resume
 		}
 		out = append(out, message.SourceSeq{Source: s, Seq: h})
 		if len(out) == silenceBatch {
@@ -824,6 +865,7 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	}
 	d.buf, d.last, d.ans, d.bytes, d.missed = nil, nil, nil, 0, nil
 	d.touched0 = maps.Clone(n.dsub.touched)
+	n.startHolding(d) // resume.go
 	n.toClient(d.client, ack)
 }
 
@@ -892,4 +934,5 @@ func (n *Node) durableAck(c message.ClientID, m *message.DurableAck) {
 		return // not this subscription's: ignored (the broker keeps its own position)
 	}
 	d.acked++
+	n.releaseHeld(d, t) // resume.go
 }

@@ -97,9 +97,15 @@ func (n *Node) deliverGap(g *message.GapFlood) {
 		if !e.Local {
 			continue
 		}
+		d := n.dsub.subs[e.Sub]
 		for _, r := range g.Ranges {
 			n.counters.Gaps++
-			n.toClient(e.Client, &message.Gap{Sub: e.Sub, Source: r.Source, From: r.From, To: r.To, Reason: g.Reason})
+			gap := &message.Gap{Sub: e.Sub, Source: r.Source, From: r.From, To: r.To, Reason: g.Reason}
+			if d != nil && d.live {
+				n.durNotify(e.Sub, d, gap) // dursub.go
+				continue
+			}
+			n.toClient(e.Client, gap)
 		}
 	}
 }

@@ -76,6 +76,7 @@ func (n *Node) Leave() {
 		}
 		n.dropClientSubs(c)
 	}
+	n.endAllAway() // resume.go: a resume floods, at another edge
 	for _, id := range n.sortedPeers() {
 		if p := n.peers[id]; p.up {
 			n.leaveAnnounce(id)

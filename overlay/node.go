@@ -75,6 +75,16 @@ type Config struct {
 	// before the switch to live (0: unbounded); beyond it the
 	// subscription ends with an error (its token is unchanged).
 	MaxCatchupBytes int64
+	// KeepAwayTicks: a live durable subscription whose client's session
+	// closes stays installed at its edge this long, holding what it
+	// delivered that the client had not acknowledged and what arrives,
+	// so that a resume at this edge needs no flood (resume.go). 0: not
+	// kept (a resume anywhere floods).
+	KeepAwayTicks int
+	// MaxHeldBytes bounds what all durable subscriptions here hold for
+	// such resumes (0: unbounded); a subscription that would pass it stops
+	// holding (an away one is withdrawn), and its next resume floods.
+	MaxHeldBytes int64
 }
 
 // DefaultConfig returns the core's defaults for a 10 ms tick: the
@@ -303,6 +313,9 @@ type Counters struct {
 	Reoffered         uint64            // logged publications offered again after a restart
 	DurableGaps       uint64            // Gaps to durable subscriptions (retention released what they had not consumed)
 	DurableDuplicates uint64            // publications a durable subscription's token had consumed already: not delivered
+	ResumedHere       uint64            // durable subscriptions resumed from what this edge held, without a flood
+	HeldOver          uint64            // durable subscriptions that stopped holding at MaxHeldBytes
+	AwayExpired       uint64            // away durable subscriptions withdrawn after KeepAwayTicks
 	CatchupDropped    uint64            // Catchups with no way on toward their subscriber's edge
 	Control           map[string]uint64 // control messages sent, by message type name
 }

@@ -199,6 +199,7 @@ func (h *inprocHost) start(ctx context.Context, name string, joinpoints []string
 	cfg.DACKPeriod, cfg.GoneAfter, cfg.Limits.MaxQueue = o.DACKPeriod.Duration, o.GoneAfter.Duration, o.MaxQueue
 	cfg.Durability = o.Durability
 	cfg.MaxRetain.Time = o.Retain.Duration
+	cfg.DurableKeep = o.DurableKeep.Duration
 	if h.p.Layout != nil {
 		cfg.Overlay = h.p.brokerOverlay(h.addr)
 		cfg.Durability = runtime.DurabilityNone // the baseline keeps no log

@@ -197,6 +197,9 @@ func (h *procHost) start(ctx context.Context, name string, joinpoints []string) 
 	if o.Retain.Duration > 0 {
 		args = append(args, "--max-retain", o.Retain.Duration.String())
 	}
+	if o.DurableKeep.Duration != 0 {
+		args = append(args, "--durable-keep", o.DurableKeep.Duration.String())
+	}
 	if len(joinpoints) > 0 {
 		addrs := make([]string, len(joinpoints))
 		for i, j := range joinpoints {

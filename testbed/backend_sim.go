@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
+	"github.com/deltapub/deltapub/overlay/runtime"
 )
 
 // simBackend runs the plan in internal/sim: the same protocol core as the
@@ -116,6 +118,11 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	cfg.Core.Durable = o.Durability == "fsync" || o.Durability == "write"
 	if cfg.Core.Durable && o.Retain.Duration > 0 {
 		cfg.Core.RetainTicks = ticks(o.Retain.Duration, cfg.Tick)
+	}
+	// Away durable subscriptions kept at their edge, as the brokers do.
+	if keep := cmp.Or(o.DurableKeep.Duration, runtime.DefaultDurableKeep); keep > 0 {
+		cfg.Core.KeepAwayTicks = ticks(keep, cfg.Tick)
+		cfg.Core.MaxHeldBytes = runtime.DefaultMaxHeldBytes
 	}
 	cfg.LinkDelay, cfg.LinkJitter = o.LinkDelay.Duration, o.LinkJitter.Duration
 	if cfg.DialTimeout < 4*cfg.LinkDelay {

@@ -278,6 +278,9 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 	default:
 		errs.add(L("overlay.durability"), "durability = %q: one of fsync, write, none", o.Durability)
 	}
+	if o.DurableKeep.Duration > 720*time.Hour {
+		errs.add(L("overlay.durable_keep"), "durable_keep = %v: at most 720h (negative: off)", o.DurableKeep.Duration)
+	}
 	if o.Retain.Duration < 0 || o.Retain.Duration > 720*time.Hour {
 		errs.add(L("overlay.retain"), "retain = %v: out of range [0, 720h]", o.Retain.Duration)
 	} else if o.Retain.Duration > 0 && o.Durability != "fsync" && o.Durability != "write" {

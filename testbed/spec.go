@@ -78,6 +78,11 @@ type OverlaySpec struct {
 	// max_retain.time; needs durability fsync or write); default 0:
 	// released once safe (a durable subscriber away longer gets a Gap).
 	Retain Duration `toml:"retain"`
+	// DurableKeep: a durable subscription whose subscriber went away stays
+	// at its edge this long, for a resume there without a flood (the
+	// brokers' durable_keep); default 0: the brokers' default (1m); a
+	// negative value: off.
+	DurableKeep Duration `toml:"durable_keep"`
 }
 
 // TopologySpec says how the broker tree is built.

@@ -36,6 +36,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		durability  = fs.String("durability", "", "publication log: fsync, write or none (default: fsync with --data-dir, else none)")
 		maxRetain   = fs.Duration("max-retain", 0, "keep logged publications this `long` after they are safe, for durable subscribers that are away (max_retain.time)")
 		retainBytes = fs.Int64("max-retain-bytes", 0, "keep at most this many `bytes` of such publications (max_retain.bytes)")
+		durableKeep = fs.Duration("durable-keep", 0, "keep a durable subscription whose client went away this `long` at its edge, for a resume there without a flood (durable_keep; 0: 1m, negative: off)")
 		tick        = fs.Duration("tick", 0, "runtime tick `duration`")
 		heartbeat   = fs.Duration("heartbeat", 0, "heartbeat `interval`")
 		failure     = fs.Duration("failure-timeout", 0, "silence after which a peer is suspected")
@@ -97,6 +98,8 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 				cfg.MaxRetain.Time = *maxRetain
 			case "max-retain-bytes":
 				cfg.MaxRetain.Bytes = *retainBytes
+			case "durable-keep":
+				cfg.DurableKeep = *durableKeep
 			case "tick":
 				cfg.Tick = *tick
 			case "heartbeat":

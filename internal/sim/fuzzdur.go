@@ -44,6 +44,15 @@ func drawDurable(seed int64, cfg *Config) *durFuzz {
 	if r.IntN(4) == 0 {
 		cfg.Core.RetainTicks = 20 + r.IntN(60)
 	}
+	if r.IntN(4) != 0 {
+		// Away subscriptions kept at their edge for a resume there, for
+		// less or more than the subscriber stays away; sometimes with a
+		// bound on what they hold that the traffic passes.
+		cfg.Core.KeepAwayTicks = 50 + r.IntN(200)
+		if r.IntN(4) == 0 {
+			cfg.Core.MaxHeldBytes = int64(1000 + r.IntN(4000))
+		}
+	}
 	return &durFuzz{r: r, w: workload.NewSmall(r), next: map[string]time.Duration{}}
 }
 
@@ -52,11 +61,16 @@ func drawDurable(seed int64, cfg *Config) *durFuzz {
 func (z *durFuzz) liveBroker(s *Sim, tree Tree, not message.BrokerID) message.BrokerID {
 	for range 4 * len(tree.Order) {
 		b := tree.Order[z.r.IntN(len(tree.Order))]
-		if b != not && s.State(b) == "up" && s.Joined(b) && !s.Leaving(b) {
+		if b != not && z.usable(s, b) {
 			return b
 		}
 	}
 	return ""
+}
+
+// usable: b is up, joined and not leaving.
+func (z *durFuzz) usable(s *Sim, b message.BrokerID) bool {
+	return s.State(b) == "up" && s.Joined(b) && !s.Leaving(b)
 }
 
 // start adds the durable subscribers now and schedules their disconnects
@@ -93,7 +107,7 @@ func (z *durFuzz) start(s *Sim, tree Tree, faults []fault, waveAt, until time.Du
 		if z.r.IntN(2) == 0 {
 			at := waveAt + time.Duration(z.r.IntN(600))*time.Millisecond
 			away := time.Duration(100+z.r.IntN(1400)) * time.Millisecond
-			plan("disconnect %s at %s, reconnect elsewhere after %v", name, fmtTime(at), away)
+			plan("disconnect %s at %s, reconnect after %v", name, fmtTime(at), away)
 			s.At(at, func() {
 				if s.Disconnect(name) == nil {
 					z.next[name] = s.Now() + away
@@ -131,11 +145,15 @@ func (z *durFuzz) reconnectDue(s *Sim, tree Tree, all bool) {
 		if !all && s.Now() < at {
 			continue
 		}
-		not := message.BrokerID("")
-		if d.cur == nil && d.sessions > 0 {
-			not = s.log.Subs[d.sub].Edge // elsewhere
+		// At the same edge (a resume from what it holds) or elsewhere.
+		last := s.log.Subs[d.sub].Edge
+		b := message.BrokerID("")
+		if z.r.IntN(2) == 0 && z.usable(s, last) {
+			b = last
+		} else {
+			b = z.liveBroker(s, tree, last)
 		}
-		if b := z.liveBroker(s, tree, not); b != "" {
+		if b != "" {
 			delete(z.next, name)
 			s.tracef("fuzz: durable %s reconnects at %s", name, b)
 			_ = s.Reconnect(name, b)

@@ -557,6 +557,12 @@ func (r *runner) config(args []string) error {
 			var k int
 			k, err = atoi()
 			r.cfg.Core.RetainBytes = int64(k)
+		case "keepaway":
+			r.cfg.Core.KeepAwayTicks, err = atoi()
+		case "heldbytes":
+			var k int
+			k, err = atoi()
+			r.cfg.Core.MaxHeldBytes = int64(k)
 		case "tick":
 			r.cfg.Tick, err = parseDur(k, v)
 		case "delay":

@@ -64,6 +64,13 @@ type BrokerConfig struct {
 	// oldest first. Both 0: released as soon as safe (a durable
 	// subscriber that comes back then gets a Gap for what it missed).
 	MaxRetain RetainConfig `toml:"max_retain"`
+	// DurableKeep: a durable subscription whose client went away stays at
+	// this broker, its edge, this long, holding what it was delivered and
+	// had not acknowledged and what arrives, so that a resume here gets
+	// it without a flood and without the publishers' edges retaining it
+	// (docs/durable.md "Resuming at the same edge"). 0: one minute; a
+	// negative value: off (a resume floods, here as elsewhere).
+	DurableKeep time.Duration `toml:"durable_keep"`
 
 	// Delta is δ, the number of adjacent brokers that may be down at the
 	// same time without loss. A property of the whole overlay: every broker
@@ -143,6 +150,11 @@ type LimitsConfig struct {
 	// to live). Beyond it the subscription ends with an error naming this
 	// key; its client's token is unchanged. 0: 256 MiB.
 	MaxCatchupBytes int64 `toml:"max_catchup_bytes"`
+	// MaxHeldBytes bounds what this broker holds, over all its durable
+	// subscriptions, for their resumes here (durable_keep). A subscription
+	// whose hold would pass it stops holding (an away one is withdrawn):
+	// its next resume floods, as one elsewhere does. 0: 256 MiB.
+	MaxHeldBytes int64 `toml:"max_held_bytes"`
 	// MaxFrame is the largest frame, in bytes, accepted from a peer or a
 	// client; a larger one closes that link as malformed.
 	MaxFrame int `toml:"max_frame"`

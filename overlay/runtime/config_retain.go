@@ -8,8 +8,13 @@ import (
 	"github.com/deltapub/deltapub/overlay"
 )
 
-// defaultMaxCatchupBytes is limits.max_catchup_bytes when left 0.
-const defaultMaxCatchupBytes = 256 << 20
+// Defaults of limits.max_catchup_bytes, limits.max_held_bytes and
+// durable_keep when left 0.
+const (
+	defaultMaxCatchupBytes = 256 << 20
+	DefaultMaxHeldBytes    = 256 << 20
+	DefaultDurableKeep     = time.Minute
+)
 
 // validateRetain checks max_retain and limits.max_catchup_bytes.
 func (c *BrokerConfig) validateRetain() error {
@@ -29,14 +34,25 @@ func (c *BrokerConfig) validateRetain() error {
 	if m := c.Limits.MaxCatchupBytes; m < 0 || m > 1<<40 {
 		return bad("limits.max_catchup_bytes", "%d out of range [0, %d]", m, int64(1)<<40)
 	}
+	if m := c.Limits.MaxHeldBytes; m < 0 || m > 1<<40 {
+		return bad("limits.max_held_bytes", "%d out of range [0, %d]", m, int64(1)<<40)
+	}
+	if k := c.DurableKeep; k > 30*24*time.Hour {
+		return bad("durable_keep", "%v out of range (at most 720h; negative: off)", k)
+	}
 	return nil
 }
 
-// retainNodeConfig sets the core's retention and catchup bound.
+// retainNodeConfig sets the core's retention, catchup bound and away
+// subscriptions.
 func (c *BrokerConfig) retainNodeConfig(nc *overlay.Config) {
 	if c.MaxRetain.Time > 0 {
 		nc.RetainTicks = c.ticks(c.MaxRetain.Time)
 	}
 	nc.RetainBytes = c.MaxRetain.Bytes
 	nc.MaxCatchupBytes = cmp.Or(c.Limits.MaxCatchupBytes, defaultMaxCatchupBytes)
+	if k := cmp.Or(c.DurableKeep, DefaultDurableKeep); k > 0 {
+		nc.KeepAwayTicks = c.ticks(k)
+	}
+	nc.MaxHeldBytes = cmp.Or(c.Limits.MaxHeldBytes, DefaultMaxHeldBytes)
 }

@@ -1,0 +1,271 @@
+package overlay
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/deltapub/deltapub/checkpoint"
+	"github.com/deltapub/deltapub/message"
+)
+
+// Resuming at the same edge (docs/durable.md "Resuming at the same edge";
+// the Gryphon paper's filtering log at the subscriber hosting broker).
+//
+// From its switch to live, a durable subscription's edge (SHB) holds what
+// it delivered that the client has not acknowledged (DurableAck): per
+// source, in seq order, the deliveries and Gaps after floor[s], sharing
+// the publications' bodies with the routing path (one record per delivery,
+// not a copy per subscriber). When the client's session closes, the
+// subscription stays installed, away, for Config.KeepAwayTicks: every
+// broker still routes its publications here, exactly as for a connected
+// subscription, and the edge goes on holding them. A resume here under the
+// same name and filter, with a token between the floor and what was
+// delivered, takes the subscription over: the held records after the
+// token are delivered, and the stream goes on, with no flood, no answer
+// from the publishers' edges, and no switch to wait for. Any other resume
+// (another token, another filter, another edge) floods as before; a
+// resume elsewhere ends the away copy here when its flood passes.
+//
+// Bounds: Config.MaxHeldBytes over all subscriptions here. A subscription
+// whose record would pass it stops holding (an away one ends): its next
+// resume floods, which is always correct, only slower.
+
+// heldGapBytes is what a held Gap counts toward MaxHeldBytes.
+const heldGapBytes = 64
+
+// holding reports whether d holds its deliveries for a resume here.
+func (n *Node) holding(d *dsub) bool {
+	return n.cfg.KeepAwayTicks > 0 && d.name != "" && d.held != nil
+}
+
+// startHolding starts d's record at its switch: complete after the
+// token's position of every source.
+func (n *Node) startHolding(d *dsub) {
+	if n.cfg.KeepAwayTicks <= 0 || d.name == "" {
+		return
+	}
+	d.held = map[message.Source][]message.Message{}
+	d.floor = make(map[message.Source]uint64, len(d.tok.Entries))
+	for _, e := range d.tok.Entries {
+		d.floor[e.Source] = e.From()
+	}
+}
+
+// hold records m (a Deliver or Gap of source s) for a resume.
+func (n *Node) hold(sub message.SubID, d *dsub, s message.Source, m message.Message) {
+	if !n.holding(d) {
+		return
+	}
+	size := heldSize(m)
+	if n.cfg.MaxHeldBytes > 0 && n.dsub.heldBytes+size > n.cfg.MaxHeldBytes {
+		n.counters.HeldOver++
+		if d.away {
+			n.endAway(sub, d)
+			return
+		}
+		n.stopHolding(d)
+		return
+	}
+	d.held[s] = append(d.held[s], m)
+	d.heldBytes += size
+	n.dsub.heldBytes += size
+}
+
+// stopHolding drops d's record: its next resume floods.
+func (n *Node) stopHolding(d *dsub) {
+	n.dsub.heldBytes -= d.heldBytes
+	d.held, d.floor, d.heldBytes = nil, nil, 0
+}
+
+// heldSeq is the last seq a held record covers.
+func heldSeq(m message.Message) uint64 {
+	if g, ok := m.(*message.Gap); ok {
+		return g.To
+	}
+	return m.(*message.Deliver).Pub.Seq
+}
+
+func heldSize(m message.Message) int64 {
+	if d, ok := m.(*message.Deliver); ok {
+		p := message.Pub{ID: d.Pub, Attrs: d.Attrs, Payload: d.Payload}
+		return p.LogSize()
+	}
+	return heldGapBytes
+}
+
+// releaseHeld drops the records the client acknowledged with token t.
+func (n *Node) releaseHeld(d *dsub, t checkpoint.Token) {
+	if !n.holding(d) {
+		return
+	}
+	for _, e := range t.Entries {
+		s := e.Source
+		at := min(e.From(), d.tok.Get(s).From()) // never past what was delivered
+		if at <= d.floor[s] {
+			continue
+		}
+		d.floor[s] = at
+		l := d.held[s]
+		k := 0
+		for k < len(l) && heldSeq(l[k]) <= at {
+			d.heldBytes -= heldSize(l[k])
+			n.dsub.heldBytes -= heldSize(l[k])
+			k++
+		}
+		if k == len(l) {
+			delete(d.held, s)
+		} else {
+			d.held[s] = slices.Delete(l, 0, k)
+		}
+	}
+}
+
+// resumable reports whether d's record serves a resume from token t: for
+// every source, t is at or after the floor and not after what d delivered.
+func (n *Node) resumable(d *dsub, t checkpoint.Token) bool {
+	if !n.holding(d) || !d.live {
+		return false
+	}
+	ok := func(s message.Source) bool {
+		p := t.Get(s).From()
+		return d.floor[s] <= p && p <= d.tok.Get(s).From()
+	}
+	for s := range d.floor {
+		if !ok(s) {
+			return false
+		}
+	}
+	for _, e := range t.Entries {
+		if !ok(e.Source) {
+			return false
+		}
+	}
+	for _, e := range d.tok.Entries {
+		if !ok(e.Source) {
+			return false
+		}
+	}
+	return true
+}
+
+// resumeHere takes d over for client c with token t (resumable): its
+// earlier session, if still open, is told; the held records after t are
+// delivered, the horizons sent, and the subscription is confirmed at once.
+func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe, t checkpoint.Token) {
+	if !d.away {
+		if ocs := n.clients[d.client]; ocs != nil {
+			delete(ocs.subs, sub)
+		}
+		n.toClient(d.client, &message.UnsubAck{Sub: sub, Err: "durable subscription taken over by a newer session"})
+	}
+	d.client, d.req, d.away = c, m.Req, false
+	if e, ok := n.table.Get(sub); ok {
+		e.Client = c
+	}
+	cs.subs[sub] = m.Req
+	n.counters.ResumedHere++
+	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
+	srcs := slices.SortedFunc(maps.Keys(d.held), srcCmp)
+	for _, s := range srcs {
+		p := t.Get(s).From()
+		for _, x := range d.held[s] {
+			switch x := x.(type) {
+			case *message.Deliver:
+				if x.Pub.Seq > p {
+					n.counters.Delivered++
+					n.toClient(c, x)
+				}
+			case *message.Gap:
+				if x.To > p {
+					g := *x
+					g.From = max(g.From, p+1)
+					n.counters.Gaps++
+					n.toClient(c, &g)
+				}
+			}
+		}
+	}
+	var horizons []message.SourceSeq
+	for _, e := range d.tok.Entries {
+		last := t.Get(e.Source).From()
+		if l := d.held[e.Source]; len(l) > 0 {
+			last = max(last, heldSeq(l[len(l)-1]))
+		}
+		if e.From() > last {
+			horizons = append(horizons, message.SourceSeq{Source: e.Source, Seq: e.From()})
+		}
+	}
+	for len(horizons) > 0 {
+		k := min(len(horizons), silenceBatch)
+		n.toClient(c, &message.Silence{Sub: sub, Sources: horizons[:k]})
+		horizons = horizons[k:]
+	}
+	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub, Confirmed: true})
+}
+
+// goAway keeps d, whose session closed, installed and holding for a
+// resume here; false when it cannot (the caller withdraws it).
+func (n *Node) goAway(d *dsub) bool {
+	if !n.holding(d) || !d.live || n.mem.leaving {
+		return false
+	}
+	d.away, d.awaySince = true, n.now
+	return true
+}
+
+// endAway withdraws the away subscription sub (kept too long, passed the
+// bound, or resumed elsewhere).
+func (n *Node) endAway(sub message.SubID, d *dsub) {
+	n.stopHolding(d)
+	n.dropDurable(sub)
+	n.withdrawFlood(sub, "", "", nil)
+}
+
+// expireAway ends, once per DACK period, the away subscriptions kept
+// Config.KeepAwayTicks.
+func (n *Node) expireAway() {
+	if n.cfg.KeepAwayTicks <= 0 || len(n.dsub.subs) == 0 || n.now%int64(n.cfg.DACKTicks) != 0 {
+		return
+	}
+	var old []message.SubID
+	for sub, d := range n.dsub.subs {
+		if d.away && n.now-d.awaySince >= int64(n.cfg.KeepAwayTicks) {
+			old = append(old, sub)
+		}
+	}
+	slices.SortFunc(old, func(a, b message.SubID) int { return cmpU64(a.N, b.N) })
+	for _, sub := range old {
+		n.counters.AwayExpired++
+		n.endAway(sub, n.dsub.subs[sub])
+	}
+}
+
+// endAllAway ends every away subscription (this broker leaves).
+func (n *Node) endAllAway() {
+	var away []message.SubID
+	for sub, d := range n.dsub.subs {
+		if d.away {
+			away = append(away, sub)
+		}
+	}
+	slices.SortFunc(away, func(a, b message.SubID) int { return cmpU64(a.N, b.N) })
+	for _, sub := range away {
+		n.endAway(sub, n.dsub.subs[sub])
+	}
+}
+
+// awayResumedElsewhere ends the away subscription of name here when a
+// flood of another subscription under that name passes (one home at a
+// time: the subscriber resumed at another edge).
+func (n *Node) awayResumedElsewhere(sub message.SubID, name string) {
+	if name == "" {
+		return
+	}
+	old, ok := n.dsub.names[name]
+	if !ok || old == sub {
+		return
+	}
+	if d := n.dsub.subs[old]; d != nil && d.away {
+		n.endAway(old, d)
+	}
+}
