@@ -40,7 +40,7 @@ type FuzzOptions struct {
 	// it was before them, for the seeds found then.
 	Ideal bool
 	// NoDurable turns off the durable draws (publication logs, retention,
-	// durable subscribers that disconnect and reconnect elsewhere;
+	// durable subscribers that disconnect and reconnect;
 	// fuzzdur.go): for nodes without durable subscriptions (FloodNode),
 	// or `sim fuzz --no-durable`.
 	NoDurable bool

@@ -17,10 +17,13 @@ import (
 // keep their data directory (a crashed PHB restarts with its log), and
 // 1–3 durable subscribers join the plain ones: half of them at a broker
 // the fault wave crashes (an SHB crash), and each may disconnect during
-// the wave and reconnect 100 ms–1.5 s later at another broker. A
-// subscriber whose session is gone (its edge crashed or left, or its
-// broker refused or ended it) reconnects at a random live broker after
-// 100 ms–1 s; all are reconnected when publishing stops, so that the
+// the wave and reconnect 100 ms–1.5 s later. A subscriber whose session
+// is gone (its edge crashed or left, or its broker refused or ended it)
+// reconnects after 100 ms–1 s. Half of the reconnects are at the broker
+// it left, if usable (which may have kept it: in three runs of four the
+// edges keep away subscriptions, 0.5–2.5 s, one of four of those with a
+// bound on what they hold that the traffic passes), the others at another
+// live broker; all are reconnected when publishing stops, so that the
 // settle period judges every one. A reconnect may come at any moment:
 // while a publisher's edge is down, a link is cut or a broker is frozen
 // (docs/durable.md "Resuming during failures").

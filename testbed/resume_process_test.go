@@ -1,0 +1,112 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/matching"
+)
+
+// TestProcessDurableResumeAtTheSameEdge: a `deltapub sub --durable` at B2
+// stops, more is published at B1, and a new one resumes from the state file
+// at B2. B1 retains nothing once it is safe, so only what B2 kept for the
+// away subscription (durable_keep) can give the resumed one what it missed:
+// with it, every matching publication exactly once, in order, no Gap;
+// with durable_keep off, the same resume gets a Gap (docs/durable.md
+// "Resuming at the same edge").
+func TestProcessDurableResumeAtTheSameEdge(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		extra []string
+		gap   bool
+	}{
+		{"kept", nil, false},
+		{"not kept", []string{"--durable-keep", "-1s"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pc := newProcCluster(t, []string{"B1", "B2"}, c.extra...)
+			pc.start("B1")
+			pc.start("B2", "B1")
+			state := filepath.Join(pc.dir, "sub.state")
+			filter := "[class,eq,'a']"
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			pub, err := client.Connect(ctx, pc.addr["B1"], client.Options{Publisher: "P1", Epoch: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pub.Close()
+			var want []uint64
+			publish := func(from, to int) {
+				t.Helper()
+				for i := from; i <= to; i++ {
+					class := "a"
+					if i%3 == 0 {
+						class = "b"
+					} else {
+						want = append(want, uint64(i))
+					}
+					attrs := []matching.Attr{{Name: "class", Value: matching.Value{Kind: matching.KindString, Str: class}}}
+					if err := pub.Publish(ctx, matching.Publication{Attrs: attrs}); err != nil {
+						t.Fatalf("publication %d: %v\n%s", i, err, pc.logs())
+					}
+				}
+			}
+			// session runs `deltapub sub --durable` at B2 until it printed n
+			// lines, publishing from..to once it is confirmed.
+			session := func(n, from, to int) []deliveryLine {
+				t.Helper()
+				sub := exec.CommandContext(ctx, pc.bin, "sub", "--durable", "d1", "--state", state, "--broker", pc.addr["B2"],
+					"--count", itoa(n), "--timeout", "30s", filter)
+				var stderr lockedBuffer
+				var stdout bytes.Buffer
+				sub.Stdout, sub.Stderr = &stdout, &stderr
+				if err := sub.Start(); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, 20*time.Second, "the durable subscription confirmed", func() bool { return strings.Contains(stderr.String(), "confirmed") })
+				publish(from, to)
+				if err := sub.Wait(); err != nil {
+					t.Fatalf("sub: %v\nstderr: %s\n%s", err, stderr.String(), pc.logs())
+				}
+				ch := make(chan deliveryLine, 1024)
+				readDeliveryLines(bytes.NewReader(stdout.Bytes()), ch)
+				var out []deliveryLine
+				for l := range ch {
+					out = append(out, l)
+				}
+				return out
+			}
+			var got []uint64
+			for _, l := range session(10, 1, 15) {
+				got = append(got, l.Seq)
+			}
+			publish(16, 30) // away: B1 releases them once B2 has them
+			time.Sleep(500 * time.Millisecond)
+			gaps := 0
+			for _, l := range session(5, 31, 45) {
+				if l.Gap != nil {
+					gaps++
+					continue
+				}
+				got = append(got, l.Seq)
+			}
+			if c.gap {
+				if gaps == 0 {
+					t.Fatalf("resumed without durable_keep and without retention: no Gap, got %v", got)
+				}
+				return
+			}
+			if gaps != 0 || !slices.Equal(got, want[:len(got)]) || len(got) < 15 {
+				t.Fatalf("got %v with %d gaps, want a prefix of %v of at least 15, no gap", got, gaps, want)
+			}
+		})
+	}
+}
