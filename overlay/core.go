@@ -320,6 +320,10 @@ func (n *Node) Step(from message.BrokerID, m message.Message) {
 	}
 	p := n.peer(from)
 	p.silent = 0
+	if _, ok := m.(*message.Pub); ok && p.isZombie() {
+		n.counters.ZombiePubs++ // peers.go
+		return
+	}
 	if pm, ok := m.(*message.Pub); ok && !p.suspected {
 		// The common case first: a publication (never in parts) from an
 		// unsuspected peer.

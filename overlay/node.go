@@ -316,6 +316,7 @@ type Counters struct {
 	ResumedHere       uint64            // durable subscriptions resumed from what this edge held, without a flood
 	HeldOver          uint64            // durable subscriptions that stopped holding at MaxHeldBytes
 	AwayExpired       uint64            // away durable subscriptions withdrawn after KeepAwayTicks
+	ZombiePubs        uint64            // publications dropped from a peer removed while alive (peer.isZombie)
 	CatchupDropped    uint64            // Catchups with no way on toward their subscriber's edge
 	Control           map[string]uint64 // control messages sent, by message type name
 }

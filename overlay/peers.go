@@ -45,6 +45,7 @@ type peer struct {
 	refuted    int              // its suspicions it refuted (heard again, same incarnation), not yet forgiven: patience.go
 	calm       int              // ticks since the last refutation or suspicion (patience.go)
 	toldGone   int64            // tick it was last told it was removed while alive (0: never)
+	zombie     bool             // it was told so: it spoke as a member in an incarnation declared gone (isZombie)
 	goneEpoch  uint64           // the newest incarnation declared gone or removed from the tree (removedWhileAlive tells only those)
 	// After we declared it gone: a few slow probes, so that a live one (a
 	// stall past gone_after) hears it was removed (removedWhileAlive).
@@ -304,10 +305,22 @@ func (n *Node) removedWhileAlive(p *peer, m *message.Heartbeat) bool {
 	}
 	if m.Joined && m.Epoch == p.epoch && p.gone && m.Epoch <= p.goneEpoch &&
 		(p.toldGone == 0 || n.now-p.toldGone >= int64(n.cfg.FailureTicks)) {
-		p.toldGone = n.now
+		p.toldGone, p.zombie = n.now, true
 		n.send(p.id, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.mem.joined && !n.mem.leaving, Removed: true})
 	}
 	return false
+}
+
+// isZombie reports whether p speaks in an incarnation removed while alive
+// (it was told so). Its publications are dropped: it still forwards on
+// the tree it had, which the repair around it changed, so a source of its
+// reaches a broker on two paths (through it, and through a neighbour it
+// still takes for its child) and a later publication overtakes an earlier
+// one that the duplicate filter then drops for good. Its restart (as a
+// new incarnation) offers its logged publications again, in order; what
+// it relayed for others is retransmitted around it by their edges.
+func (p *peer) isZombie() bool {
+	return p.zombie && p.gone && p.epoch <= p.goneEpoch
 }
 
 // peerRestarted handles a peer seen under a larger epoch than known: its
