@@ -50,6 +50,9 @@ type Node struct {
 	// A sibling's routing table in parts (stateReply, statePart).
 	partial   []message.SubState
 	partsLeft int
+	// recent: the last publications sent to each virtual node (index),
+	// for a replica of it suspected falsely (recent.go).
+	recent map[int][]*message.ReplicaPub
 
 	c Counters
 }
@@ -64,6 +67,7 @@ type Counters struct {
 	Held       uint64 // received out of order and held until the gap filled
 	Overflow   uint64 // dropped at the bound of held or queued publications
 	GiveUps    uint64 // holes given up after FailureTicks (beyond the assumption)
+	Resent     uint64 // publications sent again to a replica heard after a false suspicion
 	// Control counts the other messages sent to peers, by type name (as
 	// overlay.Counters.Control: the runtime's control-message metric).
 	Control map[string]uint64
@@ -81,6 +85,11 @@ type peer struct {
 	dialling  bool
 	fails     int   // dials failed in a row
 	retryAt   int64 // tick of the next dial (0: none planned)
+	// missed: it was suspected in incarnation missedEpoch and may have
+	// missed publications meanwhile; heard again in it, it gets n.recent
+	// (recent.go).
+	missed      bool
+	missedEpoch uint64
 }
 
 // maxDialTries bounds the dials of one peer in a row: past it the peer is
@@ -332,7 +341,7 @@ func (n *Node) Tick() {
 			n.send(p, &message.Heartbeat{Epoch: n.cfg.Epoch, Joined: n.phase == overlay.PhaseJoined})
 		}
 		if p.silent >= n.cfg.FailureTicks && !p.suspected {
-			p.suspected = true
+			p.suspected, p.missed, p.missedEpoch = true, true, p.epoch
 			n.notice(overlay.NoticeSuspected, p.id, "")
 			n.peerLost(p)
 		}
@@ -347,6 +356,7 @@ func (n *Node) heard(p *peer, epoch uint64) {
 	if epoch != 0 && p.epoch != epoch {
 		p.epoch = epoch
 	}
+	n.resendAfterSuspicion(p) // recent.go
 	if p.suspected {
 		p.suspected = false
 		n.notice(overlay.NoticeUnsuspected, p.id, "")

@@ -204,6 +204,7 @@ func (n *Node) process(s *source, from int, p *message.ReplicaPub) {
 		}
 		s.lastTo[w] = p.ID.Seq
 		m := &message.ReplicaPub{ID: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time, Prev: prev}
+		n.remember(w, m) // recent.go
 		for _, r := range n.lay.VNodes[w].Replicas {
 			if q := n.peers[r.ID]; q != nil && q.live() {
 				n.c.PubsOut++

@@ -142,6 +142,26 @@ func TestKMinusOneCrashesAndRestarts(t *testing.T) {
 	}
 }
 
+// A replica frozen past the failure timeout and resumed (a false
+// suspicion) is sent again what the replicas upstream skipped meanwhile:
+// its own subscriber misses nothing, and nothing is given up as a hole.
+func TestFalseSuspicionRepaired(t *testing.T) {
+	s, _ := chainSim(t, 3, 2)
+	if err := s.RunFor(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Freeze("Cb"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunFor(600 * time.Millisecond); err != nil { // past FailureTicks (200 ms)
+		t.Fatal(err)
+	}
+	if err := s.Resume("Cb"); err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, "false suspicion of Cb")
+}
+
 // After its restart a replica routes with the table it learnt from its
 // sibling: crash the sibling next, and the restarted one alone carries
 // every publication.
