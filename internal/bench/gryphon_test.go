@@ -95,6 +95,7 @@ func TestGryphonPFSOptionsValidate(t *testing.T) {
 		{func(o *GryphonPFSOptions) { o.Matching = []int{1, 101} }, "matching 101 out of range [1, 100]"},
 		{func(o *GryphonPFSOptions) { o.Batch = 0 }, "batch 0 out of range"},
 		{func(o *GryphonPFSOptions) { o.Cell = time.Millisecond }, "cell 1ms out of range"},
+		{func(o *GryphonPFSOptions) { o.Rounds = 0 }, "rounds 0 out of range"},
 	} {
 		o := DefaultGryphonPFSOptions()
 		c.change(&o)
@@ -108,7 +109,7 @@ func TestGryphonPFSOptionsValidate(t *testing.T) {
 // stores' rates (no timing is asserted: the machine may be busy).
 func TestGryphonPFSQuick(t *testing.T) {
 	o := QuickGryphonPFSOptions()
-	o.Matching, o.Cell, o.Dir = []int{1, 20}, 50*time.Millisecond, t.TempDir()
+	o.Matching, o.Cell, o.Rounds, o.Dir = []int{1, 20}, 50*time.Millisecond, 2, t.TempDir()
 	rep, err := GryphonPFS(o)
 	if err != nil {
 		t.Fatal(err)
@@ -117,13 +118,13 @@ func TestGryphonPFSQuick(t *testing.T) {
 		t.Fatalf("%d rows, want 2 matching counts × fsync and nosync", len(rep.Rows))
 	}
 	for _, r := range rep.Rows {
-		if r.FilterLogPerS <= 0 || r.QueuesPerS <= 0 || r.Ratio <= 0 {
+		if r.FilterLogPerS <= 0 || r.QueuesPerS <= 0 || r.Ratio <= 0 || len(r.FilterLogRounds) != 2 || r.RatioMin > r.RatioMax {
 			t.Errorf("row %+v", r)
 		}
 	}
 	var text strings.Builder
 	rep.WriteText(&text)
-	for _, want := range []string{"figure 4", "20   nosync", "over 5x faster"} {
+	for _, want := range []string{"4. SHB filtering log", "20   nosync", "over 5x faster"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
