@@ -2,6 +2,10 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/deltapub/deltapub/internal/bench"
 )
@@ -30,8 +34,16 @@ brokers:
      publications at --latency-rate, publish → delivery p50/p99 with
      durability fsync and none (the paper: 50 ms over 5 hops, 44 ms of it
      logging).
-The paper's 4th figure (SHB filtering log against per-subscriber queues)
-is not measured: deltapub's SHB has no filtering log.
+With --pfs, measures only the paper's 4th figure, without brokers: the SHB's
+persistent filtering log against per-subscriber queues, both on pebble in
+--pfs-dir, with the same events: from --pfs-sources sources, each matching
+n (--pfs-matching) of --pfs-subscribers durable subscriptions, --pfs-batch
+events per commit, each store written for --pfs-cell in turn, --pfs-rounds
+times (the table has the medians and the spread of the rounds' ratios),
+with fsync then without. The filtering log writes one record per event (its seq and, per
+matching subscription, its key and back-pointer: 8 + 16·n bytes), the
+queues a copy of the 418-byte event per matching subscription. It prints
+events/s of both and their ratio (the paper: over 5×).
 Every run checks that every subscriber got every publication exactly once
 in per-publisher order; a loss or duplicate exits 1 naming the run and the
 subscribers. Progress goes to stderr, the table to stdout.
@@ -52,7 +64,23 @@ func benchGryphonCmd(fs *flag.FlagSet) func([]string) int {
 	fs.StringVar(&o.LogDir, "logs", "", "keep the brokers' logs in this `directory`, one directory per run")
 	quick := fs.Bool("quick", false, "tiny sizes, every figure in seconds (a smoke run), in place of the size flags")
 	jsonOut := fs.Bool("json", false, "print one JSON object")
+	pfs := fs.Bool("pfs", false, "measure only figure 4, the filtering log against per-subscriber queues (no brokers)")
+	po := bench.DefaultGryphonPFSOptions()
+	fs.IntVar(&po.Subscribers, "pfs-subscribers", po.Subscribers, "durable subscriptions (figure 4)")
+	matching := fs.String("pfs-matching", "1,4,20", "`list` of n, the subscriptions each event matches (figure 4)")
+	fs.IntVar(&po.Sources, "pfs-sources", po.Sources, "sources the events come from (figure 4)")
+	fs.IntVar(&po.Batch, "pfs-batch", po.Batch, "events per commit (figure 4)")
+	fs.DurationVar(&po.Cell, "pfs-cell", po.Cell, "how long each store is written in each round (figure 4)")
+	fs.IntVar(&po.Rounds, "pfs-rounds", po.Rounds, "rounds per row, the stores in turn; the table has the medians (figure 4)")
+	fs.StringVar(&po.Dir, "pfs-dir", "", "`directory` for the stores (figure 4; default: the system's temporary directory)")
 	return func([]string) int {
+		if *pfs {
+			if *quick {
+				q := bench.QuickGryphonPFSOptions()
+				po.Cell, po.Rounds = q.Cell, q.Rounds
+			}
+			return runGryphonPFS(po, *matching, *jsonOut)
+		}
 		if *quick {
 			logDir := o.LogDir
 			o = bench.QuickGryphonOptions()
@@ -60,4 +88,36 @@ func benchGryphonCmd(fs *flag.FlagSet) func([]string) int {
 		}
 		return runBrokerBench("gryphon", &o.Binary, &o.Progress, *jsonOut, func() error { return o.Validate() }, func() (*bench.GryphonReport, error) { return bench.Gryphon(o) })
 	}
+}
+
+// runGryphonPFS runs figure 4 alone: exit 2 for bad options, 1 for a
+// failed run.
+func runGryphonPFS(o bench.GryphonPFSOptions, matching string, asJSON bool) int {
+	o.Matching = nil
+	for f := range strings.SplitSeq(matching, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "deltapub bench gryphon --pfs: --pfs-matching %q: %v\n", matching, err)
+			return 2
+		}
+		o.Matching = append(o.Matching, n)
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub bench gryphon --pfs:", err)
+		return 2
+	}
+	if !asJSON {
+		o.Progress = func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+	}
+	rep, err := bench.GryphonPFS(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "deltapub bench gryphon --pfs:", err)
+		return 1
+	}
+	if asJSON {
+		printJSON(rep)
+	} else {
+		rep.WriteText(os.Stdout)
+	}
+	return 0
 }

@@ -76,6 +76,9 @@ func TestBenchGryphonFlags(t *testing.T) {
 		{[]string{"--outage", "20m"}, "outage 20m0s out of range [1s, 10m0s]"},
 		{[]string{"--hops", "0"}, "hops 0 out of range [1, 9]"},
 		{[]string{"--duration", "x"}, "invalid value"},
+		{[]string{"--pfs", "--pfs-matching", "1,x"}, `--pfs-matching "1,x"`},
+		{[]string{"--pfs", "--pfs-matching", "200"}, "matching 200 out of range [1, 100]"},
+		{[]string{"--pfs", "--pfs-batch", "0"}, "batch 0 out of range"},
 	} {
 		code, _, stderr := capture(t, func() int { return dispatch(append([]string{"bench", "gryphon"}, c.args...)) })
 		if code != 2 || !strings.Contains(stderr, c.err) {

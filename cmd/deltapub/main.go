@@ -56,7 +56,7 @@ var commands = []command{
 
 	{name: "bench match", summary: "matching index vs brute force on a workload", about: benchMatchAbout, setup: benchMatchCmd},
 	{name: "bench durable", summary: "publish throughput and publish→ack p50/p99 with durability fsync, write and none, side by side", about: benchDurableAbout, setup: benchDurableCmd},
-	{name: "bench gryphon", summary: "the Gryphon paper's figures for durable subscriptions: SHB delivery rate with and without disconnections, catch-up after an SHB outage, 5-hop latency", about: benchGryphonAbout, setup: benchGryphonCmd},
+	{name: "bench gryphon", summary: "the Gryphon paper's figures for durable subscriptions: SHB delivery rate with and without disconnections, catch-up after an SHB outage, 5-hop latency; --pfs: the filtering log against per-subscriber queues", about: benchGryphonAbout, setup: benchGryphonCmd},
 	{name: "bench overlay", summary: "3-broker chain over QUIC: throughput, latency at 1,000/s, RSS, vs a bare QUIC relay chain", about: benchOverlayAbout, setup: benchOverlayCmd},
 	{name: "bench clients", summary: "many client sessions on one broker (ws or quic): connect rate, bytes per connection, fan-out, reconnect storm", about: benchClientsAbout, setup: benchClientsCmd},
 	{name: "bench compare", summary: "deltapub side by side with core NATS and JetStream on loopback, failover included (installs nats-server if missing)", about: benchCompareAbout, setup: benchCompareCmd},

@@ -162,10 +162,9 @@ type GryphonLatency struct {
 	GryphonCheck
 }
 
-// gryphonNoFilteringLog is why figure 4 is not measured.
-const gryphonNoFilteringLog = "not measured: deltapub's SHB has no persistent filtering log (docs/durable.md: a resumed subscription " +
-	"is served from the PHBs' retained logs and filtered again, DURABLE.md's filtering log is not built), so there is nothing to set " +
-	"against per-subscriber queues"
+// gryphonFilteringLog says where figure 4 is measured.
+const gryphonFilteringLog = "measured apart, without brokers: 'deltapub bench gryphon --pfs' (the SHB's filtering log against " +
+	"per-subscriber queues on pebble; docs/results/gryphon.md)"
 
 // GryphonReport is the outcome of a Gryphon run.
 type GryphonReport struct {
@@ -273,7 +272,7 @@ func Gryphon(o GryphonOptions) (*GryphonReport, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+2*o.Duration+o.Outage+
 		2*time.Duration(o.LatencyCount/o.LatencyRate)*time.Second)
 	defer cancel()
-	rep := &GryphonReport{Machine: benchcompare.ThisMachine(), PayloadBytes: gryphonPayload, FilteringLog: gryphonNoFilteringLog,
+	rep := &GryphonReport{Machine: benchcompare.ThisMachine(), PayloadBytes: gryphonPayload, FilteringLog: gryphonFilteringLog,
 		Rate: GryphonRate{Subscribers: o.Subscribers, Publishers: o.Publishers, Seconds: o.Duration.Seconds(),
 			AwayEveryS: o.AwayEvery.Seconds(), AwayForS: o.AwayFor.Seconds()}}
 	for _, away := range []bool{false, true} {

@@ -76,7 +76,55 @@ func TestGryphonQuick(t *testing.T) {
 	}
 	var text strings.Builder
 	rep.WriteText(&text)
-	for _, want := range []string{"1. delivery rate", "2. SHB outage", "3. latency over 2 hops", "4. filtering log", "not measured"} {
+	for _, want := range []string{"1. delivery rate", "2. SHB outage", "3. latency over 2 hops", "4. filtering log", "--pfs"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+}
+
+func TestGryphonPFSOptionsValidate(t *testing.T) {
+	if err := DefaultGryphonPFSOptions().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, c := range []struct {
+		change func(*GryphonPFSOptions)
+		err    string
+	}{
+		{func(o *GryphonPFSOptions) { o.Matching = nil }, "no matching count"},
+		{func(o *GryphonPFSOptions) { o.Matching = []int{1, 101} }, "matching 101 out of range [1, 100]"},
+		{func(o *GryphonPFSOptions) { o.Batch = 0 }, "batch 0 out of range"},
+		{func(o *GryphonPFSOptions) { o.Cell = time.Millisecond }, "cell 1ms out of range"},
+		{func(o *GryphonPFSOptions) { o.Rounds = 0 }, "rounds 0 out of range"},
+	} {
+		o := DefaultGryphonPFSOptions()
+		c.change(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("Validate() = %v, want %q", err, c.err)
+		}
+	}
+}
+
+// TestGryphonPFSQuick measures figure 4 for a moment: every row has both
+// stores' rates (no timing is asserted: the machine may be busy).
+func TestGryphonPFSQuick(t *testing.T) {
+	o := QuickGryphonPFSOptions()
+	o.Matching, o.Cell, o.Rounds, o.Dir = []int{1, 20}, 50*time.Millisecond, 2, t.TempDir()
+	rep, err := GryphonPFS(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 4 {
+		t.Fatalf("%d rows, want 2 matching counts × fsync and nosync", len(rep.Rows))
+	}
+	for _, r := range rep.Rows {
+		if r.FilterLogPerS <= 0 || r.QueuesPerS <= 0 || r.Ratio <= 0 || len(r.FilterLogRounds) != 2 || r.RatioMin > r.RatioMax {
+			t.Errorf("row %+v", r)
+		}
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	for _, want := range []string{"4. SHB filtering log", "20   nosync", "over 5x faster"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}

@@ -143,20 +143,27 @@ func (x *logIndex) trim() (forgotten []message.Source) {
 	if len(x.order) <= maxLogSources {
 		return nil
 	}
-	kept := x.order[:0]
-	excess := len(x.order) - maxLogSources
-	for _, s := range x.order {
-		if excess > 0 && len(x.src[s].sizes) == 0 {
-			delete(x.src, s)
-			forgotten = append(forgotten, s)
+	x.order, forgotten = dropOldest(x.order, len(x.order)-maxLogSources, func(s message.Source) bool { return len(x.src[s].sizes) == 0 })
+	for _, s := range forgotten {
+		delete(x.src, s)
+	}
+	return forgotten
+}
+
+// dropOldest takes up to excess entries that may go out of order (oldest
+// first, order kept) and returns what is left and what was taken.
+func dropOldest[K comparable](order []K, excess int, mayGo func(K) bool) (kept, dropped []K) {
+	kept = order[:0]
+	for _, k := range order {
+		if excess > 0 && mayGo(k) {
+			dropped = append(dropped, k)
 			excess--
 			continue
 		}
-		kept = append(kept, s)
+		kept = append(kept, k)
 	}
-	clear(x.order[len(kept):])
-	x.order = kept
-	return forgotten
+	clear(order[len(kept):])
+	return kept, dropped
 }
 
 func (x *logIndex) stats() LogStats {

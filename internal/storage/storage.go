@@ -36,6 +36,9 @@ type Store interface {
 	// OpenLog opens the publication log (log.go), which keeps its content
 	// across incarnations like the rest of the store.
 	OpenLog() (Log, error)
+	// OpenFilterLog opens the filtering log (filterlog.go), kept across
+	// incarnations too.
+	OpenFilterLog() (FilterLog, error)
 }
 
 // maxPlace bounds a saved place: δ+1 joinpoints, δ being small.
@@ -163,6 +166,7 @@ type Memory struct {
 	epoch uint64
 	place []Joinpoint
 	log   *MemoryLog
+	flog  *MemoryFilterLog
 }
 
 // OpenLog implements Store: the same log for every incarnation.
@@ -173,6 +177,17 @@ func (m *Memory) OpenLog() (Log, error) {
 		m.log = NewMemoryLog()
 	}
 	return m.log, nil
+}
+
+// OpenFilterLog implements Store: the same log for every incarnation
+// (MemoryFilterLog.Crash is what a crash keeps of it).
+func (m *Memory) OpenFilterLog() (FilterLog, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.flog == nil {
+		m.flog = NewMemoryFilterLog()
+	}
+	return m.flog, nil
 }
 
 var _ Store = (*Memory)(nil)
