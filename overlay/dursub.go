@@ -380,12 +380,14 @@ func (n *Node) durFlood(sub message.SubID, d *dsub, df *message.DurableFlood, do
 	n.startFlood(&flood{key: floodKey{kind: fkSub, sub: sub}, budget: -1, done: done})
 }
 
-// floodAgain is the second flood (see the file comment), from the same
-// position; a new subscription's starts, for each source that answered,
-// at the first answer's Last (nothing before it is owed to it).
+// floodAgain is the second flood (see the file comment). For each source
+// that answered it starts at the first answers' Last: up to there the
+// answers are complete and buffered here (a new subscription is owed
+// nothing before it), so the publishers' edges send only what came after,
+// not a second copy of the whole catch-up.
 func (n *Node) floodAgain(sub message.SubID, d *dsub, done func()) {
 	df := &message.DurableFlood{Name: d.df.Name, From: d.df.From, Fresh: d.df.Fresh, Again: true}
-	if df.Fresh && len(d.last) > 0 {
+	if len(d.last) > 0 {
 		df.From = mergeFrom(df.From, d.last)
 	}
 	n.durFlood(sub, d, df, done)

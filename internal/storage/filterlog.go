@@ -19,7 +19,9 @@ import (
 // the seq of its previous record in the stream (a back-pointer), so that a
 // catch-up read follows one subscription's chain and skips the records of
 // the others. The events themselves are not kept: the PHB's publication
-// log has them.
+// log has them. The broker does not use it: an SHB serves resumes from
+// in-memory records (overlay/resume.go); `deltapub bench gryphon --pfs`
+// measures it against per-subscriber queues (docs/results/gryphon.md).
 //
 // Each call is atomic. A call with sync = true returns once it and every
 // call before it is on disk; a call without sync is made durable by the
