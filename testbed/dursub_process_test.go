@@ -142,14 +142,20 @@ func readDeliveryLines(r interface{ Read([]byte) (int, error) }, out chan<- deli
 	close(out)
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+// waitFor fails t when cond does not hold within d; detail, if given,
+// says what the processes printed.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool, detail ...func() string) {
 	t.Helper()
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if cond() {
 			return
 		}
 	}
-	t.Fatalf("timed out waiting for %s", what)
+	var b strings.Builder
+	for _, f := range detail {
+		b.WriteString("\n" + f())
+	}
+	t.Fatalf("timed out waiting for %s%s", what, b.String())
 }
 
 // lockedBuffer is a bytes.Buffer safe for the writer goroutine of
