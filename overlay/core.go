@@ -81,12 +81,12 @@ type membership struct {
 type recovery struct {
 	stateWait    map[message.BrokerID]bool             // peers whose StateReply is awaited (nil: not recovering)
 	stateWaitT   int                                   // ticks spent recovering
-	askedBehind  map[message.BrokerID]bool             // awaited peers whose back side was asked
 	askedFor     map[message.BrokerID]message.BrokerID // a broker asked behind an awaited one -> that one (recovery.go dropLeft)
 	stateless    map[message.BrokerID]bool             // peers that answered NotMember (no state to give)
 	namedBy      map[message.BrokerID]message.BrokerID // a peer not in our map named by a restarted tree neighbour's NotMember -> that neighbour (recovery.go unplaced)
 	mapFrom      map[message.BrokerID]bool             // brokers whose map we merged (JoinReply, StateReply)
 	unjoinedSeen map[message.BrokerID]bool             // peers whose heartbeat said not joined while we were not joined (recovery.go unplaced)
+	strangers    map[message.BrokerID]bool             // linked joined peers our map does not hold, asked for their side (recovery.go askStrangers)
 	reaskAt      map[message.BrokerID]int64            // when an awaited peer is asked again (recovery.go reaskState)
 	reaskN       map[message.BrokerID]int              // how often it was asked again
 }
@@ -159,12 +159,12 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	n.mem.admitting = map[message.BrokerID]uint64{}
 	n.mem.pendingState = map[message.BrokerID]bool{}
-	n.rec.askedBehind = map[message.BrokerID]bool{}
 	n.rec.askedFor = map[message.BrokerID]message.BrokerID{}
 	n.rec.stateless = map[message.BrokerID]bool{}
 	n.rec.namedBy = map[message.BrokerID]message.BrokerID{}
 	n.rec.mapFrom = map[message.BrokerID]bool{}
 	n.rec.unjoinedSeen = map[message.BrokerID]bool{}
+	n.rec.strangers = map[message.BrokerID]bool{}
 	n.fwd.seen = map[message.Source]*srcState{}
 	n.fwd.hops = map[message.BrokerID]hopInfo{}
 	n.floods.pending = map[floodKey]*flood{}

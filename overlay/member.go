@@ -125,6 +125,7 @@ func (n *Node) onJoinReply(from message.BrokerID, m *message.JoinReply) {
 		clear(n.rec.stateless)
 		clear(n.rec.namedBy)
 		clear(n.rec.mapFrom)
+		clear(n.rec.strangers)
 		n.rec.mapFrom[from] = true
 		// Ask every tree neighbour, and every joinpoint too: the runtime
 		// gives a restarted broker its former neighbours, and the

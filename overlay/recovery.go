@@ -343,6 +343,12 @@ func (n *Node) checkRecovery() {
 			n.dropLeft(id)
 			continue
 		}
+		if n.rec.strangers[id] {
+			if p.suspected {
+				delete(n.rec.stateWait, id) // an extra source of state, not a side of ours
+			}
+			continue
+		}
 		if !n.topo.Has(id) && (p.suspected || n.rec.stateWaitT >= n.cfg.FailureTicks) && !n.unplaced(id) {
 			// A joinpoint our map does not hold (the joinpoint's map,
 			// complete within δ, does not place it within δ+1 hops of us:
@@ -357,18 +363,22 @@ func (n *Node) checkRecovery() {
 			n.dropLeft(id)
 			continue
 		}
-		if !p.suspected || n.rec.askedBehind[id] {
+		if !p.suspected {
 			continue
 		}
-		n.rec.askedBehind[id] = true
 		if n.askBehind(id) > 0 {
 			delete(n.rec.stateWait, id)
 		}
 		// Nobody to ask behind it (a leaf, or a side our map does not
 		// show): keep waiting for it (a cut heals, a frozen broker
 		// resumes) rather than become routable without its side's
-		// subscriptions, which would swallow publications for them.
+		// subscriptions, which would swallow publications for them; and
+		// ask behind it again at the next tick, as a StateReply may have
+		// shown that side meanwhile (once our map held the brokers behind
+		// a crashed child, they were never asked: scenario
+		// restart_asks_behind_child_once_map_shows_it.txt).
 	}
+	n.askStrangers()
 	if len(n.rec.stateWait) == 0 || n.rec.stateWaitT > n.cfg.GoneAfterTicks && !n.awaitingVerdict() {
 		if len(n.rec.stateWait) > 0 {
 			n.notice(NoticeGap, "", fmt.Sprintf("recovery completed without the state of %d peers", len(n.rec.stateWait)))
@@ -381,6 +391,40 @@ func (n *Node) checkRecovery() {
 		}
 		n.rec.stateWait = nil
 		n.becomeJoined()
+	}
+}
+
+// askStrangers asks for their state the linked, joined peers our map does
+// not hold, while an awaited peer is suspected with nobody behind it on our
+// map. A restarted broker rebuilds its map from a joinpoint's, complete
+// within δ+1 hops of that joinpoint only: when its parent's handshake is
+// slow and a grandparent answers, the map ends at its crashed child, and
+// the brokers behind that child, which bypass it and link to us, are the
+// only ones holding that side's subscriptions. Waited for until the
+// child's gone verdict, the recovery completed without them, became
+// routable and swallowed every publication for that side (scenario
+// restart_child_side_unknown_to_map.txt). Each stranger is asked
+// once per recovery; its answer places it (its map) and gives its side's
+// subscriptions; one suspected before answering is no longer awaited.
+func (n *Node) askStrangers() {
+	hole := false
+	for id := range n.rec.stateWait {
+		if p := n.peers[id]; p != nil && p.suspected && !n.rec.strangers[id] {
+			hole = true
+			break
+		}
+	}
+	if !hole {
+		return
+	}
+	for _, id := range n.sortedPeers() {
+		p := n.peers[id]
+		if !p.up || !p.heardHB || !p.joined || p.suspected || n.topo.Has(id) ||
+			n.rec.strangers[id] || n.rec.stateWait[id] || n.rec.stateless[id] {
+			continue
+		}
+		n.rec.strangers[id] = true
+		n.askState(Peer{ID: id})
 	}
 }
 
@@ -516,8 +560,7 @@ func (n *Node) dropLeft(f message.BrokerID) {
 	if !ok || x == f || n.rec.stateless[x] || !n.topo.Has(x) {
 		return
 	}
-	n.rec.stateWait[x] = true
-	n.rec.askedBehind[x] = false // checkRecovery asks behind it again
+	n.rec.stateWait[x] = true // checkRecovery asks behind it again
 }
 
 // reaskState sends the StateRequest again, once per failure timeout of the
