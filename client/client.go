@@ -92,13 +92,19 @@ type Options struct {
 	// ReconnectWait is the pause between attempts (default 200 ms).
 	// FailureTimeout: a broker silent this long counts as failed (the
 	// connection is lost; with Reconnect, the next broker is tried). 0:
-	// the transport's default (30 s with QUIC); at least 1 s.
+	// the transport's default (30 s); at least 1 s. Over TCP it is the
+	// kernel's keepalive that notices: a broker machine gone, not a
+	// broker process that is frozen but whose machine still answers.
 	FailureTimeout time.Duration
 	ReconnectWait  time.Duration
 	// BackpressureTimeout is how long the broker may keep refusing a
 	// publication before the client gives up and fails (default 30 s).
 	BackpressureTimeout time.Duration
-	// Dial opens connections. Nil: QUIC (package internal/quic).
+	// Dial opens connections. Nil: package internal/quic, over QUIC for
+	// "host:port" or "quic://host:port", TCP for "tcp://host:port", TLS
+	// over TCP for "tls://host:port" (a broker's tcp_listen; the broker's
+	// certificate is not verified, as over QUIC: the token grants access,
+	// the client holds no secret a fake broker could take).
 	Dial DialFunc
 	Log  zerolog.Logger
 }
@@ -165,7 +171,9 @@ type pendingPub struct {
 
 // Connect dials the broker at addr and opens a session. addr may list
 // several brokers separated by commas: they are tried in order, and a
-// reconnect (Options.Reconnect) moves to the next one.
+// reconnect (Options.Reconnect) moves to the next one. Each is
+// "host:port" (QUIC), or "tcp://host:port" or "tls://host:port" for a
+// broker's TCP client listener (see Options.Dial); a list may mix them.
 func Connect(ctx context.Context, addr string, opts Options) (*Client, error) {
 	addrs := splitAddrs(addr)
 	if len(addrs) == 0 {

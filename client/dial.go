@@ -7,8 +7,10 @@ import (
 	"github.com/deltapub/deltapub/internal/quic"
 )
 
-// defaultDial is the transport used when Options.Dial is nil: a QUIC client
-// session (internal/quic), presenting opts.Token.
+// defaultDial is the transport used when Options.Dial is nil: a client
+// session of internal/quic, presenting opts.Token, over QUIC for
+// "host:port" and "quic://host:port", over TCP for "tcp://host:port" and
+// TLS for "tls://host:port" (a broker's tcp_listen).
 func defaultDial(opts Options) DialFunc {
 	return func(ctx context.Context, addr string) (Conn, error) {
 		c, err := quic.DialClient(ctx, addr, opts.Token, quic.ClientOptions{Log: opts.Log, IdleTimeout: opts.FailureTimeout})

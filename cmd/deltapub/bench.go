@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -140,7 +141,10 @@ and prints one table with the ratio deltapub/NATS per figure:
 Both systems are driven by the same load generator (deltapub's client
 library, NATS's nats.go); a message counts when the subscriber
 application sees it. deltapub brokers run as 'deltapub broker' processes
-of this executable; every server is killed when its run ends.
+of this executable; every server is killed when its run ends. deltapub's
+clients reach their brokers over --client-transport (broker links are QUIC
+either way); with tcp,quic the core runs are made with both, interleaved,
+and the table comes once per transport.
 
 Then the reliable peers (unless --no-reliable): deltapub δ = 2 over
 B1–B2–B3 with durability none, write and fsync against JetStream R1 and R3
@@ -188,7 +192,9 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 	fs.BoolVar(&cfg.Reliable.Skip, "no-reliable", false, "skip the reliable (acknowledged, JetStream) runs")
 	fs.BoolVar(&cfg.Reliable.SkipFailover, "no-failover", false, "skip the failover runs")
 	fs.BoolVar(&cfg.SkipCore, "no-core", false, "skip the core runs (single to filtered): reliable and failover runs only")
+	transports := fs.String("client-transport", "tcp", "how deltapub's clients reach their brokers: tcp or quic, or both as tcp,quic (the core runs again with the second, interleaved)")
 	return func([]string) int {
+		cfg.ClientTransports = strings.Split(*transports, ",")
 		// The package reads 0 as its default everywhere; on the command
 		// line 0 means the default only where the help says so.
 		for _, f := range []struct {

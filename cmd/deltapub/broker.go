@@ -43,6 +43,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		dack        = fs.Duration("dack-period", 0, "DACK `period`")
 		goneAfter   = fs.Duration("gone-after", 0, "suspicion after which a peer is declared gone")
 		wsListen    = fs.String("ws-listen", "", "TCP `address` of the WebSocket listener for web clients (path /v1/ws; docs/websocket.md)")
+		tcpListen   = fs.String("tcp-listen", "", "TCP `address` of the listener for client sessions over TCP (TLS with tls.cert_file/key_file; clients dial tcp:// or tls://)")
 		admin       = fs.String("admin", "", "admin HTTP `address` (/healthz /metrics /state /debug/pprof/)")
 		secretFile  = fs.String("secret-file", "", "overlay secret `file`: only brokers with the same secret may link")
 		tokenFile   = fs.String("client-token-file", "", "`file` with the token clients must present")
@@ -112,6 +113,8 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 				cfg.GoneAfter = *goneAfter
 			case "ws-listen":
 				cfg.WSListen = *wsListen
+			case "tcp-listen":
+				cfg.TCPListen = *tcpListen
 			case "admin":
 				cfg.Admin = *admin
 			case "secret-file":

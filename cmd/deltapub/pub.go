@@ -23,7 +23,7 @@ acknowledged, 1 otherwise.
 `
 
 func pubCmd(fs *flag.FlagSet) func([]string) int {
-	broker := fs.String("broker", "", "edge broker `addresses` (required; A,B,C: on to the next when the current fails, resuming the sequence)")
+	broker := fs.String("broker", "", "edge broker `addresses` (required; host:port over QUIC, tcp://host:port or tls://host:port to a broker's --tcp-listen; A,B,C: on to the next when the current fails, resuming the sequence)")
 	failTimeout := fs.Duration("failure-timeout", 0, "a broker silent this `long` counts as failed (0: 5s with several brokers, else the transport's 30s)")
 	count := fs.Int("count", 0, "publish `N` publications numbered n = 1..N (0: one publication, unnumbered)")
 	rate := fs.Float64("rate", 0, "publications per second (0: as fast as acknowledgements allow)")

@@ -109,7 +109,7 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 func subCmd(fs *flag.FlagSet) func([]string) int {
-	broker := fs.String("broker", "", "edge broker `addresses` (required; A,B,C: on to the next when the current fails)")
+	broker := fs.String("broker", "", "edge broker `addresses` (required; host:port over QUIC, tcp://host:port or tls://host:port to a broker's --tcp-listen; A,B,C: on to the next when the current fails)")
 	durableName := fs.String("durable", "", "durable subscription `name` (needs --state)")
 	stateFile := fs.String("state", "", "`file` holding the durable subscription's checkpoint token")
 	failTimeout := fs.Duration("failure-timeout", 0, "a broker silent this `long` counts as failed (0: 5s with --durable or several brokers, else the transport's 30s)")

@@ -62,6 +62,12 @@ type Config struct {
 	// SkipCore skips the core runs (single … filtered): reliable and
 	// failover runs only.
 	SkipCore bool
+	// ClientTransports: how deltapub's clients reach their brokers,
+	// TransportTCP or TransportQUIC (broker links are QUIC either way). The
+	// first is the one of every run and of Report.Deltapub; each further
+	// one repeats the core runs (Report.OtherTransports), interleaved with
+	// the others. Default: TCP.
+	ClientTransports []string
 }
 
 // Validate fills in the defaults and checks the sizes (Run does it too):
@@ -110,6 +116,17 @@ func (c *Config) fill() error {
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
+	}
+	if len(c.ClientTransports) == 0 {
+		c.ClientTransports = []string{TransportTCP}
+	}
+	for i, tr := range c.ClientTransports {
+		if tr != TransportTCP && tr != TransportQUIC {
+			return fmt.Errorf("benchcompare: client transport %q: want %s or %s", tr, TransportTCP, TransportQUIC)
+		}
+		if slices.Contains(c.ClientTransports[:i], tr) {
+			return fmt.Errorf("benchcompare: client transport %s given twice", tr)
+		}
 	}
 	if err := c.Reliable.fill(c.Messages); err != nil {
 		return err
@@ -205,13 +222,40 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// Report is the whole comparison; its JSON is what --json writes.
-type Report struct {
+// Ratios are the core runs' ratios deltapub / core NATS.
+type Ratios struct {
 	SingleRatio    float64 `json:"single_throughput_ratio"`
 	TwoServerRatio float64 `json:"two_server_throughput_ratio"`
 	FanoutRatio    float64 `json:"fanout_ratio"`
 	P99Ratio       float64 `json:"p99_latency_ratio"`
 	FilteredRatio  float64 `json:"filtered_ratio"`
+}
+
+func coreRatios(d, n *Figures) Ratios {
+	return Ratios{
+		SingleRatio:    ratio(d.Single.Rate, n.Single.Rate),
+		TwoServerRatio: ratio(d.TwoServer.Rate, n.TwoServer.Rate),
+		FanoutRatio:    ratio(d.Fanout.Rate, n.Fanout.Rate),
+		P99Ratio:       ratio(d.Latency.P99Us, n.Latency.P99Us),
+		FilteredRatio:  ratio(d.Filtered.Rate, n.Filtered.Rate),
+	}
+}
+
+// TransportRun is deltapub's core runs with another client transport.
+type TransportRun struct {
+	ClientTransport string `json:"client_transport"`
+	Ratios
+	Deltapub Figures `json:"deltapub"`
+}
+
+// Report is the whole comparison; its JSON is what --json writes.
+type Report struct {
+	Ratios // of Deltapub, with ClientTransport
+	// ClientTransport is how deltapub's clients reached their brokers in
+	// every run of Deltapub (and the reliable and failover runs).
+	ClientTransport string `json:"client_transport"`
+	// OtherTransports: the core runs with each further client transport.
+	OtherTransports []TransportRun `json:"other_client_transports,omitempty"`
 
 	// deltapub's acknowledged throughput (δ = 2) over JetStream R3 file
 	// storage's: durability none against the default sync, fsync against
@@ -252,9 +296,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	rep := &Report{PayloadBytes: PayloadSize, Delta: cfg.Delta, Machine: ThisMachine(), Started: time.Now().UTC()}
-	systems := []system{deltapubSystem{launch: cfg.Launcher, delta: cfg.Delta}}
-	figs := []*Figures{&rep.Deltapub}
+	rep := &Report{PayloadBytes: PayloadSize, Delta: cfg.Delta, Machine: ThisMachine(), Started: time.Now().UTC(),
+		ClientTransport: cfg.ClientTransports[0]}
+	for _, tr := range cfg.ClientTransports[1:] {
+		rep.OtherTransports = append(rep.OtherTransports, TransportRun{ClientTransport: tr})
+	}
+	var systems []system
+	var figs []*Figures
+	for i, tr := range cfg.ClientTransports {
+		sys := deltapubSystem{launch: cfg.Launcher, delta: cfg.Delta, transport: tr}
+		f := &rep.Deltapub
+		if i > 0 {
+			f = &rep.OtherTransports[i-1].Deltapub
+		}
+		if len(cfg.ClientTransports) > 1 {
+			sys.label = "deltapub/" + tr
+		}
+		systems, figs = append(systems, sys), append(figs, f)
+	}
 	if cfg.NATSServer != "" {
 		rep.NATS = &Figures{}
 		rep.NATSVersion = NATSVersion
@@ -279,7 +338,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	type step struct {
 		name  string
-		chain bool // deltapub only
+		chain bool // deltapub's systems only
 		run   func(ctx context.Context, sys system, f *Figures) (string, error)
 		key   func(f *Figures) float64 // the figure whose median is kept
 		take  func(dst, src *Figures)  // copies this step's result
@@ -338,7 +397,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	total := 0
 	for _, s := range steps {
 		if s.chain {
-			total += cfg.Repeat
+			total += cfg.Repeat * len(cfg.ClientTransports)
 		} else {
 			total += cfg.Repeat * len(systems)
 		}
@@ -356,7 +415,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		// machine (other load) is more likely to hit both.
 		for r := 0; r < cfg.Repeat; r++ {
 			for i, sys := range systems {
-				if s.chain && i > 0 {
+				if _, isNATS := sys.(natsSystem); s.chain && isNATS {
 					continue
 				}
 				if err := ctx.Err(); err != nil {
@@ -410,12 +469,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.Machine.LoadEnd = loadAvg()
 	if n := rep.NATS; n != nil {
-		d := &rep.Deltapub
-		rep.SingleRatio = ratio(d.Single.Rate, n.Single.Rate)
-		rep.TwoServerRatio = ratio(d.TwoServer.Rate, n.TwoServer.Rate)
-		rep.FanoutRatio = ratio(d.Fanout.Rate, n.Fanout.Rate)
-		rep.P99Ratio = ratio(d.Latency.P99Us, n.Latency.P99Us)
-		rep.FilteredRatio = ratio(d.Filtered.Rate, n.Filtered.Rate)
+		rep.Ratios = coreRatios(&rep.Deltapub, n)
+		for i := range rep.OtherTransports {
+			o := &rep.OtherTransports[i]
+			o.Ratios = coreRatios(&o.Deltapub, n)
+		}
 	}
 	return rep, nil
 }
@@ -493,14 +551,43 @@ func (g goal) met(r float64) bool {
 	}
 }
 
-// WriteTable writes the side-by-side table.
+// WriteTable writes the side-by-side table: the core runs (once per
+// client transport), the reliable runs, the machine line.
 func (r *Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	if !r.CoreSkipped {
+		name := "deltapub"
+		if len(r.OtherTransports) > 0 {
+			name += "/" + r.ClientTransport
+		}
+		r.writeCore(&b, name, r.Deltapub)
+		for _, o := range r.OtherTransports {
+			b.WriteString("\n")
+			r.writeCore(&b, "deltapub/"+o.ClientTransport, o.Deltapub)
+		}
+	}
+	r.writeRunErrors(&b, "", r.NATS)
+	r.writeReliableTable(&b)
+	deltas := fmt.Sprintf("deltapub δ = %d", r.Delta)
+	if len(r.Reliable) > 0 || len(r.Failover) > 0 {
+		deltas += " (reliable and failover runs: δ = 2)"
+	}
+	if r.ClientTransport != "" {
+		deltas += ", clients over " + r.ClientTransport
+	}
+	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; load average %s at the start, %s at the end; %s; %.0f s\n",
+		r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Machine.OS, r.Machine.LoadStart, r.Machine.LoadEnd, deltas, r.Seconds)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeCore writes the core runs' rows of d (named name) beside NATS's.
+func (r *Report) writeCore(b *strings.Builder, name string, d Figures) {
 	var n Figures
 	hasNATS := r.NATS != nil
 	if hasNATS {
 		n = *r.NATS
 	}
-	d := r.Deltapub
 	type row struct {
 		name   string
 		dp, nt float64
@@ -524,12 +611,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if d.Chain3 != nil {
 		rows[2].dp = d.Chain3.Rate
 	}
-	var b strings.Builder
-	if r.CoreSkipped {
-		rows = nil
-	} else {
-		fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", "figure (250 B payloads)", "deltapub", "NATS "+r.NATSVersion, "unit", "ratio", "goal")
-	}
+	fmt.Fprintf(b, "%-30s %14s %14s %-13s %7s  %s\n", "figure (250 B payloads)", name, "NATS "+r.NATSVersion, "unit", "ratio", "goal")
 	for _, x := range rows {
 		nt, rt, goalS := "—", "—", ""
 		if hasNATS && !x.noNATS {
@@ -545,30 +627,28 @@ func (r *Report) WriteTable(w io.Writer) error {
 				}
 			}
 		}
-		fmt.Fprintf(&b, "%-30s %14s %14s %-13s %7s  %s\n", x.name, num(x.dp), nt, x.unit, rt, goalS)
+		fmt.Fprintf(b, "%-30s %14s %14s %-13s %7s  %s\n", x.name, num(x.dp), nt, x.unit, rt, goalS)
 	}
-	for _, f := range []*Figures{&d, r.NATS} {
-		if f == nil {
-			continue
-		}
-		for _, k := range slices.Sorted(maps.Keys(f.Errors)) {
-			fmt.Fprintf(&b, "failed run: %s: %s\n", k, f.Errors[k])
-		}
-		for _, k := range f.incomplete() {
-			if _, failed := f.Errors[k]; !failed {
-				fmt.Fprintf(&b, "incomplete run (timed out; its figure counts what arrived): %s\n", k)
-			}
+	prefix := ""
+	if len(r.OtherTransports) > 0 {
+		prefix = name + " "
+	}
+	r.writeRunErrors(b, prefix, &d)
+}
+
+// writeRunErrors names f's failed and incomplete runs (prefix: whose).
+func (r *Report) writeRunErrors(b *strings.Builder, prefix string, f *Figures) {
+	if f == nil {
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Errors)) {
+		fmt.Fprintf(b, "failed run: %s%s: %s\n", prefix, k, f.Errors[k])
+	}
+	for _, k := range f.incomplete() {
+		if _, failed := f.Errors[k]; !failed {
+			fmt.Fprintf(b, "incomplete run (timed out; its figure counts what arrived): %s%s\n", prefix, k)
 		}
 	}
-	r.writeReliableTable(&b)
-	deltas := fmt.Sprintf("deltapub δ = %d", r.Delta)
-	if len(r.Reliable) > 0 || len(r.Failover) > 0 {
-		deltas += " (reliable and failover runs: δ = 2)"
-	}
-	fmt.Fprintf(&b, "machine: %d CPUs, %s, %s, %s; load average %s at the start, %s at the end; %s; %.0f s\n",
-		r.Machine.CPUs, r.Machine.Model, r.Machine.GoVersion, r.Machine.OS, r.Machine.LoadStart, r.Machine.LoadEnd, deltas, r.Seconds)
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // num formats with thousands separators (no decimals above 100).

@@ -86,6 +86,48 @@ func TestReportTableAndJSON(t *testing.T) {
 	}
 }
 
+// With two client transports the core table comes once per transport,
+// and the JSON has the second one's figures and ratios.
+func TestReportTableTwoTransports(t *testing.T) {
+	nats := Figures{Single: Throughput{Rate: 500_000}}
+	rep := &Report{NATS: &nats, ClientTransport: TransportTCP, Machine: Machine{CPUs: 2, Model: "test cpu"},
+		Deltapub:        Figures{Single: Throughput{Rate: 300_000}, Errors: map[string]string{"fanout": "boom"}},
+		OtherTransports: []TransportRun{{ClientTransport: TransportQUIC, Deltapub: Figures{Single: Throughput{Rate: 200_000}}}}}
+	rep.Ratios = coreRatios(&rep.Deltapub, rep.NATS)
+	rep.OtherTransports[0].Ratios = coreRatios(&rep.OtherTransports[0].Deltapub, rep.NATS)
+	var tb bytes.Buffer
+	if err := rep.WriteTable(&tb); err != nil {
+		t.Fatal(err)
+	}
+	table := tb.String()
+	for _, want := range []string{"deltapub/tcp", "0.60  ≥ 0.6 met", "failed run: deltapub/tcp fanout: boom",
+		"deltapub/quic", "0.40  ≥ 0.6 MISSED", "clients over tcp"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if n := strings.Count(table, "single 1→1"); n != 2 {
+		t.Errorf("%d single rows, want 2:\n%s", n, table)
+	}
+	var jb bytes.Buffer
+	if err := rep.WriteJSON(&jb); err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Single float64 `json:"single_throughput_ratio"`
+		Other  []struct {
+			Transport string  `json:"client_transport"`
+			Single    float64 `json:"single_throughput_ratio"`
+		} `json:"other_client_transports"`
+	}
+	if err := json.Unmarshal(jb.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Single != 0.6 || len(m.Other) != 1 || m.Other[0].Transport != "quic" || m.Other[0].Single != 0.4 {
+		t.Errorf("JSON %s", jb.String())
+	}
+}
+
 // Without NATS the table shows dashes and no goal verdicts; a run that
 // timed out is named.
 func TestReportTableWithoutNATS(t *testing.T) {
@@ -118,9 +160,10 @@ func TestConfigRejectsBadSizes(t *testing.T) {
 	}
 }
 
-// The deltapub side of every run at a tiny size, brokers in-process: the
-// harness starts, loads, counts and stops them, and every expected
-// delivery arrives (deltapub delivers exactly once).
+// The deltapub side of every run at a tiny size, brokers in-process, with
+// clients over TCP then over QUIC: the harness starts, loads, counts and
+// stops them, and every expected delivery arrives (deltapub delivers
+// exactly once).
 func TestDeltapubSideTiny(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
@@ -130,18 +173,34 @@ func TestDeltapubSideTiny(t *testing.T) {
 		LatencyRate: 2000, LatencyMessages: 200,
 		FilterSubs: 60, FilterConns: 4, FilterPubs: 300, Seed: 7,
 		Timeout: 20 * time.Second, Launcher: InProcessLauncher(), Progress: &progress,
-		Reliable: ReliableConfig{Skip: true, SkipFailover: true},
+		Reliable:         ReliableConfig{Skip: true, SkipFailover: true},
+		ClientTransports: []string{TransportTCP, TransportQUIC},
 	}
 	rep, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, progress.String())
 	}
-	d := rep.Deltapub
-	if len(d.Errors) > 0 {
-		t.Fatalf("failed runs: %v\n%s", d.Errors, progress.String())
+	if rep.ClientTransport != TransportTCP || len(rep.OtherTransports) != 1 || rep.OtherTransports[0].ClientTransport != TransportQUIC {
+		t.Fatalf("client transports %q, %+v", rep.ClientTransport, rep.OtherTransports)
+	}
+	for _, d := range []Figures{rep.Deltapub, rep.OtherTransports[0].Deltapub} {
+		checkTinyFigures(t, &cfg, d, progress.String())
 	}
 	if rep.NATS != nil || rep.SingleRatio != 0 {
 		t.Errorf("NATS figures without a NATS server: %+v", rep)
+	}
+	if n := strings.Count(progress.String(), "\n"); n != 12 {
+		t.Errorf("%d progress lines, want 12 (6 runs × 2 transports):\n%s", n, progress.String())
+	}
+}
+
+func checkTinyFigures(t *testing.T, cfg *Config, d Figures, progress string) {
+	t.Helper()
+	if len(d.Errors) > 0 {
+		t.Fatalf("failed runs: %v\n%s", d.Errors, progress)
+	}
+	if d.Chain3 == nil {
+		t.Fatalf("no chain run\n%s", progress)
 	}
 	for name, tp := range map[string]Throughput{"single": d.Single, "two_server": d.TwoServer, "chain3": *d.Chain3, "fanout": d.Fanout} {
 		if !tp.Complete || tp.Delivered != tp.Expected || tp.Rate <= 0 {
@@ -157,9 +216,6 @@ func TestDeltapubSideTiny(t *testing.T) {
 	f := d.Filtered
 	if !f.Complete || f.Delivered != f.Expected || f.Expected == 0 || f.Carried != f.Delivered || f.BytesToSubs < f.Carried*PayloadSize {
 		t.Errorf("filtered (seed %d): %+v", cfg.Seed, f)
-	}
-	if n := strings.Count(progress.String(), "\n"); n != 6 {
-		t.Errorf("%d progress lines, want 6:\n%s", n, progress.String())
 	}
 }
 

@@ -24,8 +24,10 @@ type BrokerSpec struct {
 	ID     string
 	Listen string // UDP, QUIC
 	Admin  string // TCP, /healthz and /debug/pprof
-	Join   string // "" starts a new overlay
-	Delta  int
+	// TCPListen is the TCP client listener's address ("": none).
+	TCPListen string
+	Join      string // "" starts a new overlay
+	Delta     int
 	// Preset is the configuration preset ("": the launcher's own).
 	Preset string
 	// DataDir and Durability: the publication log ("" : none).
@@ -55,6 +57,9 @@ func ProcessLauncher(exe string) BrokerLauncher {
 		if s.Join != "" {
 			args = append(args, "--join", s.Join)
 		}
+		if s.TCPListen != "" {
+			args = append(args, "--tcp-listen", s.TCPListen)
+		}
 		if s.Preset != "" {
 			args = append(args, "--preset", s.Preset)
 		}
@@ -83,6 +88,7 @@ func InProcessLauncher() BrokerLauncher {
 			return nil, err
 		}
 		cfg.ID, cfg.Listen, cfg.Admin, cfg.Delta = s.ID, s.Listen, s.Admin, s.Delta
+		cfg.TCPListen = s.TCPListen
 		cfg.DataDir, cfg.Durability = s.DataDir, s.Durability
 		if s.Join != "" {
 			cfg.Join = []string{s.Join}
@@ -124,7 +130,17 @@ type deltapubSystem struct {
 	// runs), not only the last.
 	checkAcks bool
 	label     string // Name ("": deltapub)
+	// transport is how clients reach their broker: TransportTCP, or QUIC
+	// (TransportQUIC or "").
+	transport string
 }
+
+// The client transports of deltapub's sessions with its brokers (broker
+// links are QUIC).
+const (
+	TransportQUIC = "quic"
+	TransportTCP  = "tcp"
+)
 
 func (d deltapubSystem) Name() string {
 	if d.label != "" {
@@ -135,7 +151,8 @@ func (d deltapubSystem) Name() string {
 
 type deltapubServers struct {
 	brokers   []*RunningBroker
-	addrs     []string
+	addrs     []string // QUIC
+	clients   []string // what clients dial (tcp://… with TCP sessions)
 	admins    []string
 	dir       string // data directories, removed by Close
 	checkAcks bool
@@ -163,6 +180,14 @@ func (d deltapubSystem) Start(ctx context.Context, n int) (servers, error) {
 			return nil, err
 		}
 		spec := BrokerSpec{ID: fmt.Sprintf("B%d", i+1), Listen: listen, Admin: admin, Delta: d.delta, Preset: d.preset}
+		clientAddr := listen
+		if d.transport == TransportTCP {
+			if spec.TCPListen, err = FreeTCP(); err != nil {
+				s.Close()
+				return nil, err
+			}
+			clientAddr = "tcp://" + spec.TCPListen
+		}
 		if s.dir != "" {
 			spec.DataDir, spec.Durability = filepath.Join(s.dir, spec.ID), d.durability
 		}
@@ -176,6 +201,7 @@ func (d deltapubSystem) Start(ctx context.Context, n int) (servers, error) {
 		}
 		s.brokers = append(s.brokers, b)
 		s.addrs = append(s.addrs, listen)
+		s.clients = append(s.clients, clientAddr)
 		s.admins = append(s.admins, admin)
 		// Healthy means joined: start the next one only then, so that the
 		// chain has the intended shape.
@@ -207,7 +233,7 @@ func (s *deltapubServers) Close() error {
 }
 
 func (s *deltapubServers) Connect(ctx context.Context, i int, o connOptions) (endpoint, error) {
-	c, err := client.Connect(ctx, s.addrs[i], client.Options{
+	c, err := client.Connect(ctx, s.clients[i], client.Options{
 		DeliveryBuffer: o.SubBuffer,
 		// A deep window: the publisher is not held back by acknowledgement
 		// round trips (NATS publishes without any).

@@ -86,8 +86,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	m := r.Machine
-	fmt.Fprintf(&b, "\nMachine: %s UTC, %d CPUs, %s, %s, %s, nats-server %s; load average %s at the start, %s at the end; %.0f s.\n",
-		r.Started.Format("2006-01-02 15:04"), m.CPUs, m.Model, m.GoVersion, m.OS, r.NATSVersion, m.LoadStart, m.LoadEnd, r.Seconds)
+	clients := ""
+	if r.ClientTransport != "" {
+		clients = "; deltapub's clients over " + r.ClientTransport
+	}
+	fmt.Fprintf(&b, "\nMachine: %s UTC, %d CPUs, %s, %s, %s, nats-server %s; load average %s at the start, %s at the end; %.0f s%s.\n",
+		r.Started.Format("2006-01-02 15:04"), m.CPUs, m.Model, m.GoVersion, m.OS, r.NATSVersion, m.LoadStart, m.LoadEnd, r.Seconds, clients)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

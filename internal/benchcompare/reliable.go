@@ -86,7 +86,7 @@ func reliableSystems(cfg *Config) (keys []string, systems []system) {
 	for _, d := range cfg.Reliable.Durabilities {
 		keys = append(keys, "deltapub_"+d)
 		systems = append(systems, deltapubSystem{launch: cfg.Launcher, delta: 2, durability: d, checkAcks: true,
-			label: "deltapub δ=2, " + d})
+			label: "deltapub δ=2, " + d, transport: cfg.ClientTransports[0]})
 	}
 	if cfg.NATSServer != "" {
 		for _, v := range JSVariants {
@@ -101,8 +101,8 @@ func reliableSystems(cfg *Config) (keys []string, systems []system) {
 func failoverSystems(cfg *Config) (keys []string, systems []system) {
 	keys = []string{"deltapub", "deltapub_testbed_preset"}
 	systems = []system{
-		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "default", label: "deltapub δ=2", checkAcks: true},
-		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "testbed", label: "deltapub δ=2, testbed preset", checkAcks: true},
+		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "default", label: "deltapub δ=2", checkAcks: true, transport: cfg.ClientTransports[0]},
+		deltapubSystem{launch: cfg.Launcher, delta: 2, preset: "testbed", label: "deltapub δ=2, testbed preset", checkAcks: true, transport: cfg.ClientTransports[0]},
 	}
 	if cfg.NATSServer != "" {
 		keys = append(keys, "jetstream_r3", "nats")

@@ -37,7 +37,9 @@ type ClientOptions struct {
 }
 
 // DialClient opens a client session with the broker at addr, presenting
-// token if not empty. opts may be omitted.
+// token if not empty. addr is "host:port" or "quic://host:port" (QUIC),
+// "tcp://host:port" (TCP) or "tls://host:port" (TLS over TCP): the last two
+// reach a broker's TCP client listener (tcp_listen). opts may be omitted.
 func DialClient(ctx context.Context, addr, token string, opts ...ClientOptions) (*ClientConn, error) {
 	var o ClientOptions
 	if len(opts) > 0 {
@@ -48,7 +50,27 @@ func DialClient(ctx context.Context, addr, token string, opts ...ClientOptions) 
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	tc := o.TLS
+	scheme, hostPort, err := splitScheme(addr)
+	if err != nil {
+		return nil, fmt.Errorf("quic: dial broker: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
+	defer cancel()
+	var st carrier
+	if scheme == "tcp" || scheme == "tls" {
+		ts, err := dialTCP(ctx, hostPort, scheme == "tls", o.TLS, cfg.IdleTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("quic: dial broker %s: %w", addr, err)
+		}
+		st = ts
+	} else if st, err = dialQUICClient(ctx, hostPort, o.TLS, &cfg); err != nil {
+		return nil, fmt.Errorf("quic: dial broker %s: %w", addr, err)
+	}
+	return clientHandshake(ctx, st, addr, token, &cfg)
+}
+
+// dialQUICClient opens a QUIC connection and its stream to a broker.
+func dialQUICClient(ctx context.Context, addr string, tc *tls.Config, cfg *Config) (carrier, error) {
 	if tc == nil {
 		tc = &tls.Config{
 			MinVersion: tls.VersionTLS13,
@@ -62,9 +84,7 @@ func DialClient(ctx context.Context, addr, token string, opts ...ClientOptions) 
 		tc = tc.Clone()
 	}
 	tc.NextProtos = []string{ALPNClient}
-	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
-	defer cancel()
-	qconf := quicConfig(&cfg, false)
+	qconf := quicConfig(cfg, false)
 	// A subscriber's receive window is what its broker may have in flight
 	// toward it: smaller than between brokers, so that a slow subscriber
 	// meets the broker's bounded send queue (and its slow-consumer policy)
@@ -74,25 +94,31 @@ func DialClient(ctx context.Context, addr, token string, opts ...ClientOptions) 
 	qconf.MaxConnectionReceiveWindow = clientMaxConnWindow
 	qc, err := quic.DialAddr(ctx, addr, tc, qconf)
 	if err != nil {
-		return nil, fmt.Errorf("quic: dial broker %s: %w", addr, err)
+		return nil, err
 	}
 	str, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		_ = qc.CloseWithError(codeRefused, "")
-		return nil, fmt.Errorf("quic: dial broker %s: open stream: %w", addr, err)
+		return nil, fmt.Errorf("open stream: %w", err)
 	}
+	return quicStream{qc, str}, nil
+}
+
+// clientHandshake is the client's side of the handshake, over QUIC or TCP:
+// Hello, then the broker's Welcome (checked) or Refuse.
+func clientHandshake(ctx context.Context, st carrier, addr, token string, cfg *Config) (*ClientConn, error) {
 	deadline, _ := ctx.Deadline()
-	_ = str.SetDeadline(deadline)
+	_ = st.SetDeadline(deadline)
 	hello := &message.Hello{Magic: message.Magic, Version: cfg.version, MinVersion: cfg.minVersion,
 		Role: message.RoleClient, Token: token}
-	if err := writeHandshake(str, hello); err != nil {
-		_ = qc.CloseWithError(codeRefused, "")
+	if err := writeHandshake(st, hello); err != nil {
+		st.teardown(codeRefused, "")
 		return nil, fmt.Errorf("quic: dial broker %s: %w", addr, err)
 	}
-	rd := wire.NewReader(str, cfg.MaxFrame)
+	rd := wire.NewReader(st, cfg.MaxFrame)
 	m, err := rd.Read()
 	if err != nil {
-		_ = qc.CloseWithError(codeRefused, "")
+		st.teardown(codeRefused, "")
 		var ae *quic.ApplicationError
 		if errors.As(err, &ae) && ae.Remote {
 			return nil, &RefusedError{Peer: "broker " + addr, Reason: ae.ErrorMessage, Remote: true}
@@ -101,25 +127,25 @@ func DialClient(ctx context.Context, addr, token string, opts ...ClientOptions) 
 	}
 	switch m := m.(type) {
 	case *message.Refuse:
-		_ = qc.CloseWithError(codeRefused, "")
+		st.teardown(codeRefused, "")
 		return nil, &RefusedError{Peer: "broker " + addr, Code: m.Code, Reason: m.Reason, Remote: true}
 	case *message.Welcome:
 		c := &ClientConn{id: m.Client, broker: m.ID}
 		log := cfg.Log.With().Str("broker", addr).Logger()
 		if m.Magic != message.Magic {
-			return nil, refuse(qc, str, log, addr, message.RefuseProtocol, fmt.Sprintf("bad magic %q", m.Magic))
+			return nil, refuse(st, log, addr, message.RefuseProtocol, fmt.Sprintf("bad magic %q", m.Magic))
 		}
 		// The broker chose the version; check it is one we speak.
 		if m.Version < cfg.minVersion || m.Version > cfg.version {
-			return nil, refuse(qc, str, log, addr, message.RefuseVersion,
+			return nil, refuse(st, log, addr, message.RefuseVersion,
 				fmt.Sprintf("incompatible protocol version: broker chose %d, this client speaks %d to %d", m.Version, cfg.minVersion, cfg.version))
 		}
-		_ = str.SetDeadline(deadlineNone)
-		c.peerConn = newPeerConn(qc, str, rd, &cfg, log)
+		_ = st.SetDeadline(deadlineNone)
+		c.peerConn = newPeerConn(st, rd, cfg, log)
 		go c.writeLoop()
 		return c, nil
 	default:
-		return nil, refuse(qc, str, cfg.Log, addr, message.RefuseProtocol, fmt.Sprintf("expected Welcome, got %v", m.Type()))
+		return nil, refuse(st, cfg.Log, addr, message.RefuseProtocol, fmt.Sprintf("expected Welcome, got %v", m.Type()))
 	}
 }
 
@@ -148,7 +174,7 @@ func (c *ClientConn) Recv() (message.Message, error) {
 		}
 		switch m := m.(type) {
 		case *message.Refuse:
-			_ = c.qc.CloseWithError(codeOK, "")
+			c.st.teardown(codeOK, "")
 			c.shutdown(false, codeOK, "broker closed the session")
 			return nil, fmt.Errorf("%w: broker closed the session: %s", ErrClosed, m.Reason)
 		case *message.Hello, *message.Welcome, *message.Ready:

@@ -1,6 +1,8 @@
 // Package quic is deltapub's transport: broker-to-broker links and
 // client sessions over QUIC (github.com/quic-go/quic-go), one bidirectional
-// stream per connection carrying internal/wire frames.
+// stream per connection carrying internal/wire frames; and client sessions
+// over TCP or TLS (tcp.go), the same frames on the connection's byte
+// stream, for a listener the caller runs (Endpoint.ServeConn).
 //
 // Security. Every endpoint has an ephemeral self-signed TLS 1.3
 // certificate and dialers do not verify it (InsecureSkipVerify). That is

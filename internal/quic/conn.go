@@ -1,7 +1,6 @@
 package quic
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,9 +14,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// peerConn is what a Link, a Session and a ClientConn share: one QUIC
-// connection with one stream, a bounded send queue drained by a writer
-// goroutine in large writes, and the frame reader.
+// peerConn is what a Link, a Session and a ClientConn share: one byte
+// stream (a QUIC connection's one stream, or a TCP connection: carrier), a
+// bounded send queue drained by a writer goroutine in large writes, and
+// the frame reader.
 //
 // Send path: Send encodes the message straight into the queue (under mu);
 // the writer swaps the queue out and writes it with a few large stream
@@ -28,8 +28,7 @@ import (
 // grow (and copy) one buffer over and over, an idle connection holds no
 // buffer, and the steady state allocates nothing.
 type peerConn struct {
-	qc  *quic.Conn
-	str *quic.Stream
+	st  carrier
 	log zerolog.Logger
 	rd  *wire.Reader
 
@@ -57,9 +56,9 @@ type peerConn struct {
 	writerDone  chan struct{}
 }
 
-func newPeerConn(qc *quic.Conn, str *quic.Stream, rd *wire.Reader, cfg *Config, log zerolog.Logger) *peerConn {
+func newPeerConn(st carrier, rd *wire.Reader, cfg *Config, log zerolog.Logger) *peerConn {
 	return &peerConn{
-		qc: qc, str: str, rd: rd, log: log,
+		st: st, rd: rd, log: log,
 		maxFrame: cfg.MaxFrame, maxFrames: cfg.SendQueue, maxBytes: cfg.SendQueueBytes,
 		enc:        wire.NewEncoder(),
 		wake:       make(chan struct{}, 1),
@@ -246,17 +245,11 @@ func (c *peerConn) writeLoop() {
 			spare = batch
 			continue
 		}
-		n := 0
-		for _, b := range batch {
-			if len(b) == 0 {
-				continue // an encoding that failed left its new chunk empty
-			}
-			if _, err := c.str.Write(b); err != nil {
-				c.abort(codeProtocol, fmt.Sprintf("write failed: %v", err))
-				c.finish()
-				return
-			}
-			n += len(b)
+		n, err := c.st.writeBatch(batch)
+		if err != nil {
+			c.abort(codeProtocol, fmt.Sprintf("write failed: %v", err))
+			c.finish()
+			return
 		}
 		c.sentBytes.Add(uint64(n))
 		c.writes.Add(1)
@@ -271,23 +264,18 @@ func (c *peerConn) writeLoop() {
 func (c *peerConn) finish() {
 	if c.graceful {
 		deadline := time.Now().Add(closeLinger)
-		_ = c.str.SetWriteDeadline(deadline)
+		_ = c.st.SetWriteDeadline(deadline)
 		var batch []byte
 		for _, b := range c.take(nil) {
 			batch = append(batch, b...)
 		}
 		batch, _ = wire.AppendFrame(batch, &message.Refuse{Code: message.RefuseClosing, Reason: c.closeReason})
-		if _, err := c.str.Write(batch); err == nil {
-			_ = c.str.Close()
-			t := time.NewTimer(time.Until(deadline))
-			select {
-			case <-c.qc.Context().Done():
-			case <-t.C:
-			}
-			t.Stop()
+		if _, err := c.st.writeBatch([][]byte{batch}); err == nil {
+			_ = c.st.closeWrite()
+			c.st.awaitClose(deadline, false)
 		}
 	}
-	_ = c.qc.CloseWithError(c.closeCode, c.closeReason)
+	c.st.teardown(c.closeCode, c.closeReason)
 }
 
 // close starts an orderly close: queued frames are still written.
@@ -310,7 +298,7 @@ func (c *peerConn) shutdown(graceful bool, code quic.ApplicationErrorCode, reaso
 		c.mu.Unlock()
 		close(c.closing)
 		if !graceful {
-			_ = c.qc.CloseWithError(code, reason)
+			c.st.teardown(code, reason)
 		}
 	})
 }
@@ -367,7 +355,7 @@ func (c *peerConn) readLoop(what string, batch bool, deliver func([]message.Mess
 		case *message.Refuse:
 			// An orderly close by the peer: its last frame.
 			flush()
-			_ = c.qc.CloseWithError(codeOK, "")
+			c.st.teardown(codeOK, "")
 			c.shutdown(false, codeOK, "peer closed")
 			return fmt.Errorf("%w: %s closed by the peer: %s", ErrClosed, what, m.Reason)
 		case *message.Hello, *message.Welcome, *message.Ready:
@@ -389,13 +377,18 @@ type Stats struct {
 	Writes         uint64 // stream writes (FramesQueued/Writes is the batching factor)
 	FramesReceived uint64 // messages handed to the Handler
 	Queued         int    // frames waiting now
-	GSO            bool   // quic-go sends with UDP generic segmentation offload
+	GSO            bool   // quic-go sends with UDP generic segmentation offload (QUIC only)
 }
 
 // Stats returns the counters.
 func (c *peerConn) Stats() Stats {
 	return Stats{FramesQueued: c.sentFrames.Load(), BytesWritten: c.sentBytes.Load(), Writes: c.writes.Load(),
-		FramesReceived: c.recvFrames.Load(), Queued: c.queued(), GSO: c.qc.ConnectionState().GSO}
+		FramesReceived: c.recvFrames.Load(), Queued: c.queued(), GSO: c.gso()}
+}
+
+func (c *peerConn) gso() bool {
+	q, ok := c.st.(quicStream)
+	return ok && q.qc.ConnectionState().GSO
 }
 
 func (c *peerConn) readFailed(what string, err error) error {
@@ -426,36 +419,29 @@ func (c *peerConn) readFailed(what string, err error) error {
 
 // writeHandshake writes one handshake frame synchronously (before the
 // writer goroutine exists).
-func writeHandshake(str *quic.Stream, m message.Message) error {
+func writeHandshake(st carrier, m message.Message) error {
 	b, err := wire.AppendFrame(nil, m)
 	if err != nil {
 		return err
 	}
-	_, err = str.Write(b)
+	_, err = st.writeBatch([][]byte{b})
 	return err
 }
 
 // refuse tells the peer why, logs it, and closes the connection. It waits
 // (bounded) for the peer to read the Refuse and close first, so the reason
-// arrives as a frame; the CONNECTION_CLOSE carries it as well.
-func refuse(qc *quic.Conn, str *quic.Stream, log zerolog.Logger, peer string, code message.RefuseCode, reason string) *RefusedError {
+// arrives as a frame; QUIC's CONNECTION_CLOSE carries it as well.
+func refuse(st carrier, log zerolog.Logger, peer string, code message.RefuseCode, reason string) *RefusedError {
 	lv := log.Warn()
 	if code == message.RefuseDuplicate {
 		lv = log.Debug() // routine: simultaneous dials resolve this way
 	}
 	lv.Str("peer", peer).Str("reason", reason).Msg("refusing connection")
-	if str != nil {
-		_ = str.SetWriteDeadline(time.Now().Add(time.Second))
-		if writeHandshake(str, &message.Refuse{Code: code, Reason: reason}) == nil {
-			_ = str.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			select {
-			case <-qc.Context().Done():
-			case <-ctx.Done():
-			}
-			cancel()
-		}
+	_ = st.SetWriteDeadline(time.Now().Add(time.Second))
+	if writeHandshake(st, &message.Refuse{Code: code, Reason: reason}) == nil {
+		_ = st.closeWrite()
+		st.awaitClose(time.Now().Add(time.Second), true)
 	}
-	_ = qc.CloseWithError(codeRefused, reason)
+	st.teardown(codeRefused, reason)
 	return &RefusedError{Peer: peer, Code: code, Reason: reason}
 }

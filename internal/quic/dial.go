@@ -209,8 +209,9 @@ func (e *Endpoint) dialOnce(ctx context.Context, peer message.BrokerID, addr str
 		_ = qc.CloseWithError(codeRefused, "")
 		return nil, fmt.Errorf("quic: dial %s: open stream: %w", who, err)
 	}
+	st := quicStream{qc, str}
 	deadline, _ := ctx.Deadline()
-	_ = str.SetDeadline(deadline)
+	_ = st.SetDeadline(deadline)
 	ekm, err := exportEKM(qc)
 	if err != nil {
 		_ = qc.CloseWithError(codeRefused, "")
@@ -221,11 +222,11 @@ func (e *Endpoint) dialOnce(ctx context.Context, peer message.BrokerID, addr str
 	if e.cfg.Secret != nil {
 		hello.Auth = authProof(e.cfg.Secret, ekm, roleDialer, e.cfg.ID)
 	}
-	if err := writeHandshake(str, hello); err != nil {
+	if err := writeHandshake(st, hello); err != nil {
 		_ = qc.CloseWithError(codeRefused, "")
 		return nil, fmt.Errorf("quic: dial %s: %w", who, err)
 	}
-	rd := wire.NewReader(str, e.cfg.MaxFrame)
+	rd := wire.NewReader(st, e.cfg.MaxFrame)
 	rd.UseArena(readArena)
 	m, err := rd.Read()
 	if err != nil {
@@ -252,38 +253,38 @@ func (e *Endpoint) dialOnce(ctx context.Context, peer message.BrokerID, addr str
 	case *message.Welcome:
 		w = m
 	default:
-		return nil, refuse(qc, str, log, who, message.RefuseProtocol, fmt.Sprintf("expected Welcome, got %v", m.Type()))
+		return nil, refuse(st, log, who, message.RefuseProtocol, fmt.Sprintf("expected Welcome, got %v", m.Type()))
 	}
 	if w.ID != "" {
 		who = fmt.Sprintf("broker %s (%s)", w.ID, addr)
 	}
 	switch {
 	case w.Magic != message.Magic:
-		return nil, refuse(qc, str, log, who, message.RefuseProtocol, fmt.Sprintf("bad magic %q", w.Magic))
+		return nil, refuse(st, log, who, message.RefuseProtocol, fmt.Sprintf("bad magic %q", w.Magic))
 	case peer != "" && w.ID != peer:
-		return nil, refuse(qc, str, log, who, message.RefuseProtocol, fmt.Sprintf("dialled %s but reached %s", peer, w.ID))
+		return nil, refuse(st, log, who, message.RefuseProtocol, fmt.Sprintf("dialled %s but reached %s", peer, w.ID))
 	case w.ID == "" || w.ID == e.cfg.ID:
-		return nil, refuse(qc, str, log, who, message.RefuseProtocol, fmt.Sprintf("peer has ID %q", w.ID))
+		return nil, refuse(st, log, who, message.RefuseProtocol, fmt.Sprintf("peer has ID %q", w.ID))
 	}
 	if _, why := e.compatible(w.Version, w.MinVersion, who); why != "" {
-		return nil, refuse(qc, str, log, who, message.RefuseVersion, why)
+		return nil, refuse(st, log, who, message.RefuseVersion, why)
 	}
 	if e.cfg.Secret != nil && !hmac.Equal(w.Auth, authProof(e.cfg.Secret, ekm, roleAcceptor, w.ID)) {
-		return nil, refuse(qc, str, log, who, message.RefuseAuth, "authentication failed: the peer does not prove it holds this overlay's secret")
+		return nil, refuse(st, log, who, message.RefuseAuth, "authentication failed: the peer does not prove it holds this overlay's secret")
 	}
 	l := &Link{ep: e, peer: w.ID, epoch: w.Epoch, addr: w.Addr, dialled: true,
 		ready: make(chan struct{}), down: make(chan struct{})}
-	l.peerConn = newPeerConn(qc, str, rd, &e.cfg, e.cfg.Log.With().Str("peer", string(w.ID)).Logger())
+	l.peerConn = newPeerConn(st, rd, &e.cfg, e.cfg.Log.With().Str("peer", string(w.ID)).Logger())
 	// Tie-break against a link the peer dialled meanwhile (see admitIncoming).
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil, refuse(qc, str, log, who, message.RefuseOther, "broker shutting down")
+		return nil, refuse(st, log, who, message.RefuseOther, "broker shutting down")
 	}
 	old := e.links[w.ID]
 	if old != nil && w.Epoch <= old.epoch {
 		e.mu.Unlock()
-		refuse(qc, str, log, who, message.RefuseDuplicate, "simultaneous dial: keeping the link the peer dialled")
+		refuse(st, log, who, message.RefuseDuplicate, "simultaneous dial: keeping the link the peer dialled")
 		return old, errLostTie
 	}
 	e.register(l, old)
@@ -291,7 +292,7 @@ func (e *Endpoint) dialOnce(ctx context.Context, peer message.BrokerID, addr str
 	if old != nil {
 		old.abort(codeReplaced, "replaced by a newer link")
 	}
-	if err := writeHandshake(str, &message.Ready{}); err != nil {
+	if err := writeHandshake(st, &message.Ready{}); err != nil {
 		e.unregister(l)
 		l.upErr = err
 		close(l.ready)
@@ -299,7 +300,7 @@ func (e *Endpoint) dialOnce(ctx context.Context, peer message.BrokerID, addr str
 		_ = qc.CloseWithError(codeRefused, "")
 		return nil, fmt.Errorf("quic: dial %s: %w", who, err)
 	}
-	_ = str.SetDeadline(time.Time{})
+	_ = st.SetDeadline(time.Time{})
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()

@@ -144,7 +144,7 @@ func (l *Link) Close(reason string) {
 }
 
 // RemoteAddr is the peer's UDP address.
-func (l *Link) RemoteAddr() net.Addr { return l.qc.RemoteAddr() }
+func (l *Link) RemoteAddr() net.Addr { return l.st.RemoteAddr() }
 
 func (l *Link) String() string { return fmt.Sprintf("link %s↔%s", l.ep.cfg.ID, l.peer) }
 
@@ -195,8 +195,8 @@ func (s *Session) Queued() int { return s.queued() }
 // Close ends the session in order.
 func (s *Session) Close(reason string) { s.close(reason) }
 
-// RemoteAddr is the client's UDP address.
-func (s *Session) RemoteAddr() net.Addr { return s.qc.RemoteAddr() }
+// RemoteAddr is the client's address: UDP over QUIC, TCP over TCP.
+func (s *Session) RemoteAddr() net.Addr { return s.st.RemoteAddr() }
 
 // Listen opens an endpoint. With cfg.Listen empty it only dials.
 func Listen(cfg Config, h Handler) (*Endpoint, error) {
@@ -380,72 +380,86 @@ func (e *Endpoint) accept(qc *quic.Conn) func() {
 		_ = qc.CloseWithError(codeRefused, "no stream opened")
 		return nil
 	}
-	_ = str.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
-	rd := wire.NewReader(str, e.cfg.MaxFrame)
+	st := quicStream{qc, str}
+	rd := wire.NewReader(st, e.cfg.MaxFrame)
 	rd.UseArena(readArena)
-	m, err := rd.Read()
-	if err != nil {
-		refuse(qc, str, log, from, message.RefuseProtocol, fmt.Sprintf("reading Hello: %v", err))
-		return nil
-	}
-	hello, ok := m.(*message.Hello)
+	hello, v, who, ok := e.readHello(st, rd, from, log)
 	if !ok {
-		refuse(qc, str, log, from, message.RefuseProtocol, fmt.Sprintf("expected Hello, got %v", m.Type()))
-		return nil
-	}
-	if hello.Magic != message.Magic {
-		refuse(qc, str, log, from, message.RefuseProtocol, fmt.Sprintf("bad magic %q", hello.Magic))
-		return nil
-	}
-	who := from
-	if hello.ID != "" {
-		who = fmt.Sprintf("broker %s (%s)", hello.ID, from)
-	}
-	v, why := e.compatible(hello.Version, hello.MinVersion, who)
-	if why != "" {
-		refuse(qc, str, log, who, message.RefuseVersion, why)
 		return nil
 	}
 	alpn := qc.ConnectionState().TLS.NegotiatedProtocol
 	switch {
 	case alpn == ALPNClient && hello.Role == message.RoleClient:
-		return e.acceptClient(qc, str, rd, hello, v, log)
+		return e.acceptClient(st, rd, hello, v, from, log)
 	case alpn == ALPNBroker && hello.Role == message.RoleBroker:
-		return e.acceptBroker(qc, str, rd, hello, v, who, log)
+		return e.acceptBroker(qc, st, rd, hello, v, who, log)
 	}
-	refuse(qc, str, log, who, message.RefuseProtocol, fmt.Sprintf("role %v on ALPN %q", hello.Role, alpn))
+	refuse(st, log, who, message.RefuseProtocol, fmt.Sprintf("role %v on ALPN %q", hello.Role, alpn))
 	return nil
 }
 
-func (e *Endpoint) acceptClient(qc *quic.Conn, str *quic.Stream, rd *wire.Reader, hello *message.Hello, v uint16, log zerolog.Logger) func() {
-	from := qc.RemoteAddr().String()
+// readHello reads and checks the Hello that opens every connection, over
+// QUIC or TCP: the magic, and a protocol version both sides speak (v). who
+// names the peer for logs. The handshake gets HandshakeTimeout from here.
+// Not ok: the connection was refused.
+func (e *Endpoint) readHello(st carrier, rd *wire.Reader, from string, log zerolog.Logger) (hello *message.Hello, v uint16, who string, ok bool) {
+	_ = st.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+	m, err := rd.Read()
+	if err != nil {
+		refuse(st, log, from, message.RefuseProtocol, fmt.Sprintf("reading Hello: %v", err))
+		return nil, 0, "", false
+	}
+	hello, ok = m.(*message.Hello)
+	if !ok {
+		refuse(st, log, from, message.RefuseProtocol, fmt.Sprintf("expected Hello, got %v", m.Type()))
+		return nil, 0, "", false
+	}
+	if hello.Magic != message.Magic {
+		refuse(st, log, from, message.RefuseProtocol, fmt.Sprintf("bad magic %q", hello.Magic))
+		return nil, 0, "", false
+	}
+	who = from
+	if hello.ID != "" {
+		who = fmt.Sprintf("broker %s (%s)", hello.ID, from)
+	}
+	v, why := e.compatible(hello.Version, hello.MinVersion, who)
+	if why != "" {
+		refuse(st, log, who, message.RefuseVersion, why)
+		return nil, 0, "", false
+	}
+	return hello, v, who, true
+}
+
+// acceptClient ends a client's handshake, over QUIC or TCP: the token, then
+// the Welcome with the session's ID.
+func (e *Endpoint) acceptClient(st carrier, rd *wire.Reader, hello *message.Hello, v uint16, from string, log zerolog.Logger) func() {
 	if e.cfg.ClientToken != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(e.cfg.ClientToken)) != 1 {
 		reason := "client token missing or wrong"
 		if hello.Token == "" {
 			reason = "this broker requires a client token"
 		}
-		refuse(qc, str, log, "client "+from, message.RefuseToken, reason)
+		refuse(st, log, "client "+from, message.RefuseToken, reason)
 		return nil
 	}
 	id := message.ClientID(e.nextID.Add(1))
 	s := &Session{ep: e, id: id, version: v}
-	s.peerConn = newPeerConn(qc, str, rd, &e.cfg, log.With().Uint64("client", uint64(id)).Logger())
+	s.peerConn = newPeerConn(st, rd, &e.cfg, log.With().Uint64("client", uint64(id)).Logger())
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		refuse(qc, str, log, "client "+from, message.RefuseOther, "broker shutting down")
+		refuse(st, log, "client "+from, message.RefuseOther, "broker shutting down")
 		return nil
 	}
 	e.sessions[id] = s
 	e.mu.Unlock()
 	w := &message.Welcome{Magic: message.Magic, Version: v, MinVersion: e.cfg.minVersion,
 		ID: e.cfg.ID, Epoch: e.cfg.Epoch, Addr: e.cfg.Addr, Client: id}
-	if err := writeHandshake(str, w); err != nil {
+	if err := writeHandshake(st, w); err != nil {
 		e.dropSession(s)
-		_ = qc.CloseWithError(codeRefused, "handshake write failed")
+		st.teardown(codeRefused, "handshake write failed")
 		return nil
 	}
-	_ = str.SetDeadline(time.Time{})
+	_ = st.SetDeadline(time.Time{})
 	log.Debug().Uint64("client", uint64(id)).Msg("client session up")
 	return func() {
 		go s.writeLoop()
@@ -468,33 +482,33 @@ func (e *Endpoint) dropSession(s *Session) {
 	e.mu.Unlock()
 }
 
-func (e *Endpoint) acceptBroker(qc *quic.Conn, str *quic.Stream, rd *wire.Reader, hello *message.Hello, v uint16, who string, log zerolog.Logger) func() {
+func (e *Endpoint) acceptBroker(qc *quic.Conn, st quicStream, rd *wire.Reader, hello *message.Hello, v uint16, who string, log zerolog.Logger) func() {
 	switch {
 	case hello.ID == "":
-		refuse(qc, str, log, who, message.RefuseProtocol, "broker Hello without an ID")
+		refuse(st, log, who, message.RefuseProtocol, "broker Hello without an ID")
 		return nil
 	case hello.ID == e.cfg.ID:
-		refuse(qc, str, log, who, message.RefuseProtocol, fmt.Sprintf("peer claims this broker's own ID %s", e.cfg.ID))
+		refuse(st, log, who, message.RefuseProtocol, fmt.Sprintf("peer claims this broker's own ID %s", e.cfg.ID))
 		return nil
 	case e.cfg.CertFile != "" && len(qc.ConnectionState().TLS.PeerCertificates) == 0:
-		refuse(qc, str, log, who, message.RefuseAuth, "authentication failed: broker links need a certificate of the overlay CA")
+		refuse(st, log, who, message.RefuseAuth, "authentication failed: broker links need a certificate of the overlay CA")
 		return nil
 	}
 	ekm, err := exportEKM(qc)
 	if err != nil {
-		refuse(qc, str, log, who, message.RefuseOther, err.Error())
+		refuse(st, log, who, message.RefuseOther, err.Error())
 		return nil
 	}
 	if e.cfg.Secret != nil && !hmac.Equal(hello.Auth, authProof(e.cfg.Secret, ekm, roleDialer, hello.ID)) {
-		refuse(qc, str, log, who, message.RefuseAuth, "authentication failed: the peer does not prove it holds this overlay's secret")
+		refuse(st, log, who, message.RefuseAuth, "authentication failed: the peer does not prove it holds this overlay's secret")
 		return nil
 	}
 	l := &Link{ep: e, peer: hello.ID, epoch: hello.Epoch, addr: hello.Addr,
 		ready: make(chan struct{}), down: make(chan struct{})}
-	l.peerConn = newPeerConn(qc, str, rd, &e.cfg, log.With().Str("peer", string(hello.ID)).Logger())
+	l.peerConn = newPeerConn(st, rd, &e.cfg, log.With().Str("peer", string(hello.ID)).Logger())
 	replaced, why := e.admitIncoming(l)
 	if why != "" {
-		refuse(qc, str, log, who, message.RefuseDuplicate, why)
+		refuse(st, log, who, message.RefuseDuplicate, why)
 		return nil
 	}
 	if replaced != nil {
@@ -511,7 +525,7 @@ func (e *Endpoint) acceptBroker(qc *quic.Conn, str *quic.Stream, rd *wire.Reader
 		close(l.ready)
 		close(l.down)
 	}
-	if err := writeHandshake(str, w); err != nil {
+	if err := writeHandshake(st, w); err != nil {
 		fail(err)
 		_ = qc.CloseWithError(codeRefused, "handshake write failed")
 		return nil
@@ -540,10 +554,10 @@ func (e *Endpoint) acceptBroker(qc *quic.Conn, str *quic.Stream, rd *wire.Reader
 		_ = qc.CloseWithError(codeRefused, "refused")
 		return nil
 	default:
-		fail(refuse(qc, str, log, who, message.RefuseProtocol, fmt.Sprintf("expected Ready, got %v", m.Type())))
+		fail(refuse(st, log, who, message.RefuseProtocol, fmt.Sprintf("expected Ready, got %v", m.Type())))
 		return nil
 	}
-	_ = str.SetDeadline(time.Time{})
+	_ = st.SetDeadline(time.Time{})
 	return func() { e.runLink(l) }
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 // Broker is one broker process's worth of parts: the runtime (and its
-// core), the QUIC transport and the admin endpoint. cmd/deltapub's broker
+// core), the QUIC transport, the client listeners and the admin endpoint. cmd/deltapub's broker
 // command is a thin shell around it; tests and benchmarks can run several
 // in one process.
 type Broker struct {
@@ -21,7 +21,8 @@ type Broker struct {
 	cfg     BrokerConfig
 	log     zerolog.Logger
 	tr      *QUICTransport
-	ws      *WSListener // nil without ws_listen
+	ws      *WSListener  // nil without ws_listen
+	tcp     *TCPListener // nil without tcp_listen
 	admin   *admin.Server
 	epoch   uint64
 }
@@ -68,6 +69,13 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 			return nil, err
 		}
 	}
+	if cfg.TCPListen != "" {
+		if b.tcp, err = ListenTCP(&cfg, b.tr, rt, log); err != nil {
+			b.closeClientListeners()
+			b.tr.Close()
+			return nil, err
+		}
+	}
 	if cfg.Admin != "" {
 		b.admin, err = admin.Start(admin.Options{
 			Addr:     cfg.Admin,
@@ -80,12 +88,12 @@ func NewBroker(cfg BrokerConfig, log zerolog.Logger) (*Broker, error) {
 			Log:          log,
 		})
 		if err != nil {
+			b.closeClientListeners()
 			b.tr.Close()
-			b.closeWS()
 			return nil, fmt.Errorf("runtime: admin endpoint: %w", err)
 		}
 	}
-	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("ws_listen", b.WSAddr()).Str("admin", b.AdminAddr()).
+	log.Info().Str("id", cfg.ID).Uint64("epoch", epoch).Str("listen", cfg.Listen).Str("ws_listen", b.WSAddr()).Str("tcp_listen", b.TCPAddr()).Str("admin", b.AdminAddr()).
 		Int("delta", cfg.Delta).Str("durability", cfg.EffectiveDurability()).Str("heartbeat", cfg.Heartbeat.String()).Str("failure_timeout", cfg.FailureTimeout.String()).
 		Msg("broker started")
 	return b, nil
@@ -110,9 +118,20 @@ func (b *Broker) WSAddr() string {
 	return b.ws.Addr()
 }
 
-func (b *Broker) closeWS() {
+// TCPAddr is the TCP client listener's address ("" without one).
+func (b *Broker) TCPAddr() string {
+	if b.tcp == nil {
+		return ""
+	}
+	return b.tcp.Addr()
+}
+
+func (b *Broker) closeClientListeners() {
 	if b.ws != nil {
 		b.ws.Close()
+	}
+	if b.tcp != nil {
+		b.tcp.Close()
 	}
 }
 
@@ -176,7 +195,7 @@ func RunBroker(ctx context.Context, cfg BrokerConfig, log zerolog.Logger, start 
 // closes the transport and the admin endpoint.
 func (b *Broker) Run(ctx context.Context) error {
 	err := b.Runtime.Run(ctx, b.tr)
-	b.closeWS()
+	b.closeClientListeners()
 	if b.admin != nil {
 		b.admin.Close()
 	}

@@ -107,6 +107,12 @@ type BrokerConfig struct {
 	// tls.cert_file and tls.key_file set it serves wss with that
 	// certificate.
 	WSListen string `toml:"ws_listen"`
+	// TCPListen is the TCP address of the listener for client sessions
+	// over TCP (docs/operations.md "Client transports"); empty: none. The
+	// handshake, frames and limits are those of QUIC client sessions. With
+	// tls.cert_file and tls.key_file set it speaks TLS with that
+	// certificate (clients dial tls://), else plain TCP (tcp://).
+	TCPListen string `toml:"tcp_listen"`
 
 	// Overlay chooses the protocol: δ (the default) or the replica
 	// baseline (core.go).
@@ -194,6 +200,11 @@ type LimitsConfig struct {
 	// recovered: false with the ranges lost.
 	WSHistory    int           `toml:"ws_history"`
 	WSHistoryAge time.Duration `toml:"ws_history_age"`
+	// TCPHandshakes bounds new connections to tcp_listen per second
+	// (burst: one second's worth); one over it is answered
+	// Refuse{Busy} (plain TCP) or closed before its TLS handshake, and
+	// the client retries later (client.Options.Reconnect).
+	TCPHandshakes int `toml:"tcp_handshakes_per_s"`
 }
 
 // LogConfig chooses the log level and format.
@@ -239,6 +250,7 @@ func DefaultBrokerConfig() BrokerConfig {
 			WSResumeGrace:    30 * time.Second,
 			WSHistory:        256,
 			WSHistoryAge:     time.Minute,
+			TCPHandshakes:    2_000,
 		},
 		Log: LogConfig{Level: "info", Format: "json"},
 	}
@@ -413,6 +425,11 @@ func (c *BrokerConfig) Validate() error {
 			return bad("ws_listen", "%v", err)
 		}
 	}
+	if c.TCPListen != "" {
+		if err := checkHostPort(c.TCPListen); err != nil {
+			return bad("tcp_listen", "%v", err)
+		}
+	}
 	l := &c.Limits
 	for _, f := range []struct {
 		field     string
@@ -427,6 +444,7 @@ func (c *BrokerConfig) Validate() error {
 		{"limits.input_queue", l.InputQueue, 1, 1 << 20},
 		{"limits.ws_handshakes_per_s", l.WSHandshakes, 1, 1 << 20},
 		{"limits.ws_history", l.WSHistory, 1, 1 << 16},
+		{"limits.tcp_handshakes_per_s", l.TCPHandshakes, 1, 1 << 20},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return bad(f.field, "%d out of range [%d, %d]", f.v, f.lo, f.hi)

@@ -114,13 +114,13 @@ func ListenWS(cfg *BrokerConfig, epoch uint64, token string, rt *Runtime, log ze
 	l.addr = ln.Addr().String()
 	if cfg.TLS.CertFile != "" || raceBuild {
 		l.ln = ln
-		if cfg.TLS.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-			if err != nil {
-				ln.Close()
-				return nil, fmt.Errorf("runtime: ws_listen: %w", err)
-			}
-			l.ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		tc, err := clientTLS(cfg)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("runtime: ws_listen: %w", err)
+		}
+		if tc != nil {
+			l.ln = tls.NewListener(ln, tc)
 		}
 		// A client's failed TLS handshake is the client's business, not a
 		// line in the broker's log.
