@@ -46,6 +46,26 @@ func Covers(a, b Filter) bool {
 	return true
 }
 
+// Pinned returns the string value when p admits exactly one value, a
+// string (ok false otherwise): eq v admits v; str-le ” and str-lt '\x00'
+// admit ” alone; every other string predicate admits none or infinitely
+// many (a longer string, or one of more 0xff bytes, always fits), and a
+// numeric one is not pinned here. Covering indexes filters by it: a
+// filter whose predicate on x is pinned to v covers only filters whose
+// predicate on x is pinned to v as well.
+func (p *Predicate) Pinned() (string, bool) {
+	if p.Value.Kind != KindString {
+		return "", false
+	}
+	switch {
+	case p.Op == OpEq:
+		return p.Value.Str, true
+	case p.Op == OpStrLe && p.Value.Str == "", p.Op == OpStrLt && p.Value.Str == "\x00":
+		return "", true
+	}
+	return "", false
+}
+
 // Satisfiable reports whether some publication matches f.
 func (f Filter) Satisfiable() bool {
 	for i := range f.Preds {
@@ -61,14 +81,14 @@ func satisfiable(p *Predicate) bool {
 	case OpStrLt:
 		return p.Value.Kind == KindString && p.Value.Str != "" // "" is below every other string
 	case OpLt:
-		if p.Value.Kind == KindInt {
-			return true // predD of an int always finds a float below it
+		if p.Value.Kind == KindInt || p.Value.Kind == KindFloat && p.Value.Float > -math.MaxFloat64 {
+			return true // predD of an int always finds a float below it; minD lies below such a float
 		}
 		_, ok := predD(p.Value)
 		return p.Value.IsNumber() && ok
 	case OpGt:
-		if p.Value.Kind == KindInt {
-			return true // succD of an int always finds a float above it
+		if p.Value.Kind == KindInt || p.Value.Kind == KindFloat && p.Value.Float < math.MaxFloat64 {
+			return true // succD of an int always finds a float above it; maxD lies above such a float
 		}
 		_, ok := succD(p.Value)
 		return p.Value.IsNumber() && ok
@@ -116,7 +136,7 @@ func implies(pb, pa *Predicate) bool {
 		}
 		return true
 	}
-	if r, ok := impliesSmallInts(pb, pa); ok {
+	if r, ok := impliesSmall(pb, pa); ok {
 		return r
 	}
 	var buf [9]Value
@@ -128,26 +148,48 @@ func implies(pb, pa *Predicate) bool {
 	return true
 }
 
-// smallIntMax bounds the int operands impliesSmallInts decides: below
-// 2^52 in magnitude, every half-integer next to an operand is a float64
-// of D, so a nonempty open interval between two such operands holds a
-// value of D, and the value sets compare as real intervals.
-const smallIntMax = 1<<52 - 1
+// smallMax bounds the operands impliesSmall decides: up to 2^52 in
+// magnitude every int64 is a float64, so there D is the float64 grid,
+// and D holds a value between two operands exactly when the next
+// float64 above the lower one lies below the higher (between).
+const smallMax = 1<<52 - 1
 
-// impliesSmallInts is implies for numeric predicates other than = and
-// isPresent on the pb side, both operands ints of magnitude at most
-// smallIntMax (ok false: not such a pair). The value sets are then real
-// intervals (or the reals without a point) cut to D, and D holds a value
-// in every nonempty gap between them (see smallIntMax; the unbounded ends
-// hold ±MaxFloat64), so inclusion of the real sets is inclusion in D:
-// the answer numberCandidates' witnesses give, without building them
-// (TestImpliesSmallInts compares the two).
-func impliesSmallInts(pb, pa *Predicate) (bool, bool) {
-	if pb.Value.Kind != KindInt || pa.Value.Kind != KindInt {
-		return false, false
+// smallNum returns the number v as a float64 if its magnitude is at most
+// smallMax (ok false: not such a number).
+func smallNum(v Value) (float64, bool) {
+	switch v.Kind {
+	case KindInt:
+		if v.Int >= -smallMax && v.Int <= smallMax {
+			return float64(v.Int), true
+		}
+	case KindFloat:
+		if math.Abs(v.Float) <= smallMax { // false for NaN
+			return v.Float, true
+		}
 	}
-	c, d := pb.Value.Int, pa.Value.Int
-	if c < -smallIntMax || c > smallIntMax || d < -smallIntMax || d > smallIntMax {
+	return 0, false
+}
+
+// between reports whether D holds a value strictly between lo and hi,
+// both of magnitude at most smallMax.
+func between(lo, hi float64) bool {
+	return lo < hi && math.Nextafter(lo, math.Inf(1)) < hi
+}
+
+// impliesSmall is implies for numeric predicates other than = and
+// isPresent on the pb side, both operands of magnitude at most smallMax
+// (ok false: not such a pair). The value sets are then intervals (or D
+// without a point) with ends at the operands or ±MaxFloat64, and
+// inclusion is decided by comparing the operands, and, where an open end
+// meets an open end, by whether D holds a value between them: the
+// answer numberCandidates' witnesses give, without building them
+// (TestImpliesSmall compares the two). Float operands take this path
+// too: the stock workload's prices are floats, and covering tests them
+// on every insert.
+func impliesSmall(pb, pa *Predicate) (bool, bool) {
+	c, okc := smallNum(pb.Value)
+	d, okd := smallNum(pa.Value)
+	if !okc || !okd {
 		return false, false
 	}
 	switch pb.Op {
@@ -181,7 +223,9 @@ func impliesSmallInts(pb, pa *Predicate) (bool, bool) {
 		return false, true
 	case OpLe:
 		switch pb.Op {
-		case OpLt, OpLe:
+		case OpLt: // nothing of D in (d, c)
+			return !between(d, c), true
+		case OpLe:
 			return c <= d, true
 		}
 		return false, true
@@ -195,7 +239,9 @@ func impliesSmallInts(pb, pa *Predicate) (bool, bool) {
 		return false, true
 	case OpGe:
 		switch pb.Op {
-		case OpGt, OpGe:
+		case OpGt: // nothing of D in (c, d)
+			return !between(c, d), true
+		case OpGe:
 			return c >= d, true
 		}
 		return false, true

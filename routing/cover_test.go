@@ -131,7 +131,9 @@ func (t *refTable) delete(sub message.SubID) bool {
 
 // randCoverFilter draws filters that exercise every bucket: [class,eq,c]
 // with ranges on x (the common case), other class operators, no class,
-// and unsatisfiable filters.
+// and unsatisfiable filters; string predicates on s and t, in either
+// order, pinned to one value (anchors, and alias buckets when both are)
+// or not.
 func randCoverFilter(r *rand.Rand, classes int) matching.Filter {
 	var preds []matching.Predicate
 	switch r.Intn(10) {
@@ -144,6 +146,22 @@ func randCoverFilter(r *rand.Rand, classes int) matching.Filter {
 		preds = append(preds, matching.Predicate{Attr: "class", Op: matching.OpEq, Value: str("")})
 	default:
 		preds = append(preds, matching.Predicate{Attr: "class", Op: matching.OpEq, Value: str(fmt.Sprintf("c%d", r.Intn(classes)))})
+	}
+	strs := []matching.Predicate{
+		{Op: matching.OpEq, Value: str("a")}, {Op: matching.OpEq, Value: str("b")}, {Op: matching.OpEq, Value: str("")},
+		{Op: matching.OpStrLe, Value: str("")}, {Op: matching.OpStrLt, Value: str("\x00")},
+		{Op: matching.OpStrPrefix, Value: str("a")}, {Op: matching.OpNeq, Value: str("a")}, {Op: matching.OpIsPresent, Value: str("")},
+	}
+	attrs := []string{"s", "t"}
+	if r.Intn(2) == 0 {
+		attrs[0], attrs[1] = attrs[1], attrs[0]
+	}
+	for _, a := range attrs {
+		if r.Intn(3) == 0 {
+			p := strs[r.Intn(len(strs))]
+			p.Attr = a
+			preds = append(preds, p)
+		}
 	}
 	if r.Intn(3) > 0 {
 		lo := int64(r.Intn(6))
@@ -162,11 +180,14 @@ func randCoverFilter(r *rand.Rand, classes int) matching.Filter {
 // (which entry covers which, and the same matcher calls in the same order)
 // as a plain scan over the entries with the same From.
 func TestCoveringSameAsScan(t *testing.T) {
-	for seed := int64(1); seed <= 25; seed++ {
+	for seed := int64(1); seed <= 40; seed++ {
 		r := rand.New(rand.NewSource(seed))
 		classes, froms := 3, 3
 		if seed > 15 { // many classes over one from-pointer
 			classes, froms = 40, 1
+		}
+		if seed > 20 { // one class, many anchors
+			classes = 1
 		}
 		got := New(&recMatcher{})
 		ref := &refTable{byID: map[message.SubID]*refEntry{}, byFrom: map[message.BrokerID][]*refEntry{}, m: &recMatcher{}}

@@ -138,24 +138,29 @@ type Table struct {
 	// it before the first Insert.
 	NoCovering bool
 	// buckets holds the indexed non-local entries by route (a non-local
-	// route is a (From, Dir) pair) and class, each bucket in increasing
-	// seq; routeBuckets lists the buckets of each route. Covering only
-	// looks at entries with the same From and Dir, and (docs in
-	// coverCandidates) an entry [class,eq,v] can neither cover nor be
-	// covered by a satisfiable [class,eq,w] with w ≠ v, so an insert scans
-	// its class bucket instead of every entry with its From: with 2,600
-	// subscriptions over 26 classes that is 26× fewer Covers. The buckets
-	// are the slots of an open-addressing table (linear probing, one
+	// route is a (From, Dir) pair), class and anchor (see cover.go), each
+	// bucket in increasing seq; routeBuckets lists the home buckets of
+	// each route. Covering only looks at entries with the same From and Dir,
+	// and (docs in coverers and covered) an entry [class,eq,v] can
+	// neither cover nor be covered by a satisfiable [class,eq,w] with
+	// w ≠ v, so an insert scans its class bucket instead of every entry
+	// with its From: with 2,600 subscriptions over 26 classes that is 26×
+	// fewer Covers (and within a class, the anchors narrow it down). The
+	// buckets are the slots of an open-addressing table (linear probing, one
 	// 64-byte slot each, in place: bslots; bn used): an insert finds its
 	// table cold, and a lookup usually reads the one line of its bucket
 	// (a map keyed by the struct read a control word, then a slot line).
-	// routeBuckets lists the buckets of each route (by route index).
+	// routeBuckets lists the home (not alias) buckets of each route (by
+	// route index; in no order: a freed place takes the last).
 	bslots       []bucket
 	bn           int
 	routeBuckets [][]bucketKey
 	nOther       int // entries in "other" buckets (none: no lookup of them)
+	nPinned      int // entries with an anchor (none: no lookup of their buckets)
 	nextSeq      uint64
-	cands        []cand // scratch for coverCandidates
+	cands        []cand      // scratch for gather
+	keys         []bucketKey // scratch for coverers and covered
+	pins         []uint64    // scratch for pinsOf
 	// mv is m when it can insert without validating again (nil: it
 	// cannot); here, not next to m: Recipients' fields come first.
 	mv validInserter
@@ -261,14 +266,12 @@ func (t *Table) place(e *Entry) error {
 		return t.insertM(e.key, e.Filter)
 	}
 	bk := bucketKeyOf(e)
-	// One candidate list for both scans: the first changes nothing.
-	cands, shared := t.coverCandidates(bk)
+	cands, shared := t.coverers(bk, e.Filter)
 	for k := range cands {
 		if matching.Covers(cands[k].f, e.Filter) {
 			c := &cands[k]
 			if !shared { // a merged copy: list e in the bucket itself
-				class, other := bucketOf(c.f)
-				c = t.candIn(bucketKey{route: bk.route, other: other, class: class}, c.seq)
+				c = t.candIn(homeKey(bk.route, c.f), c.seq)
 			}
 			e.coveredBy = c.e
 			if c.covers == nil {
@@ -282,6 +285,7 @@ func (t *Table) place(e *Entry) error {
 	if err := t.insertM(e.key, e.Filter); err != nil {
 		return err
 	}
+	cands, shared = t.covered(bk)
 	if shared && len(cands) > 0 {
 		// The second scan takes entries out of the bucket: scan a copy.
 		cands = append(t.cands[:0], cands...)
@@ -444,6 +448,7 @@ func (t *Table) reset() {
 	clear(t.routeBuckets)
 	t.routeBuckets = t.routeBuckets[:0]
 	t.nOther = 0
+	t.nPinned = 0
 }
 
 // Indexed is the number of entries in the matcher (the others are

@@ -3,6 +3,7 @@ package routing
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/deltapub/deltapub/matching"
@@ -63,14 +64,14 @@ func TestSubIndexSameAsMap(t *testing.T) {
 // in its bucket (and nothing else is).
 func checkBuckets(t *Table) error {
 	used := 0
-	inBuckets := 0
+	inBuckets, aliases := 0, 0
 	for k := range t.bslots {
 		b := &t.bslots[k]
 		if !b.used {
 			continue
 		}
 		used++
-		bk := bucketKey{route: b.route, other: b.other, class: b.class}
+		bk := bucketKey{route: b.route, other: b.other, alias: b.alias, class: b.class, pin: b.pin}
 		if bk.hash() != b.h {
 			return fmt.Errorf("slot %d: hash %x, want %x", k, b.h, bk.hash())
 		}
@@ -80,10 +81,21 @@ func checkBuckets(t *Table) error {
 		if len(b.ents) == 0 {
 			return fmt.Errorf("slot %d: empty bucket kept", k)
 		}
-		for _, c := range b.ents {
+		for i, c := range b.ents {
 			e := c.e
-			if bucketKeyOf(e) != bk || e.coveredBy != nil || c.seq != e.seq || len(c.f.Preds) != len(e.Filter.Preds) || len(e.Filter.Preds) > 0 && &c.f.Preds[0] != &e.Filter.Preds[0] {
+			home := bucketKeyOf(e)
+			if b.alias {
+				// Listed again under another of its pins, in its class.
+				home.alias, home.pin = true, bk.pin
+				if c.covers != nil || bucketKeyOf(e).pin == bk.pin || !slices.Contains(t.pinsOf(e.Filter), bk.pin) {
+					return fmt.Errorf("slot %d: entry %v misplaced in an alias bucket", k, e.Sub)
+				}
+			}
+			if home != bk || e.coveredBy != nil || c.seq != e.seq || len(c.f.Preds) != len(e.Filter.Preds) || len(e.Filter.Preds) > 0 && &c.f.Preds[0] != &e.Filter.Preds[0] {
 				return fmt.Errorf("slot %d: entry %v misplaced", k, e.Sub)
+			}
+			if i > 0 && b.ents[i-1].seq >= c.seq {
+				return fmt.Errorf("slot %d: seq out of order at %d", k, i)
 			}
 		}
 		for _, c := range b.ents {
@@ -93,19 +105,45 @@ func checkBuckets(t *Table) error {
 				}
 			}
 		}
-		inBuckets += len(b.ents)
+		if b.alias {
+			aliases += len(b.ents)
+		} else {
+			inBuckets += len(b.ents)
+		}
 	}
 	if used != t.bn {
 		return fmt.Errorf("bn %d, %d slots used", t.bn, used)
 	}
-	want := 0
+	listed := 0
+	for r, rb := range t.routeBuckets {
+		for j, bk := range rb {
+			i, ok := t.findBucket(bk, bk.hash())
+			if !ok || bk.alias || bk.route != uint32(r) || t.bslots[i].pos != uint32(j) {
+				return fmt.Errorf("route %d: bucket %d (%+v) listed wrong", r, j, bk)
+			}
+		}
+		listed += len(rb)
+	}
+	homes := 0
+	for k := range t.bslots {
+		if b := &t.bslots[k]; b.used && !b.alias {
+			homes++
+		}
+	}
+	if listed != homes {
+		return fmt.Errorf("%d buckets listed by route, %d home buckets", listed, homes)
+	}
+	want, wantAliases := 0, 0
 	for _, e := range t.slots {
 		if e != nil && !e.Local && e.coveredBy == nil {
 			want++
+			if bucketKeyOf(e).pin != 0 {
+				wantAliases += len(t.pinsOf(e.Filter)) - 1
+			}
 		}
 	}
-	if want != inBuckets {
-		return fmt.Errorf("%d entries in buckets, want %d", inBuckets, want)
+	if want != inBuckets || wantAliases != aliases {
+		return fmt.Errorf("%d entries in buckets, want %d; %d in alias buckets, want %d", inBuckets, want, aliases, wantAliases)
 	}
 	return nil
 }
