@@ -51,31 +51,11 @@ func TestProcessDurableSubscriberMoves(t *testing.T) {
 	lines := make(chan deliveryLine, 1024)
 	go readDeliveryLines(out, lines)
 
-	pub, err := client.Connect(ctx, pc.addr["B1"], client.Options{Publisher: "P1", Epoch: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	var want []uint64
-	publish := func(from, to int) {
-		t.Helper()
-		for i := from; i <= to; i++ {
-			class := "a"
-			if i%3 == 0 {
-				class = "b"
-			} else {
-				want = append(want, uint64(i))
-			}
-			attrs := []matching.Attr{{Name: "class", Value: matching.Value{Kind: matching.KindString, Str: class}}, {Name: "n", Value: matching.Value{Kind: matching.KindInt, Int: int64(i)}}}
-			if err := pub.Publish(ctx, matching.Publication{Attrs: attrs}); err != nil {
-				t.Fatalf("publication %d: %v\n%s", i, err, pc.logs())
-			}
-		}
-	}
+	publish, wantp := pc.classPublisher(ctx, "B1")
 	var got []uint64
 	await := func(what string) {
 		t.Helper()
-		for len(got) < len(want) {
+		for len(got) < len(*wantp) {
 			select {
 			case l, ok := <-lines:
 				if !ok {
@@ -86,11 +66,11 @@ func TestProcessDurableSubscriberMoves(t *testing.T) {
 				}
 				got = append(got, l.Seq)
 			case <-time.After(30 * time.Second):
-				t.Fatalf("%s: got %v, want %v\nstderr: %s\n%s", what, got, want, subErr.String(), pc.logs())
+				t.Fatalf("%s: got %v, want %v\nstderr: %s\n%s", what, got, *wantp, subErr.String(), pc.logs())
 			}
 		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("%s: got %v, want %v (exactly once, in order)", what, got, want)
+		if !slices.Equal(got, *wantp) {
+			t.Fatalf("%s: got %v, want %v (exactly once, in order)", what, got, *wantp)
 		}
 	}
 	// The durable subscription is confirmed: nothing published before is owed.
@@ -107,7 +87,7 @@ func TestProcessDurableSubscriberMoves(t *testing.T) {
 		t.Fatal("a line printed after the last expected one")
 	}
 	publish(31, 40)
-	n := len(want) - len(got)
+	n := len(*wantp) - len(got)
 	again := exec.CommandContext(ctx, pc.bin, "sub", "--durable", "d1", "--state", state, "--broker", pc.addr["B3"],
 		"--count", itoa(n), "--timeout", "30s", filter)
 	var againErr bytes.Buffer
@@ -121,8 +101,8 @@ func TestProcessDurableSubscriberMoves(t *testing.T) {
 	for l := range ch {
 		got = append(got, l.Seq)
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("after the resume from the state file: got %v, want %v", got, want)
+	if !slices.Equal(got, *wantp) {
+		t.Fatalf("after the resume from the state file: got %v, want %v", got, *wantp)
 	}
 }
 
@@ -140,6 +120,36 @@ func readDeliveryLines(r interface{ Read([]byte) (int, error) }, out chan<- deli
 		}
 	}
 	close(out)
+}
+
+// classPublisher connects publisher P1 (epoch 7) at broker b. Its
+// publish(from, to) publishes n = from..to, class 'b' when n is a multiple
+// of 3 and 'a' otherwise, and appends the class 'a' ones to *want.
+func (pc *procCluster) classPublisher(ctx context.Context, b string) (publish func(from, to int), want *[]uint64) {
+	t := pc.t
+	t.Helper()
+	pub, err := client.Connect(ctx, pc.addr[b], client.Options{Publisher: "P1", Epoch: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	want = new([]uint64)
+	publish = func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			class := "a"
+			if i%3 == 0 {
+				class = "b"
+			} else {
+				*want = append(*want, uint64(i))
+			}
+			attrs := []matching.Attr{{Name: "class", Value: matching.Value{Kind: matching.KindString, Str: class}}, {Name: "n", Value: matching.Value{Kind: matching.KindInt, Int: int64(i)}}}
+			if err := pub.Publish(ctx, matching.Publication{Attrs: attrs}); err != nil {
+				t.Fatalf("publication %d: %v\n%s", i, err, pc.logs())
+			}
+		}
+	}
+	return publish, want
 }
 
 // waitFor fails t when cond does not hold within d; detail, if given,

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/deltapub/deltapub/client"
-	"github.com/deltapub/deltapub/matching"
 )
 
 // TestProcessDurableResumeAtTheSameEdge: a `deltapub sub --durable` at B2
@@ -39,27 +36,7 @@ func TestProcessDurableResumeAtTheSameEdge(t *testing.T) {
 			filter := "[class,eq,'a']"
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			pub, err := client.Connect(ctx, pc.addr["B1"], client.Options{Publisher: "P1", Epoch: 7})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pub.Close()
-			var want []uint64
-			publish := func(from, to int) {
-				t.Helper()
-				for i := from; i <= to; i++ {
-					class := "a"
-					if i%3 == 0 {
-						class = "b"
-					} else {
-						want = append(want, uint64(i))
-					}
-					attrs := []matching.Attr{{Name: "class", Value: matching.Value{Kind: matching.KindString, Str: class}}}
-					if err := pub.Publish(ctx, matching.Publication{Attrs: attrs}); err != nil {
-						t.Fatalf("publication %d: %v\n%s", i, err, pc.logs())
-					}
-				}
-			}
+			publish, want := pc.classPublisher(ctx, "B1")
 			// session runs `deltapub sub --durable` at B2 until it printed n
 			// deliveries, publishing from..to once it is confirmed. n is
 			// more than what can arrive before from..to is published, so
@@ -108,8 +85,8 @@ func TestProcessDurableResumeAtTheSameEdge(t *testing.T) {
 				}
 				return
 			}
-			if gaps != 0 || !slices.Equal(got, want) {
-				t.Fatalf("got %v with %d gaps, want %v, no gap", got, gaps, want)
+			if gaps != 0 || !slices.Equal(got, *want) {
+				t.Fatalf("got %v with %d gaps, want %v, no gap", got, gaps, *want)
 			}
 		})
 	}
