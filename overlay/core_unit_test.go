@@ -351,7 +351,7 @@ func TestPublicationOfARemovedIncarnationIsDropped(t *testing.T) {
 			n.Ready()
 			n.Step("B", c.hb)
 			n.Step("B", &message.Pub{ID: message.PubID{Publisher: "P", Epoch: 1, Seq: 1},
-				Attrs: []matching.Attr{{Name: "class", Value: matching.Value{Kind: matching.KindString, Str: "a"}}},
+				Attrs:  []matching.Attr{{Name: "class", Value: matching.Value{Kind: matching.KindString, Str: "a"}}},
 				Stamps: []message.Stamp{{B: "B", E: 1, S: 1}}})
 			delivered := false
 			for _, e := range n.Ready().ToClients {
