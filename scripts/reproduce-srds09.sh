@@ -138,6 +138,10 @@ for k in $failures; do
 	fi
 	echo "=== $k simultaneous failure(s): crash [$rs] at 20s, restart at 30s ($mode mode)"
 	run_one "$file" "$out/failures-$k" "delay ms|at [0-9]|broker memory" || status=1
+	if [[ "$k" == r3 && -f "$out/failures-$k/summary.json" ]]; then
+		# The slides' load-change figure shows R1, R2 and R3 themselves.
+		"$bin" testbed report --brokers R1,R2,R3 "$out/failures-$k" >/dev/null || status=1
+	fi
 done
 echo "figures: $out/failures-*/delay.png, rate.png, cpu.png"
 exit "$status"

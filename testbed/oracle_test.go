@@ -280,6 +280,14 @@ func TestRunWritesResultsAndPlots(t *testing.T) {
 	if c := Compare(sum, back, "a", "b"); !strings.Contains(c, "verdict") {
 		t.Fatalf("compare:\n%s", c)
 	}
+	// report --brokers: the rate and CPU plots of the brokers asked for;
+	// a broker the run did not sample is refused by name.
+	if _, err := Redraw(dir, "B1", "B2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Redraw(dir, "B1", "B99"); err == nil || !strings.Contains(err.Error(), `"B99"`) {
+		t.Fatalf("redraw for an unknown broker: %v", err)
+	}
 }
 
 const leaveBase = `name = "leave"

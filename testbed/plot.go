@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -17,7 +18,9 @@ import (
 //
 //	delay   delivery delay (median and max per time bin) over publication
 //	        time, with the faults marked — the slides' figure 21;
-//	rate    messages out per second of the brokers next to the faults;
+//	rate    messages out per second of the brokers next to the faults
+//	        (or of the brokers asked for: testbed report --brokers);
+//	rate-in messages in per second of the same brokers;
 //	cpu     CPU of the same brokers (process mode; other modes cannot
 //	        attribute CPU to a broker and skip it).
 
@@ -35,7 +38,9 @@ const plotW, plotH = 9 * vg.Inch, 4.5 * vg.Inch
 // deliveries: the SVG stays small and the PNG readable.
 const maxBins = 600
 
-func drawPlots(dir string, sum *Summary, pts []delayPoint, samples []BrokerSample) ([]string, error) {
+// drawPlots draws every plot of a run into dir; brokers, when given, are
+// the brokers of the rate and CPU plots instead of those next to the faults.
+func drawPlots(dir string, sum *Summary, pts []delayPoint, samples []BrokerSample, brokers []string) ([]string, error) {
 	var files []string
 	save := func(p *plot.Plot, name string) error {
 		for _, ext := range []string{".png", ".svg"} {
@@ -59,7 +64,7 @@ func drawPlots(dir string, sum *Summary, pts []delayPoint, samples []BrokerSampl
 		return files, err
 	}
 	for _, kind := range []string{"rate", "rate-in", "cpu"} {
-		bp, ok, err := brokerPlot(sum, samples, marks, kind)
+		bp, ok, err := brokerPlot(sum, samples, marks, kind, brokers)
 		if err != nil {
 			return files, err
 		}
@@ -173,11 +178,14 @@ func delayPlot(sum *Summary, pts []delayPoint, marks []faultMark) (*plot.Plot, e
 	return p, nil
 }
 
-// brokerPlot draws msgs out/s ("rate") or CPU % ("cpu") of the brokers
-// next to the faults; ok=false when the mode did not measure it.
-func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind string) (*plot.Plot, bool, error) {
-	want := sum.NearFaults
-	if len(want) == 0 {
+// brokerPlot draws msgs out/s ("rate"), in/s ("rate-in") or CPU % ("cpu")
+// of the brokers asked for, else of those next to the faults; ok=false
+// when the mode did not measure it.
+func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind string, brokers []string) (*plot.Plot, bool, error) {
+	want, which := sum.NearFaults, "brokers next to the faults"
+	if len(brokers) > 0 {
+		want, which = brokers, "brokers "+strings.Join(brokers, ", ")
+	} else if len(want) == 0 {
 		// No faults: show the busiest brokers instead.
 		want = busiest(samples, 4)
 	}
@@ -195,7 +203,7 @@ func brokerPlot(sum *Summary, samples []BrokerSample, marks []faultMark, kind st
 	if kind == "cpu" {
 		title, yl = "CPU", "% of one core"
 	}
-	p := newPlot(fmt.Sprintf("%s (%s mode): %s, brokers next to the faults", sum.Name, sum.Mode, title), "time (s)", yl)
+	p := newPlot(fmt.Sprintf("%s (%s mode): %s, %s", sum.Name, sum.Mode, title, which), "time (s)", yl)
 	ymax, any := 1.0, false
 	for i, b := range want {
 		ss := by[b]

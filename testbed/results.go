@@ -311,7 +311,7 @@ func WriteResults(dir string, p *Plan, r *Recorder, mode string, started time.Ti
 	if err := writeBrokers(filepath.Join(dir, "brokers.csv"), samples); err != nil {
 		return nil, err
 	}
-	plots, err := drawPlots(dir, sum, pts, samples)
+	plots, err := drawPlots(dir, sum, pts, samples, nil)
 	if err != nil {
 		sum.Notes = append(sum.Notes, "plots: "+err.Error())
 	}
@@ -472,13 +472,24 @@ func readCSV(path string, cols int, row func([]string) error) error {
 	}
 }
 
-// Redraw draws the plots of an earlier run again from its files.
-func Redraw(dir string) (*Summary, error) {
+// Redraw draws the plots of an earlier run again from its files; brokers,
+// when given, are the brokers of its rate and CPU plots (each must have
+// samples in the run).
+func Redraw(dir string, brokers ...string) (*Summary, error) {
 	sum, pts, samples, err := ReadResults(dir)
 	if err != nil {
 		return nil, err
 	}
-	plots, err := drawPlots(dir, sum, pts, samples)
+	sampled := map[string]bool{}
+	for _, s := range samples {
+		sampled[s.Broker] = true
+	}
+	for _, b := range brokers {
+		if !sampled[b] {
+			return nil, fmt.Errorf("testbed: %s: no samples of broker %q in this run", dir, b)
+		}
+	}
+	plots, err := drawPlots(dir, sum, pts, samples, brokers)
 	if err != nil {
 		return sum, err
 	}

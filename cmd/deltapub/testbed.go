@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/deltapub/deltapub/testbed"
@@ -89,9 +90,14 @@ func testbedCheckCmd(fs *flag.FlagSet) func([]string) int {
 	}
 }
 
-func testbedReportCmd(*flag.FlagSet) func([]string) int {
+func testbedReportCmd(fs *flag.FlagSet) func([]string) int {
+	brokers := fs.String("brokers", "", "B1,B2,...: draw the rate and CPU plots for these brokers (default: those next to the faults)")
 	return func(args []string) int {
-		sum, err := testbed.Redraw(args[0])
+		var list []string
+		if *brokers != "" {
+			list = strings.Split(*brokers, ",")
+		}
+		sum, err := testbed.Redraw(args[0], list...)
 		if sum == nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
