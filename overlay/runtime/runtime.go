@@ -483,9 +483,19 @@ func (r *Runtime) start(jps []overlay.Peer) {
 	r.refreshStatus()
 }
 
+// handle feeds one event to the core. Run takes a batch of events before
+// it carries out the core's outputs (drain), except around a link event:
+// what the core sent while it saw a link up is carried out before it
+// hears that the link went down or was replaced. Carried out after, a
+// publication the core sent to a peer while the old link was up went out
+// on the new one ahead of the retransmission that LinkUp makes in stamp
+// order, and the peer, having seen the newer one, dropped the older ones
+// as duplicates (real processes: a hub frozen past the failure timeout,
+// its peers redialling it; 16 lost to one subscriber).
 func (r *Runtime) handle(ev event) {
 	switch ev.kind {
 	case evPeerUp, evDialed:
+		r.drain()
 		r.linkUp(ev.link)
 	case evPeerMsg:
 		if ev.msg != nil {
@@ -495,6 +505,9 @@ func (r *Runtime) handle(ev event) {
 		}
 	case evPeerDown:
 		peer := ev.link.Peer()
+		if ls := r.links[peer]; ls != nil && ls.l == ev.link {
+			r.drain() // on the link it was meant for (see above)
+		}
 		ls := r.links[peer]
 		if ls == nil || ls.l != ev.link {
 			return // a link already replaced or closed on the core's request
