@@ -52,7 +52,7 @@ type Node struct {
 	partsLeft int
 	// recent: the last publications sent to each virtual node (index),
 	// for a replica of it suspected falsely (recent.go).
-	recent map[int][]*message.ReplicaPub
+	recent map[int]*recentPubs
 
 	c Counters
 }

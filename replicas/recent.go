@@ -15,17 +15,40 @@ import "github.com/deltapub/deltapub/message"
 // maxRecent bounds the publications remembered per virtual node.
 const maxRecent = 4096
 
+// recentPubs is the last maxRecent publications sent to one virtual node,
+// a ring once full (each publication sent costs one slot write).
+type recentPubs struct {
+	buf  []*message.ReplicaPub
+	next int // once full: the oldest, overwritten next
+}
+
+func (r *recentPubs) add(m *message.ReplicaPub) {
+	if len(r.buf) < maxRecent {
+		r.buf = append(r.buf, m)
+		return
+	}
+	r.buf[r.next] = m
+	r.next = (r.next + 1) % maxRecent
+}
+
+// each calls f on the publications, oldest first.
+func (r *recentPubs) each(f func(*message.ReplicaPub)) {
+	for i := range r.buf {
+		f(r.buf[(r.next+i)%len(r.buf)])
+	}
+}
+
 // remember records m as sent to virtual node vn.
 func (n *Node) remember(vn int, m *message.ReplicaPub) {
 	if n.recent == nil {
-		n.recent = map[int][]*message.ReplicaPub{}
+		n.recent = map[int]*recentPubs{}
 	}
-	l := n.recent[vn]
-	if len(l) == maxRecent {
-		copy(l, l[1:])
-		l = l[:maxRecent-1]
+	r := n.recent[vn]
+	if r == nil {
+		r = &recentPubs{}
+		n.recent[vn] = r
 	}
-	n.recent[vn] = append(l, m)
+	r.add(m)
 }
 
 // resendAfterSuspicion sends p, just heard, the recent publications of its
@@ -39,8 +62,10 @@ func (n *Node) resendAfterSuspicion(p *peer) {
 	if p.epoch != p.missedEpoch || !p.up {
 		return
 	}
-	for _, m := range n.recent[p.vn] {
-		n.c.Resent++
-		n.send(p, m)
+	if r := n.recent[p.vn]; r != nil {
+		r.each(func(m *message.ReplicaPub) {
+			n.c.Resent++
+			n.send(p, m)
+		})
 	}
 }
