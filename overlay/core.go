@@ -52,6 +52,7 @@ type Node struct {
 	gaps   gapState
 	dur    durableState // the publication log (durable.go)
 	dsub   durSubs      // durable subscriptions (dursub.go)
+	held   heldOut      // what they hold, reported to persist (held.go)
 
 	clients map[message.ClientID]*clientState
 	subN    uint64
@@ -215,6 +216,7 @@ func (n *Node) becomeJoined() {
 	}
 	n.answerRecovered() // before the log's publications (dursub.go)
 	n.reoffer()         // the log's publications, before any new one (durable.go)
+	n.reinstallHeld()   // held.go
 	for _, id := range sortedIDs(n.floods.heldFloods) {
 		n.askUnplaced(id) // floods held while we recovered (flood.go holdUnplaced)
 	}

@@ -105,6 +105,9 @@ type dsub struct {
 	heldBytes int64
 	away      bool
 	awaySince int64
+	// pending: a resume waiting for the switch of d, installed again
+	// after a restart (held.go, resume.go awaitSwitch).
+	pending *pendingResume
 }
 
 // durRoute is what every broker keeps of a durable subscription's entry:
@@ -325,9 +328,14 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		// what this edge holds when it can (resume.go), else by a flood.
 		if d := n.dsub.subs[old]; d != nil {
 			if d.filter.String() == m.Filter.String() && n.resumable(d, tok) {
-				n.resumeHere(old, d, c, cs, m, tok)
+				n.resumeHere(old, d, c, cs, m, tok, false)
 				return
 			}
+			if d.filter.String() == m.Filter.String() && n.resumableAtSwitch(d, tok) {
+				n.awaitSwitch(old, d, c, cs, m, tok) // resume.go
+				return
+			}
+			n.dropPending(old, d, "durable subscription taken over by a newer session")
 			if ocs := n.clients[d.client]; ocs != nil {
 				delete(ocs.subs, old)
 			}
@@ -804,6 +812,7 @@ func (n *Node) durSilence(sub message.SubID, d *dsub, srcs []message.Source, to 
 		if err := d.tok.Advance(s, h); err != nil {
 			continue // a full token takes no new source on silence alone
 		}
+		n.heldTokenChanged(d) // held.go
 		if d.recov || d.away {
 			continue // its token is the broker's alone, or sent at a resume
 		}
@@ -868,7 +877,10 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	d.buf, d.last, d.ans, d.bytes, d.missed = nil, nil, nil, 0, nil
 	d.touched0 = maps.Clone(n.dsub.touched)
 	n.startHolding(d) // resume.go
-	n.toClient(d.client, ack)
+	if !d.away {
+		n.toClient(d.client, ack)
+	}
+	n.resumePending(sub, d) // resume.go
 }
 
 // durableSilenceTick advances, once per DACK period, the horizons of the

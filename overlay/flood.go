@@ -778,6 +778,10 @@ func (n *Node) dropClientSubs(c message.ClientID) {
 	sort.Slice(subs, func(i, j int) bool { return routing.SubLess(subs[i], subs[j]) })
 	for _, s := range subs {
 		delete(cs.subs, s)
+		if d := n.dsub.subs[s]; d != nil && d.pending != nil && d.pending.client == c {
+			d.pending = nil // its resume waited: it stays away (resume.go)
+			continue
+		}
 		if d := n.dsub.subs[s]; d != nil && n.goAway(d) {
 			continue // kept for a resume here (resume.go)
 		}

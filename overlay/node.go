@@ -85,6 +85,10 @@ type Config struct {
 	// such resumes (0: unbounded); a subscription that would pass it stops
 	// holding (an away one is withdrawn), and its next resume floods.
 	MaxHeldBytes int64
+	// PersistHeld: what the durable subscriptions hold here is reported
+	// in Ready.Held, for an environment that keeps it across a restart
+	// and gives it back (RestoreHeld); see held.go.
+	PersistHeld bool
 }
 
 // DefaultConfig returns the core's defaults for a 10 ms tick: the
@@ -219,6 +223,9 @@ type Core interface {
 	// Restore gives a restarted core its publication log before it joins
 	// (a core without a log ignores it).
 	Restore(last []message.PubID, pubs []message.Pub)
+	// RestoreHeld gives a restarted core what its durable subscriptions
+	// held, before it joins (a core that holds nothing ignores it).
+	RestoreHeld(subs []HeldSub)
 	// Ready returns the outputs produced since the last call and clears
 	// them; the environment acts on them in order.
 	Ready() Ready
@@ -249,10 +256,14 @@ type Ready struct {
 	// the log may drop them (safe downstream).
 	Appends  []message.Pub
 	Released []message.PubID
+	// Held: what changed in what durable subscriptions hold here, to keep
+	// across a restart (Config.PersistHeld, held.go).
+	Held HeldChanges
 }
 
 // Ready returns everything produced since the last call, and clears it.
 func (n *Node) Ready() Ready {
+	n.takeHeld()
 	r := n.out
 	n.out = Ready{}
 	return r
@@ -261,7 +272,7 @@ func (n *Node) Ready() Ready {
 // Pending reports whether Ready has anything to return.
 func (n *Node) Pending() bool {
 	o := &n.out
-	return len(o.Messages)+len(o.ToClients)+len(o.Notices)+len(o.Dials)+len(o.Closes)+len(o.Appends)+len(o.Released) > 0
+	return len(o.Messages)+len(o.ToClients)+len(o.Notices)+len(o.Dials)+len(o.Closes)+len(o.Appends)+len(o.Released) > 0 || n.held.pending()
 }
 
 // LinkStatus describes one link of the node.
@@ -316,6 +327,8 @@ type Counters struct {
 	ResumedHere       uint64            // durable subscriptions resumed from what this edge held, without a flood
 	HeldOver          uint64            // durable subscriptions that stopped holding at MaxHeldBytes
 	AwayExpired       uint64            // away durable subscriptions withdrawn after KeepAwayTicks
+	HeldRestored      uint64            // durable subscriptions installed again from their held records after a restart
+	HeldDropped       uint64            // restored durable subscriptions forgotten (hosted elsewhere now, or refused)
 	ZombiePubs        uint64            // publications dropped from a peer removed while alive (peer.isZombie)
 	CatchupDropped    uint64            // Catchups with no way on toward their subscriber's edge
 	Control           map[string]uint64 // control messages sent, by message type name

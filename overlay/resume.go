@@ -41,14 +41,15 @@ func (n *Node) holding(d *dsub) bool {
 // startHolding starts d's record at its switch: complete after the
 // token's position of every source.
 func (n *Node) startHolding(d *dsub) {
-	if n.cfg.KeepAwayTicks <= 0 || d.name == "" {
-		return
+	if n.cfg.KeepAwayTicks <= 0 || d.name == "" || d.held != nil {
+		return // d.held: restored (held.go), it holds already
 	}
 	d.held = map[message.Source][]message.Message{}
 	d.floor = make(map[message.Source]uint64, len(d.tok.Entries))
 	for _, e := range d.tok.Entries {
 		d.floor[e.Source] = e.From()
 	}
+	n.heldStarted(d) // held.go
 }
 
 // hold records m (a Deliver or Gap of source s) for a resume.
@@ -69,10 +70,12 @@ func (n *Node) hold(sub message.SubID, d *dsub, s message.Source, m message.Mess
 	d.held[s] = append(d.held[s], m)
 	d.heldBytes += size
 	n.dsub.heldBytes += size
+	n.heldAdded(d, s, m) // held.go
 }
 
 // stopHolding drops d's record: its next resume floods.
 func (n *Node) stopHolding(d *dsub) {
+	n.heldStopped(d) // held.go
 	n.dsub.heldBytes -= d.heldBytes
 	d.held, d.floor, d.heldBytes = nil, nil, 0
 }
@@ -112,6 +115,7 @@ func (n *Node) releaseHeld(d *dsub, t checkpoint.Token) {
 			n.dsub.heldBytes -= heldSize(l[k])
 			k++
 		}
+		n.heldReleased(d, s, at, l[:k]) // held.go, before l[:k] is overwritten
 		if k == len(l) {
 			delete(d.held, s)
 		} else {
@@ -120,12 +124,20 @@ func (n *Node) releaseHeld(d *dsub, t checkpoint.Token) {
 	}
 }
 
-// resumable reports whether d's record serves a resume from token t: for
-// every source, t is at or after the floor and not after what d delivered.
+// resumable reports whether d's record serves a resume from token t now.
 func (n *Node) resumable(d *dsub, t checkpoint.Token) bool {
-	if !n.holding(d) || !d.live {
-		return false
-	}
+	return n.holding(d) && d.live && inHeld(d, t)
+}
+
+// resumableAtSwitch reports whether d, installed again after a restart and
+// still flooding (held.go), will serve a resume from t at its switch.
+func (n *Node) resumableAtSwitch(d *dsub, t checkpoint.Token) bool {
+	return n.holding(d) && !d.live && d.away && inHeld(d, t)
+}
+
+// inHeld reports whether, for every source, t is at or after d's floor and
+// not after what d delivered (or, not yet live, its position).
+func inHeld(d *dsub, t checkpoint.Token) bool {
 	ok := func(s message.Source) bool {
 		p := t.Get(s).From()
 		return d.floor[s] <= p && p <= d.tok.Get(s).From()
@@ -148,10 +160,56 @@ func (n *Node) resumable(d *dsub, t checkpoint.Token) bool {
 	return true
 }
 
+// pendingResume is a resume waiting for the switch of a subscription
+// installed again after a restart (awaitSwitch).
+type pendingResume struct {
+	client message.ClientID
+	cs     *clientState
+	m      *message.Subscribe
+	tok    checkpoint.Token
+}
+
+// awaitSwitch makes c's resume of d (resumableAtSwitch) wait for d's
+// switch, which takes it over as resumeHere does. A resume already waiting
+// is told it was taken over.
+func (n *Node) awaitSwitch(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe, t checkpoint.Token) {
+	n.dropPending(sub, d, "durable subscription taken over by a newer session")
+	d.pending = &pendingResume{client: c, cs: cs, m: m, tok: t}
+	cs.subs[sub] = m.Req
+	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
+}
+
+// dropPending ends d's waiting resume, if any, with an error for its client.
+func (n *Node) dropPending(sub message.SubID, d *dsub, why string) {
+	p := d.pending
+	if p == nil {
+		return
+	}
+	d.pending = nil
+	if n.clients[p.client] == p.cs {
+		delete(p.cs.subs, sub)
+		n.toClient(p.client, &message.UnsubAck{Sub: sub, Err: why})
+	}
+}
+
+// resumePending gives d's waiting resume, if any, what d holds: d has just
+// switched to live.
+func (n *Node) resumePending(sub message.SubID, d *dsub) {
+	p := d.pending
+	if p == nil {
+		return
+	}
+	d.pending = nil
+	if n.clients[p.client] == p.cs {
+		n.resumeHere(sub, d, p.client, p.cs, p.m, p.tok, true)
+	}
+}
+
 // resumeHere takes d over for client c with token t (resumable): its
 // earlier session, if still open, is told; the held records after t are
 // delivered, the horizons sent, and the subscription is confirmed at once.
-func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe, t checkpoint.Token) {
+// acked: its first SubAck was sent already (awaitSwitch).
+func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe, t checkpoint.Token, acked bool) {
 	if !d.away {
 		if ocs := n.clients[d.client]; ocs != nil {
 			delete(ocs.subs, sub)
@@ -164,7 +222,9 @@ func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *cl
 	}
 	cs.subs[sub] = m.Req
 	n.counters.ResumedHere++
-	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
+	if !acked {
+		n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
+	}
 	srcs := slices.SortedFunc(maps.Keys(d.held), srcCmp)
 	for _, s := range srcs {
 		p := t.Get(s).From()
@@ -216,6 +276,7 @@ func (n *Node) goAway(d *dsub) bool {
 // endAway withdraws the away subscription sub (kept too long, passed the
 // bound, or resumed elsewhere).
 func (n *Node) endAway(sub message.SubID, d *dsub) {
+	n.dropPending(sub, d, "durable subscription resumed elsewhere, or withdrawn at this broker: subscribe again")
 	n.stopHolding(d)
 	n.dropDurable(sub)
 	n.withdrawFlood(sub, "", "", nil)
@@ -229,7 +290,7 @@ func (n *Node) expireAway() {
 	}
 	var old []message.SubID
 	for sub, d := range n.dsub.subs {
-		if d.away && n.now-d.awaySince >= int64(n.cfg.KeepAwayTicks) {
+		if d.away && d.pending == nil && n.now-d.awaySince >= int64(n.cfg.KeepAwayTicks) {
 			old = append(old, sub)
 		}
 	}

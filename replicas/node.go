@@ -423,6 +423,10 @@ func (n *Node) Leave() {}
 // Restore ignores a publication log: the baseline keeps none.
 func (n *Node) Restore([]message.PubID, []message.Pub) {}
 
+// RestoreHeld ignores held records: the baseline has no durable
+// subscriptions.
+func (n *Node) RestoreHeld([]overlay.HeldSub) {}
+
 func (n *Node) Joined() bool             { return n.phase == overlay.PhaseJoined }
 func (n *Node) Leaving() bool            { return false }
 func (n *Node) Phase() overlay.Phase     { return n.phase }

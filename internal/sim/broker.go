@@ -61,8 +61,13 @@ type broker struct {
 	// log is the broker's publication log (Config.Core.Durable), kept
 	// across its crashes; durable lists the acknowledged publications of
 	// its publishers when it crashed (durable.go).
-	log     *storage.MemoryLog
-	durable []*PubRecord
+	log  *storage.MemoryLog
+	held *storage.MemoryHeld
+	// heldPending: held changes applied but not synced (durable.go
+	// syncHeld), synced at heldSyncAt.
+	heldPending []overlay.HeldChanges
+	heldSyncAt  time.Duration
+	durable     []*PubRecord
 	// slowDials are this incarnation's slow handshakes in flight
 	// (SlowHandshake), by peer: asked records that the core dialled again
 	// after it was told the dial failed.
@@ -90,6 +95,9 @@ func (s *Sim) start(b *broker) error {
 	b.epoch++
 	c := s.cfg.Core
 	c.ID, c.Addr, c.Epoch, c.Seed = b.id, b.addr, b.epoch, s.rng.Int64()
+	// The runtime's rule: with a log, what durable subscriptions hold is
+	// kept too (the held log, durable.go).
+	c.PersistHeld = c.Durable && c.KeepAwayTicks > 0
 	if s.cfg.MaxFrame > 0 {
 		c.MaxFrame = s.cfg.MaxFrame
 	}
@@ -122,6 +130,7 @@ func (s *Sim) tick(b *broker, inc int) {
 	if b.state == stateUp {
 		b.node.Tick()
 		s.flush(b)
+		s.syncHeld(b) // durable.go
 	}
 	s.seq++
 	s.ticks.push(tickEntry{at: s.now + s.cfg.Tick, seq: s.seq, b: b, inc: inc})

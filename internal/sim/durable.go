@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"time"
+
 	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/overlay"
 )
@@ -17,6 +19,33 @@ import (
 // unsafe publications again. Restarted without it, or never, they are
 // excluded as before (the log is lost with the data directory).
 
+// The held log (overlay/held.go) likewise outlives a crash, and is given
+// back at a restart with the data; as in the runtime, changes are applied
+// at once but synced only every heldSyncEvery, and a crash loses those not
+// synced yet.
+
+// heldSyncEvery is the runtime's (overlay/runtime/durable.go).
+const heldSyncEvery = 100 * time.Millisecond
+
+// syncHeld applies b's held changes not synced yet, every heldSyncEvery
+// (at its ticks).
+func (s *Sim) syncHeld(b *broker) {
+	if len(b.heldPending) == 0 || s.now < b.heldSyncAt {
+		return
+	}
+	if b.held == nil {
+		b.held = storage.NewMemoryHeld()
+	}
+	for i := range b.heldPending {
+		if err := b.held.Apply(&b.heldPending[i]); err != nil && s.err == nil {
+			s.err = err
+		}
+	}
+	clear(b.heldPending)
+	b.heldPending = b.heldPending[:0]
+	b.heldSyncAt = s.now + heldSyncEvery
+}
+
 // persist carries out r's log part for b.
 func (s *Sim) persist(b *broker, r *overlay.Ready) {
 	if b.log == nil {
@@ -26,6 +55,9 @@ func (s *Sim) persist(b *broker, r *overlay.Ready) {
 		if err := b.log.Append(r.Appends, true); err != nil && s.err == nil {
 			s.err = err
 		}
+	}
+	if !r.Held.Empty() {
+		b.heldPending = append(b.heldPending, r.Held) // syncHeld
 	}
 	if len(r.Released) > 0 {
 		rs := make([]storage.Release, len(r.Released))
@@ -42,6 +74,11 @@ func (s *Sim) persist(b *broker, r *overlay.Ready) {
 func (s *Sim) crashDurable(b *broker) {
 	if !s.cfg.Core.Durable {
 		return
+	}
+	if n := len(b.heldPending); n > 0 {
+		s.tracef("%s loses %d batches of held changes not synced", b.id, n)
+		clear(b.heldPending)
+		b.heldPending = b.heldPending[:0]
 	}
 	for _, c := range b.clients {
 		if c.pub == nil {
@@ -61,8 +98,16 @@ func (s *Sim) restoreDurable(b *broker, withLog bool) {
 		return
 	}
 	if !withLog {
-		b.log, b.durable = nil, nil
+		b.log, b.durable, b.held = nil, nil, nil
 		return
+	}
+	if b.held != nil {
+		subs, err := b.held.Load()
+		if err != nil && s.err == nil {
+			s.err = err
+		}
+		b.node.RestoreHeld(subs)
+		s.tracef("%s restores its held log: %d durable subscriptions to install again once joined", b.id, len(subs))
 	}
 	if b.log != nil {
 		rec, err := b.log.Recover()

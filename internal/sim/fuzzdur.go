@@ -20,17 +20,19 @@ import (
 // the wave and reconnect 100 ms–1.5 s later. A subscriber whose session
 // is gone (its edge crashed or left, or its broker refused or ended it)
 // reconnects after 100 ms–1 s. Half of the reconnects are at the broker
-// it left, if usable (which may have kept it: in three runs of four the
-// edges keep away subscriptions, 0.5–2.5 s, one of four of those with a
-// bound on what they hold that the traffic passes), the others at another
-// live broker; all are reconnected when publishing stops, so that the
-// settle period judges every one. A reconnect may come at any moment:
+// it left (which may have kept it: in three runs of four the edges keep
+// away subscriptions, 0.5–2.5 s, one of four of those with a bound on what
+// they hold that the traffic passes), waiting for it while it is down (a
+// crashed edge restarts with its held log, overlay/held.go), the others at
+// another live broker; all are reconnected when publishing stops, so that
+// the settle period judges every one. A reconnect may come at any moment:
 // while a publisher's edge is down, a link is cut or a broker is frozen
 // (docs/durable.md "Resuming during failures").
 type durFuzz struct {
 	r     *rand.Rand
 	w     *workload.Small
 	next  map[string]time.Duration // when a gone session reconnects
+	same  map[string]bool          // a gone session's draw: reconnect at the edge it left
 	until time.Duration
 }
 
@@ -56,7 +58,7 @@ func drawDurable(seed int64, cfg *Config) *durFuzz {
 			cfg.Core.MaxHeldBytes = int64(1000 + r.IntN(4000))
 		}
 	}
-	return &durFuzz{r: r, w: workload.NewSmall(r), next: map[string]time.Duration{}}
+	return &durFuzz{r: r, w: workload.NewSmall(r), next: map[string]time.Duration{}, same: map[string]bool{}}
 }
 
 // liveBroker draws a broker that is up, joined and not leaving, other
@@ -150,14 +152,23 @@ func (z *durFuzz) reconnectDue(s *Sim, tree Tree, all bool) {
 		}
 		// At the same edge (a resume from what it holds) or elsewhere.
 		last := s.log.Subs[d.sub].Edge
+		same, drawn := z.same[name]
+		if !drawn {
+			same = z.r.IntN(2) == 0
+			z.same[name] = same
+		}
 		b := message.BrokerID("")
-		if z.r.IntN(2) == 0 && z.usable(s, last) {
+		switch {
+		case same && z.usable(s, last):
 			b = last
-		} else {
+		case same && !all:
+			continue // wait for it to be back (at the next poll)
+		default:
 			b = z.liveBroker(s, tree, last)
 		}
 		if b != "" {
 			delete(z.next, name)
+			delete(z.same, name)
 			s.tracef("fuzz: durable %s reconnects at %s", name, b)
 			_ = s.Reconnect(name, b)
 		}

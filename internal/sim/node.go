@@ -67,6 +67,7 @@ func (b *nodeBase) Ready() overlay.Ready {
 
 func (*nodeBase) Leave()                                 {}
 func (*nodeBase) Restore([]message.PubID, []message.Pub) {}
+func (*nodeBase) RestoreHeld([]overlay.HeldSub)          {}
 func (*nodeBase) Leaving() bool                          { return false }
 func (*nodeBase) QueueLen() int                          { return 0 }
 func (*nodeBase) Parent() message.BrokerID               { return "" }

@@ -448,7 +448,7 @@ func (s *Sim) flush(b *broker) {
 	for _, m := range r.Messages {
 		s.send(b, m)
 	}
-	if len(r.Appends)+len(r.Released) > 0 {
+	if len(r.Appends)+len(r.Released) > 0 || !r.Held.Empty() {
 		s.persist(b, &r) // before the PubAcks (durable.go)
 	}
 	for _, c := range r.ToClients {

@@ -19,9 +19,12 @@ import (
 // the seq of its previous record in the stream (a back-pointer), so that a
 // catch-up read follows one subscription's chain and skips the records of
 // the others. The events themselves are not kept: the PHB's publication
-// log has them. The broker does not use it: an SHB serves resumes from
-// in-memory records (overlay/resume.go); `deltapub bench gryphon --pfs`
-// measures it against per-subscriber queues (docs/results/gryphon.md).
+// log has them. It is the paper's layout, which `deltapub bench gryphon
+// --pfs` measures against per-subscriber queues (docs/results/gryphon.md).
+// The broker keeps what its durable subscriptions hold in HeldLog
+// (held.go) instead: the same idea (each event once, a per-subscription
+// index) with the events kept too, since a PHB releases them once they are
+// safe, and without back-pointers, since a restart reads each index whole.
 //
 // Each call is atomic. A call with sync = true returns once it and every
 // call before it is on disk; a call without sync is made durable by the

@@ -1,9 +1,9 @@
 // Package storage keeps what a broker must find again after a crash, in
-// its data directory (data_dir). Today that is its incarnation (the epoch
-// it last started with, so that the next one is larger whatever the clock
-// says) and its place in the tree (the brokers to rejoin through). All of
-// it goes through Store, so that a durable publication log can join it
-// behind the same interface.
+// its data directory (data_dir): its incarnation (the epoch it last
+// started with, so that the next one is larger whatever the clock says),
+// its place in the tree (the brokers to rejoin through), its publication
+// log (log.go) and what its durable subscriptions hold (held.go). All of
+// it goes through Store.
 package storage
 
 import (
@@ -39,6 +39,9 @@ type Store interface {
 	// OpenFilterLog opens the filtering log (filterlog.go), kept across
 	// incarnations too.
 	OpenFilterLog() (FilterLog, error)
+	// OpenHeld opens the held log (held.go): what the durable
+	// subscriptions of this broker hold for a resume here.
+	OpenHeld() (HeldLog, error)
 }
 
 // maxPlace bounds a saved place: δ+1 joinpoints, δ being small.
@@ -167,6 +170,17 @@ type Memory struct {
 	place []Joinpoint
 	log   *MemoryLog
 	flog  *MemoryFilterLog
+	held  *MemoryHeld
+}
+
+// OpenHeld implements Store: the same log for every incarnation.
+func (m *Memory) OpenHeld() (HeldLog, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held == nil {
+		m.held = NewMemoryHeld()
+	}
+	return m.held, nil
 }
 
 // OpenLog implements Store: the same log for every incarnation.

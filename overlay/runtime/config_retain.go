@@ -55,4 +55,5 @@ func (c *BrokerConfig) retainNodeConfig(nc *overlay.Config) {
 		nc.KeepAwayTicks = c.ticks(k)
 	}
 	nc.MaxHeldBytes = cmp.Or(c.Limits.MaxHeldBytes, DefaultMaxHeldBytes)
+	nc.PersistHeld = c.persistHeld(nc.KeepAwayTicks)
 }

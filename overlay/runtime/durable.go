@@ -3,12 +3,14 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/message"
 	"github.com/deltapub/deltapub/overlay"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // Durability values (BrokerConfig.Durability).
@@ -51,6 +53,12 @@ type pubLog struct {
 
 	fsyncSeconds prometheus.Histogram
 	appends      prometheus.Counter
+}
+
+// persistHeld reports whether what durable subscriptions hold here is kept
+// in the data directory (the held log): with a log, and durable_keep on.
+func (c *BrokerConfig) persistHeld(keepAwayTicks int) bool {
+	return c.EffectiveDurability() != DurabilityNone && keepAwayTicks > 0
 }
 
 // OpenLog opens the publication log in st (when durability is not none),
@@ -98,12 +106,103 @@ func (r *Runtime) OpenLog(st storage.Store) error {
 	if len(rec.Pubs) > 0 {
 		r.log.Info().Int("publications", len(rec.Pubs)).Int("sources", len(rec.Last)).Msg("publication log recovered: offering its unsafe publications again once joined")
 	}
+	return r.openHeld(st)
+}
+
+// openHeld opens the held log in st (with durable_keep on) and gives the
+// core the durable subscriptions it holds, installed again once joined.
+func (r *Runtime) openHeld(st storage.Store) error {
+	nc := r.cfg.NodeConfig(0)
+	if !nc.PersistHeld {
+		return nil
+	}
+	l, err := st.OpenHeld()
+	if err != nil {
+		return err
+	}
+	subs, err := l.Load()
+	if err != nil {
+		l.Close()
+		return err
+	}
+	r.node.RestoreHeld(subs)
+	r.hlog = &heldLog{log: l, stop: make(chan struct{}), done: make(chan struct{})}
+	go r.hlog.syncLoop(r.log)
+	stat := func(f func(s storage.HeldStats) float64) func() float64 {
+		return func() float64 { return f(l.Stats()) }
+	}
+	r.m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "deltapub_held_subscriptions", Help: "Durable subscriptions whose held records are kept in the data directory (the held log)."},
+			stat(func(s storage.HeldStats) float64 { return float64(s.Subs) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "deltapub_held_publications", Help: "Publications kept in the held log (once each, however many subscriptions hold them)."},
+			stat(func(s storage.HeldStats) float64 { return float64(s.Events) })),
+	)
+	if len(subs) > 0 {
+		r.log.Info().Int("subscriptions", len(subs)).Msg("held log recovered: installing its durable subscriptions again once joined")
+	}
 	return nil
+}
+
+// heldSyncEvery is how often the held log is synced while changes come:
+// what a crash may lose of them (overlay/held.go: a resume of a position
+// older than the client's floods, as without the log).
+const heldSyncEvery = 100 * time.Millisecond
+
+// heldLog is the runtime's side of the held log: it applies Ready.Held
+// (not synced: no delivery waits for it) and syncs it every
+// heldSyncEvery.
+type heldLog struct {
+	log storage.HeldLog
+	// failed: an Apply failed. Nothing is applied from then on, so that
+	// the log keeps a prefix of the changes (what a restart can restore:
+	// overlay/held.go); resumes here still work from memory.
+	failed bool
+	dirty  atomic.Bool // applied since the last sync
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// syncLoop syncs the log every heldSyncEvery while it changes, until
+// stop. A failure is logged once, and again only after a success.
+func (h *heldLog) syncLoop(log zerolog.Logger) {
+	defer close(h.done)
+	t := time.NewTicker(heldSyncEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		if !h.dirty.Swap(false) {
+			continue
+		}
+		err := h.log.Sync()
+		if err != nil && !failing {
+			log.Warn().Err(err).Msg("held log sync failed: a crash may lose more of what durable subscriptions hold here (their resumes then flood)")
+		}
+		failing = err != nil
+	}
+}
+
+// persistHeld applies rd.Held.
+func (r *Runtime) persistHeld(rd *overlay.Ready) {
+	h := r.hlog
+	if h == nil || h.failed || rd.Held.Empty() {
+		return
+	}
+	h.dirty.Store(true)
+	if err := h.log.Apply(&rd.Held); err != nil {
+		h.failed = true
+		r.log.Error().Err(err).Msg("held log write failed: this broker keeps no more of what its durable subscriptions hold; a restart restores what was written before")
+	}
 }
 
 // persist carries out the log's part of rd before its ToClients are sent:
 // one append (and sync) for the round's publications, then the releases.
 func (r *Runtime) persist(rd *overlay.Ready) {
+	r.persistHeld(rd)
 	pl := r.plog
 	if pl == nil || (len(rd.Appends) == 0 && len(rd.Released) == 0) {
 		return
@@ -154,6 +253,14 @@ func (r *Runtime) logFailed() error {
 
 // closeLog closes the log at shutdown.
 func (r *Runtime) closeLog() {
+	if r.hlog != nil {
+		close(r.hlog.stop)
+		<-r.hlog.done
+		if err := r.hlog.log.Close(); err != nil {
+			r.log.Warn().Err(err).Msg("closing the held log")
+		}
+		r.hlog = nil
+	}
 	if r.plog == nil {
 		return
 	}

@@ -136,7 +136,8 @@ type Runtime struct {
 	// place last saved.
 	store  storage.Store
 	placed []storage.Joinpoint
-	plog   *pubLog // the publication log (nil: durability none; durable.go)
+	plog   *pubLog  // the publication log (nil: durability none; durable.go)
+	hlog   *heldLog // the held log (nil: off; durable.go)
 
 	joined       atomic.Bool // for /healthz, read by other goroutines
 	logHasFailed atomic.Bool // the publication log failed (Health)
@@ -586,7 +587,7 @@ func (r *Runtime) drain() {
 	}()
 	for round := 0; round < 8; round++ {
 		rd := r.node.Ready()
-		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices)+len(rd.Appends)+len(rd.Released) == 0 {
+		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices)+len(rd.Appends)+len(rd.Released) == 0 && rd.Held.Empty() {
 			return
 		}
 		for _, n := range rd.Notices {
