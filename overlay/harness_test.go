@@ -25,6 +25,7 @@ type harness struct {
 	frozen   map[message.BrokerID]bool
 	held     map[message.BrokerID][]flight
 	got      map[message.ClientID][]message.Message // client messages by client (ClientIDs are global in the harness)
+	heldLog  map[message.BrokerID][]HeldChanges     // Ready.Held by broker (Config.PersistHeld)
 	notices  []Notice
 	dials    [][2]message.BrokerID // every dial requested (from, to), in order
 	cfg      Config
@@ -104,6 +105,12 @@ func (h *harness) collect(id message.BrokerID) {
 	n := h.nodes[id]
 	r := n.Ready()
 	h.notices = append(h.notices, r.Notices...)
+	if !r.Held.Empty() {
+		if h.heldLog == nil {
+			h.heldLog = map[message.BrokerID][]HeldChanges{}
+		}
+		h.heldLog[id] = append(h.heldLog[id], r.Held)
+	}
 	for _, c := range r.Closes {
 		// As a runtime: the link goes, and the other end is told.
 		if h.links[pair(id, c)] {
