@@ -87,7 +87,7 @@ func TestRestoredHeldSubscriptionHostedElsewhereIsForgotten(t *testing.T) {
 	h.run(40)
 	tok := h.clientToken(10, checkpoint.Token{Name: "d"})
 	h.crash("S1")
-	h.run(450) // gone: floods no longer wait for it
+	h.run(450)                                     // gone: floods no longer wait for it
 	h.durableSub("S2", 11, "d", "x", tok.Encode()) // resumed elsewhere
 	h.run(40)
 	kept := checkpoint.Token{Name: "k"}
