@@ -328,7 +328,7 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		// what this edge holds when it can (resume.go), else by a flood.
 		if d := n.dsub.subs[old]; d != nil {
 			if d.filter.String() == m.Filter.String() && n.resumable(d, tok) {
-				n.resumeHere(old, d, c, cs, m, tok, false)
+				n.resumeHere(old, d, c, cs, m, tok)
 				return
 			}
 			if d.filter.String() == m.Filter.String() && n.resumableAtSwitch(d, tok) {
@@ -681,8 +681,46 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 		d.ans[s] = append(d.ans[s], r)
 	}
 	d.last[s] = max(d.last[s], m.Last)
-	for i := range m.Pubs {
-		n.durBuffer(m.Sub, d, m.Pubs[i])
+	n.durBufferAll(m.Sub, d, s, m.Pubs)
+}
+
+// durBufferAll keeps pubs, a Catchup's (of source s, in seq order), as
+// durBuffer does, in one merge: a catch-up answered after live
+// publications were buffered goes before them, and inserting it one by
+// one would move them once per publication.
+func (n *Node) durBufferAll(sub message.SubID, d *dsub, s message.Source, pubs []message.Pub) {
+	l := d.buf[s]
+	sorted := slices.IsSortedFunc(pubs, func(a, b message.Pub) int { return cmpU64(a.ID.Seq, b.ID.Seq) })
+	if len(l) == 0 || len(pubs) == 0 || !sorted || pubs[0].ID.Seq > l[len(l)-1].ID.Seq {
+		for i := range pubs {
+			n.durBuffer(sub, d, pubs[i])
+			if n.dsub.subs[sub] != d {
+				return // ended at the bound
+			}
+		}
+		return
+	}
+	out := make([]message.Pub, 0, len(l)+len(pubs))
+	for len(l) > 0 || len(pubs) > 0 {
+		switch {
+		case len(pubs) == 0 || (len(l) > 0 && l[0].ID.Seq < pubs[0].ID.Seq):
+			out, l = append(out, l[0]), l[1:]
+		case len(l) > 0 && l[0].ID.Seq == pubs[0].ID.Seq:
+			pubs = pubs[1:] // buffered already
+		default:
+			p := pubs[0]
+			pubs = pubs[1:]
+			if k := len(out); k > 0 && out[k-1].ID.Seq == p.ID.Seq {
+				continue // twice in the Catchup
+			}
+			p.Stamps = nil
+			d.bytes += p.LogSize()
+			out = append(out, p)
+		}
+	}
+	d.buf[s] = out
+	if n.cfg.MaxCatchupBytes > 0 && d.bytes > n.cfg.MaxCatchupBytes {
+		n.endDurable(sub, d, fmt.Sprintf("catchup of more than %d bytes (limits.max_catchup_bytes): subscribe again to resume from the token", n.cfg.MaxCatchupBytes))
 	}
 }
 
@@ -705,6 +743,7 @@ func (n *Node) durBuffer(sub message.SubID, d *dsub, p message.Pub) {
 // endDurable ends d with an error for its client (its token is
 // unchanged: a new subscription resumes from it).
 func (n *Node) endDurable(sub message.SubID, d *dsub, why string) {
+	n.dropPending(sub, d, why) // resume.go
 	if cs := n.clients[d.client]; cs != nil {
 		delete(cs.subs, sub)
 	}
@@ -841,6 +880,7 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	}
 	slices.SortFunc(srcs, srcCmp)
 	d.live = true
+	n.takeOverAtSwitch(sub, d) // resume.go: a resume waiting since a restart
 	for _, s := range srcs {
 		// In seq order: a Gap for each range no answer covered (split
 		// around what arrived anyway), the rest delivered.
@@ -880,7 +920,6 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	if !d.away {
 		n.toClient(d.client, ack)
 	}
-	n.resumePending(sub, d) // resume.go
 }
 
 // durableSilenceTick advances, once per DACK period, the horizons of the

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/deltapub/deltapub/checkpoint"
@@ -124,5 +125,30 @@ func TestRestoredHeldSubscriptionHostedElsewhereIsForgotten(t *testing.T) {
 	h.run(40)
 	if got, want := h.deliveries(11), matchingSeqs(1, 12); len(got) == 0 || got[len(got)-1] != want[len(want)-1] {
 		t.Errorf("S2's subscriber got %v, want through %v", got, want)
+	}
+}
+
+// A Catchup answered after live publications were buffered is merged
+// before them, in seq order, once each.
+func TestCatchupMergedBeforeBufferedLive(t *testing.T) {
+	src := message.Source{Publisher: "P", Epoch: 1}
+	pubs := func(seqs ...uint64) []message.Pub {
+		var out []message.Pub
+		for _, q := range seqs {
+			out = append(out, message.Pub{ID: message.PubID{Publisher: src.Publisher, Epoch: src.Epoch, Seq: q}})
+		}
+		return out
+	}
+	n := &Node{}
+	sub := message.SubID{Edge: "B", Epoch: 1, N: 1}
+	d := &dsub{buf: map[message.Source][]message.Pub{src: pubs(10, 11, 12)}}
+	n.dsub.subs = map[message.SubID]*dsub{sub: d}
+	n.durBufferAll(sub, d, src, pubs(5, 6, 6, 10, 11, 13))
+	var got []uint64
+	for _, p := range d.buf[src] {
+		got = append(got, p.ID.Seq)
+	}
+	if want := []uint64{5, 6, 10, 11, 12, 13}; !slices.Equal(got, want) {
+		t.Fatalf("buffered %v, want %v", got, want)
 	}
 }

@@ -119,7 +119,10 @@ func (n *Node) releaseHeld(d *dsub, t checkpoint.Token) {
 		if k == len(l) {
 			delete(d.held, s)
 		} else {
-			d.held[s] = slices.Delete(l, 0, k)
+			// Re-sliced, not shifted: an acknowledgement costs what it
+			// drops, not what stays (appends reallocate in time).
+			clear(l[:k])
+			d.held[s] = l[k:]
 		}
 	}
 }
@@ -170,8 +173,8 @@ type pendingResume struct {
 }
 
 // awaitSwitch makes c's resume of d (resumableAtSwitch) wait for d's
-// switch, which takes it over as resumeHere does. A resume already waiting
-// is told it was taken over.
+// switch, which takes it over (takeOverAtSwitch). A resume already
+// waiting is told it was taken over.
 func (n *Node) awaitSwitch(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe, t checkpoint.Token) {
 	n.dropPending(sub, d, "durable subscription taken over by a newer session")
 	d.pending = &pendingResume{client: c, cs: cs, m: m, tok: t}
@@ -192,24 +195,40 @@ func (n *Node) dropPending(sub message.SubID, d *dsub, why string) {
 	}
 }
 
-// resumePending gives d's waiting resume, if any, what d holds: d has just
-// switched to live.
-func (n *Node) resumePending(sub message.SubID, d *dsub) {
+// takeOverAtSwitch gives d's waiting resume, if any, what d holds, as d
+// switches to live (switchLive, before it delivers what it buffered): the
+// held records after the client's token and the horizons, then d stops
+// holding, and the switch goes on as for a flood of the client's own (its
+// buffer delivered, confirmed, holding again from there). Holding the
+// catch-up too would copy it into the record and the held log, and a long
+// one would pass limits.max_held_bytes.
+func (n *Node) takeOverAtSwitch(sub message.SubID, d *dsub) {
 	p := d.pending
 	if p == nil {
 		return
 	}
 	d.pending = nil
-	if n.clients[p.client] == p.cs {
-		n.resumeHere(sub, d, p.client, p.cs, p.m, p.tok, true)
+	if n.clients[p.client] != p.cs {
+		return
 	}
+	n.takeOver(sub, d, p.client, p.cs, p.m)
+	n.sendHeld(sub, d, p.client, p.tok)
+	n.stopHolding(d)
 }
 
 // resumeHere takes d over for client c with token t (resumable): its
 // earlier session, if still open, is told; the held records after t are
 // delivered, the horizons sent, and the subscription is confirmed at once.
-// acked: its first SubAck was sent already (awaitSwitch).
-func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe, t checkpoint.Token, acked bool) {
+func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe, t checkpoint.Token) {
+	n.takeOver(sub, d, c, cs, m)
+	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
+	n.sendHeld(sub, d, c, t)
+	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub, Confirmed: true})
+}
+
+// takeOver makes d the subscription of client c (its earlier session, if
+// still open, is told).
+func (n *Node) takeOver(sub message.SubID, d *dsub, c message.ClientID, cs *clientState, m *message.Subscribe) {
 	if !d.away {
 		if ocs := n.clients[d.client]; ocs != nil {
 			delete(ocs.subs, sub)
@@ -222,9 +241,11 @@ func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *cl
 	}
 	cs.subs[sub] = m.Req
 	n.counters.ResumedHere++
-	if !acked {
-		n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub})
-	}
+}
+
+// sendHeld sends client c, whose token is t, d's held records after t
+// and the horizons of d's token beyond them.
+func (n *Node) sendHeld(sub message.SubID, d *dsub, c message.ClientID, t checkpoint.Token) {
 	srcs := slices.SortedFunc(maps.Keys(d.held), srcCmp)
 	for _, s := range srcs {
 		p := t.Get(s).From()
@@ -260,7 +281,6 @@ func (n *Node) resumeHere(sub message.SubID, d *dsub, c message.ClientID, cs *cl
 		n.toClient(c, &message.Silence{Sub: sub, Sources: horizons[:k]})
 		horizons = horizons[k:]
 	}
-	n.toClient(c, &message.SubAck{Req: m.Req, Sub: sub, Confirmed: true})
 }
 
 // goAway keeps d, whose session closed, installed and holding for a
