@@ -126,8 +126,8 @@ func (r *Runtime) openHeld(st storage.Store) error {
 		return err
 	}
 	r.node.RestoreHeld(subs)
-	r.hlog = &heldLog{log: l, stop: make(chan struct{}), done: make(chan struct{})}
-	go r.hlog.syncLoop(r.log)
+	r.hlog = newHeldLog(l)
+	go r.hlog.write(r.log)
 	stat := func(f func(s storage.HeldStats) float64) func() float64 {
 		return func() float64 { return f(l.Stats()) }
 	}
@@ -148,36 +148,69 @@ func (r *Runtime) openHeld(st storage.Store) error {
 // older than the client's floods, as without the log).
 const heldSyncEvery = 100 * time.Millisecond
 
-// heldLog is the runtime's side of the held log: it applies Ready.Held
-// (not synced: no delivery waits for it) and syncs it every
-// heldSyncEvery.
+// maxHeldBatches bounds the batches of held changes waiting for the writer: at
+// the bound the run loop waits for it (the disk paces the broker rather
+// than memory growing).
+const maxHeldBatches = 256
+
+// heldLog is the runtime's side of the held log: a writer goroutine
+// applies Ready.Held in order (the run loop only hands the batches over;
+// no delivery waits for the disk) and syncs every heldSyncEvery while
+// changes come.
 type heldLog struct {
-	log storage.HeldLog
+	log  storage.HeldLog
+	q    chan *overlay.HeldChanges
+	stop chan struct{}
+	done chan struct{}
 	// failed: an Apply failed. Nothing is applied from then on, so that
 	// the log keeps a prefix of the changes (what a restart can restore:
 	// overlay/held.go); resumes here still work from memory.
-	failed bool
-	dirty  atomic.Bool // applied since the last sync
-	stop   chan struct{}
-	done   chan struct{}
+	failed atomic.Bool
 }
 
-// syncLoop syncs the log every heldSyncEvery while it changes, until
-// stop. A failure is logged once, and again only after a success.
-func (h *heldLog) syncLoop(log zerolog.Logger) {
+func newHeldLog(l storage.HeldLog) *heldLog {
+	return &heldLog{log: l, q: make(chan *overlay.HeldChanges, maxHeldBatches), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// write is the writer: it applies the batches in order and syncs every
+// heldSyncEvery while they come, until stop (after the batches queued
+// before it). Each failure is logged once (a sync's again after a success).
+func (h *heldLog) write(log zerolog.Logger) {
 	defer close(h.done)
 	t := time.NewTicker(heldSyncEvery)
 	defer t.Stop()
-	failing := false
+	dirty, failing := false, false
+	apply := func(c *overlay.HeldChanges) {
+		if h.failed.Load() {
+			return
+		}
+		if err := h.log.Apply(c); err != nil {
+			h.failed.Store(true)
+			log.Error().Err(err).Msg("held log write failed: this broker keeps no more of what its durable subscriptions hold; a restart restores what was written before")
+			return
+		}
+		dirty = true
+	}
 	for {
 		select {
+		case c := <-h.q:
+			apply(c)
+			continue
 		case <-h.stop:
-			return
+			for {
+				select {
+				case c := <-h.q:
+					apply(c)
+				default:
+					return
+				}
+			}
 		case <-t.C:
 		}
-		if !h.dirty.Swap(false) {
+		if !dirty {
 			continue
 		}
+		dirty = false
 		err := h.log.Sync()
 		if err != nil && !failing {
 			log.Warn().Err(err).Msg("held log sync failed: a crash may lose more of what durable subscriptions hold here (their resumes then flood)")
@@ -186,17 +219,14 @@ func (h *heldLog) syncLoop(log zerolog.Logger) {
 	}
 }
 
-// persistHeld applies rd.Held.
+// persistHeld hands rd.Held to the writer.
 func (r *Runtime) persistHeld(rd *overlay.Ready) {
 	h := r.hlog
-	if h == nil || h.failed || rd.Held.Empty() {
+	if h == nil || h.failed.Load() || rd.Held.Empty() {
 		return
 	}
-	h.dirty.Store(true)
-	if err := h.log.Apply(&rd.Held); err != nil {
-		h.failed = true
-		r.log.Error().Err(err).Msg("held log write failed: this broker keeps no more of what its durable subscriptions hold; a restart restores what was written before")
-	}
+	c := rd.Held
+	h.q <- &c
 }
 
 // persist carries out the log's part of rd before its ToClients are sent:
