@@ -320,3 +320,20 @@ func (r *Runtime) logState() *LogState {
 	}
 	return ls
 }
+
+// HeldState is the held log's part of /state.
+type HeldState struct {
+	Subscriptions int  `json:"subscriptions"` // durable subscriptions with a record
+	Publications  int  `json:"publications"`  // publications kept, once each
+	Queued        int  `json:"queued"`        // batches waiting for the writer
+	Failed        bool `json:"failed,omitempty"`
+}
+
+func (r *Runtime) heldState() *HeldState {
+	h := r.hlog
+	if h == nil {
+		return nil
+	}
+	s := h.log.Stats()
+	return &HeldState{Subscriptions: s.Subs, Publications: s.Events, Queued: len(h.q), Failed: h.failed.Load()}
+}

@@ -59,7 +59,8 @@ func (r *Runtime) refreshStatus() {
 type State struct {
 	overlay.Status
 	Runtime RuntimeState `json:"runtime"`
-	Log     *LogState    `json:"log,omitempty"` // the publication log (durable.go)
+	Log     *LogState    `json:"log,omitempty"`  // the publication log (durable.go)
+	Held    *HeldState   `json:"held,omitempty"` // the held log (durable.go)
 }
 
 // RuntimeState describes the runtime around the core.
@@ -94,6 +95,7 @@ func (r *Runtime) State(ctx context.Context) (State, error) {
 		rs.InputQueue = len(r.in)
 		rs.JoinFailed = r.joinFailed
 		st.Log = r.logState()
+		st.Held = r.heldState()
 	})
 	return st, err
 }
