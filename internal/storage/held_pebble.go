@@ -20,6 +20,12 @@ import (
 // heldDirName is the held log's directory inside the data directory.
 const heldDirName = "held"
 
+// heldMemTable is the held log's memtable size. Most of what it holds is
+// dropped within moments (a record at its acknowledgement, a publication
+// with its last record); a memtable that outlives that drops it before it
+// is ever flushed and compacted. Two may exist at once (one flushing).
+const heldMemTable = 32 << 20
+
 // Keys of the pebble held log. A name is encoded as a 2-byte length and
 // its bytes, a source as in the publication log, a seq as 8 bytes
 // big-endian, so that a subscription's records sort by source, then seq.
@@ -51,7 +57,7 @@ func (d *Dir) OpenHeld() (HeldLog, error) { return OpenPebbleHeld(filepath.Join(
 // OpenPebbleHeld opens the held log at path and reads its metadata. A
 // log that cannot be opened or read is an error naming its path.
 func OpenPebbleHeld(path string) (*PebbleHeld, error) {
-	db, err := pebble.Open(path, &pebble.Options{Logger: quietLogger{}})
+	db, err := pebble.Open(path, &pebble.Options{Logger: quietLogger{}, MemTableSize: heldMemTable})
 	if err != nil {
 		return nil, fmt.Errorf("storage: held log %s: %w", path, err)
 	}
