@@ -131,7 +131,12 @@ func DrawFuzzPlan(seed int64, o FuzzOptions) (*FuzzPlan, error) {
 	name := fmt.Sprintf("fuzz-%d", seed)
 	fmt.Fprintf(&b, "# Drawn by `deltapub testbed fuzz --seed %d` (brokers %d-%d, delta %d-%d, run time %v).\n", seed, o.BrokersMin, o.BrokersMax, o.DeltaMin, o.DeltaMax, runTime)
 	fmt.Fprintf(&b, "name = %q\nseed = %d\nduration = %q\nwarmup = %q\ndrain = %q\n\n", name, seed, runTime.String(), fuzzWarmup.String(), fuzzDrain.String())
-	fmt.Fprintf(&b, "[overlay]\ndelta = %d\nheartbeat = %q\nfailure_timeout = %q\ngone_after = %q\n\n", delta, fuzzHeartbeat.String(), fuzzFailure.String(), fuzzGoneAfter.String())
+	dz := drawFuzzDurable(seed) // fuzz_durable.go
+	fmt.Fprintf(&b, "[overlay]\ndelta = %d\nheartbeat = %q\nfailure_timeout = %q\ngone_after = %q\n", delta, fuzzHeartbeat.String(), fuzzFailure.String(), fuzzGoneAfter.String())
+	if dz != nil {
+		b.WriteString(dz.overlay())
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "[topology]\nkind = %q\nbrokers = %d\n", kind, n)
 	if fanout > 0 {
 		fmt.Fprintf(&b, "fanout = %d\n", fanout)
@@ -202,6 +207,11 @@ func DrawFuzzPlan(seed int64, o FuzzOptions) (*FuzzPlan, error) {
 		}
 		b.WriteString("\n")
 		i = j
+	}
+	if dz != nil {
+		if d := dz.subscribers(&b, nSub+1, names, acts, subAt[0], runTime-500*time.Millisecond); d != "" {
+			desc += "; " + d
+		}
 	}
 	src := b.String()
 	if _, err := Parse(name+".toml", []byte(src)); err != nil {

@@ -19,12 +19,14 @@ var fuzzTotals = regexp.MustCompile(`^runs=\d+ failed=\d+ lost=\d+ duplicates=\d
 // TestFuzzPlansStayWithinDelta draws many plans and checks what the
 // fuzzer promises: every plan validates, at no time are more than δ
 // brokers down (a cut counting as one), the anchors (the first
-// publisher's and subscriber's edges) are never hit, and the same seed
-// draws the same file.
+// publisher's and subscriber's edges) are never hit (a durable subscriber
+// may come back at one), the same seed draws the same file, and durable
+// subscribers come back at their restarted edge in some plans.
 func TestFuzzPlansStayWithinDelta(t *testing.T) {
 	o := DefaultFuzzOptions()
 	o.Mode = "sim"
 	kinds := map[string]int{}
+	backAtRestarted := 0
 	for seed := int64(1); seed <= 300; seed++ {
 		fp, err := DrawFuzzPlan(seed, o)
 		if err != nil {
@@ -43,9 +45,17 @@ func TestFuzzPlansStayWithinDelta(t *testing.T) {
 			t.Fatalf("seed %d: %d failures at once, δ = %d:\n%s", seed, m, p.Spec.Overlay.Delta, fp.TOML)
 		}
 		anchors := map[string]bool{p.Publishers[0].Broker: true, p.Subscribers[0].Broker: true}
+		restarted := map[string]bool{}
 		for _, f := range p.Faults {
 			for _, a := range f.Actions {
 				kinds[a.Kind]++
+				restarted[a.Broker] = restarted[a.Broker] || a.Kind == ActRestart
+				if a.Kind == ActReconnect && restarted[a.Broker] {
+					backAtRestarted++
+				}
+				if a.Kind == ActDisconnect || a.Kind == ActReconnect {
+					continue
+				}
 				if anchors[a.Broker] || anchors[a.Peer] {
 					t.Fatalf("seed %d: %s hits an anchor:\n%s", seed, a, fp.TOML)
 				}
@@ -53,11 +63,15 @@ func TestFuzzPlansStayWithinDelta(t *testing.T) {
 		}
 	}
 	// Every kind of fault is drawn.
-	for _, k := range []string{ActCrash, ActRestart, ActFreeze, ActResume, ActCut, ActHeal, ActLeave} {
+	for _, k := range []string{ActCrash, ActRestart, ActFreeze, ActResume, ActCut, ActHeal, ActLeave, ActDisconnect, ActReconnect} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s in 300 plans", k)
 		}
 	}
+	if backAtRestarted == 0 {
+		t.Errorf("no durable subscriber comes back at its restarted edge in 300 plans")
+	}
+	t.Logf("%d disconnects, %d reconnects (%d at a restarted edge) in 300 plans", kinds[ActDisconnect], kinds[ActReconnect], backAtRestarted)
 }
 
 // TestFuzzSim runs two fuzz runs in sim mode: one line each in the
