@@ -24,7 +24,7 @@ import (
 // at once but synced only every heldSyncEvery, and a crash loses those not
 // synced yet.
 
-// heldSyncEvery is the runtime's (overlay/runtime/durable.go).
+// heldSyncEvery is the runtime's (overlay/runtime/durable.go syncEvery).
 const heldSyncEvery = 100 * time.Millisecond
 
 // syncHeld applies b's held changes not synced yet, every heldSyncEvery

@@ -29,6 +29,10 @@ type Log interface {
 	Recover() (Recovered, error)
 	// Stats describes what the log holds now.
 	Stats() LogStats
+	// Sync makes every call before it durable. An Append without sync
+	// may otherwise stay in the store's buffers until a later write (a
+	// process crash then loses it too).
+	Sync() error
 	// Close releases the log's resources.
 	Close() error
 }
@@ -272,3 +276,6 @@ func (l *MemoryLog) Stats() LogStats {
 
 // Close implements Log; the content stays for the next incarnation.
 func (l *MemoryLog) Close() error { return nil }
+
+// Sync implements Log: in memory, everything is kept.
+func (l *MemoryLog) Sync() error { return nil }

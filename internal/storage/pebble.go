@@ -231,6 +231,15 @@ func (l *PebbleLog) Stats() LogStats {
 }
 
 // Close implements Log.
+// Sync implements Log: pebble keeps a commit without sync in its own
+// buffers until a later write fills a block or syncs (pebble#2624).
+func (l *PebbleLog) Sync() error {
+	if err := l.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("storage: publication log %s: %w", l.path, err)
+	}
+	return nil
+}
+
 func (l *PebbleLog) Close() error {
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("storage: publication log %s: %w", l.path, err)

@@ -53,6 +53,36 @@ type pubLog struct {
 
 	fsyncSeconds prometheus.Histogram
 	appends      prometheus.Counter
+
+	// With durability write: appends since the last sync, and the loop
+	// that syncs them every syncEvery (pebble keeps an append without
+	// sync in its own buffers, where a process crash loses it too).
+	dirty      atomic.Bool
+	stop, done chan struct{}
+}
+
+// syncLoop syncs the log every syncEvery after appends, until stop. A
+// failure is logged once, and again only after a success.
+func (pl *pubLog) syncLoop(log zerolog.Logger) {
+	defer close(pl.done)
+	t := time.NewTicker(syncEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-pl.stop:
+			return
+		case <-t.C:
+		}
+		if !pl.dirty.Swap(false) {
+			continue
+		}
+		err := pl.log.Sync()
+		if err != nil && !failing {
+			log.Warn().Err(err).Msg("publication log sync failed (durability write): a process crash may lose more than the last 100 ms of acknowledged publications")
+		}
+		failing = err != nil
+	}
 }
 
 // persistHeld reports whether what durable subscriptions hold here is kept
@@ -103,6 +133,10 @@ func (r *Runtime) OpenLog(st storage.Store) error {
 			stat(func(s storage.LogStats) float64 { return float64(len(s.Sources)) })),
 	)
 	r.plog = pl
+	if !pl.sync {
+		pl.stop, pl.done = make(chan struct{}), make(chan struct{})
+		go pl.syncLoop(r.log)
+	}
 	if len(rec.Pubs) > 0 {
 		r.log.Info().Int("publications", len(rec.Pubs)).Int("sources", len(rec.Last)).Msg("publication log recovered: offering its unsafe publications again once joined")
 	}
@@ -143,10 +177,12 @@ func (r *Runtime) openHeld(st storage.Store) error {
 	return nil
 }
 
-// heldSyncEvery is how often the held log is synced while changes come:
-// what a crash may lose of them (overlay/held.go: a resume of a position
-// older than the client's floods, as without the log).
-const heldSyncEvery = 100 * time.Millisecond
+// syncEvery is how often a log written without sync is synced while it
+// changes (the held log; the publication log with durability write): what
+// a crash may lose of it. pebble keeps a commit without sync in its own
+// buffers until a later write fills a block or syncs (pebble#2624), so
+// without this even a process crash could lose it for long.
+const syncEvery = 100 * time.Millisecond
 
 // maxHeldBatches bounds the batches of held changes waiting for the writer: at
 // the bound the run loop waits for it (the disk paces the broker rather
@@ -155,7 +191,7 @@ const maxHeldBatches = 256
 
 // heldLog is the runtime's side of the held log: a writer goroutine
 // applies Ready.Held in order (the run loop only hands the batches over;
-// no delivery waits for the disk) and syncs every heldSyncEvery while
+// no delivery waits for the disk) and syncs every syncEvery while
 // changes come.
 type heldLog struct {
 	log  storage.HeldLog
@@ -173,11 +209,11 @@ func newHeldLog(l storage.HeldLog) *heldLog {
 }
 
 // write is the writer: it applies the batches in order and syncs every
-// heldSyncEvery while they come, until stop (after the batches queued
+// syncEvery while they come, until stop (after the batches queued
 // before it). Each failure is logged once (a sync's again after a success).
 func (h *heldLog) write(log zerolog.Logger) {
 	defer close(h.done)
-	t := time.NewTicker(heldSyncEvery)
+	t := time.NewTicker(syncEvery)
 	defer t.Stop()
 	dirty, failing := false, false
 	apply := func(c *overlay.HeldChanges) {
@@ -246,6 +282,7 @@ func (r *Runtime) persist(rd *overlay.Ready) {
 		} else {
 			pl.fsyncSeconds.Observe(time.Since(t0).Seconds())
 			pl.appends.Add(float64(len(rd.Appends)))
+			pl.dirty.Store(!pl.sync)
 		}
 	}
 	if len(rd.Released) > 0 && pl.failed == nil {
@@ -293,6 +330,10 @@ func (r *Runtime) closeLog() {
 	}
 	if r.plog == nil {
 		return
+	}
+	if r.plog.stop != nil {
+		close(r.plog.stop)
+		<-r.plog.done
 	}
 	if err := r.plog.log.Close(); err != nil {
 		r.log.Warn().Err(err).Msg("closing the publication log")
