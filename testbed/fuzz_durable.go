@@ -98,10 +98,14 @@ func (z *fuzzDurable) subscribers(b *strings.Builder, first int, names []string,
 			}
 		}
 		var c comeback
+		span := last - fuzzFirstFault - 3*time.Second // for a disconnect and its comeback
 		switch {
-		case firstDown < 0 && len(mine) == 0:
+		case firstDown < 0 && (len(mine) > 0 || span <= 0):
+			desc = append(desc, d) // frozen or cut only, or a run too short: it stays
+			continue
+		case firstDown < 0:
 			// No fault touches its edge: it goes away and comes back.
-			at := fuzzFirstFault + ms(0, int((last-fuzzFirstFault-3*time.Second)/time.Millisecond))
+			at := fuzzFirstFault + ms(0, int(span/time.Millisecond))
 			to := e
 			if r.IntN(2) == 0 {
 				to = anchor
@@ -109,9 +113,6 @@ func (z *fuzzDurable) subscribers(b *strings.Builder, first int, names []string,
 			plan = append(plan, comeback{at: at, disconnect: true, sub: name})
 			c = comeback{at: at + ms(300, 1500), sub: name, broker: to}
 			d += fmt.Sprintf(", away at %s, back at %s", fmtMs(at), to)
-		case firstDown < 0:
-			desc = append(desc, d) // frozen or cut only: it stays
-			continue
 		case !left && mine[len(mine)-1].kind == ActRestart && r.IntN(2) == 0:
 			// Back at its edge once that has restarted and rejoined (a
 			// broker not joined yet refuses subscriptions).

@@ -72,6 +72,13 @@ func TestFuzzPlansStayWithinDelta(t *testing.T) {
 		t.Errorf("no durable subscriber comes back at its restarted edge in 300 plans")
 	}
 	t.Logf("%d disconnects, %d reconnects (%d at a restarted edge) in 300 plans", kinds[ActDisconnect], kinds[ActReconnect], backAtRestarted)
+	// The shortest runs draw valid plans too (no room for some episodes).
+	o.RunTime = 3 * time.Second
+	for seed := int64(1); seed <= 200; seed++ {
+		if _, err := DrawFuzzPlan(seed, o); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestFuzzSim runs two fuzz runs in sim mode: one line each in the
