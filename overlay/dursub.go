@@ -327,11 +327,12 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		// One home per name: a newer session takes it over here, from
 		// what this edge holds when it can (resume.go), else by a flood.
 		if d := n.dsub.subs[old]; d != nil {
-			if d.filter.String() == m.Filter.String() && n.resumable(d, tok) {
+			same := d.filter.String() == m.Filter.String()
+			if same && n.resumable(d, tok) {
 				n.resumeHere(old, d, c, cs, m, tok)
 				return
 			}
-			if d.filter.String() == m.Filter.String() && n.resumableAtSwitch(d, tok) {
+			if same && n.resumableAtSwitch(d, tok) {
 				n.awaitSwitch(old, d, c, cs, m, tok) // resume.go
 				return
 			}
@@ -719,9 +720,7 @@ func (n *Node) durBufferAll(sub message.SubID, d *dsub, s message.Source, pubs [
 		}
 	}
 	d.buf[s] = out
-	if n.cfg.MaxCatchupBytes > 0 && d.bytes > n.cfg.MaxCatchupBytes {
-		n.endDurable(sub, d, fmt.Sprintf("catchup of more than %d bytes (limits.max_catchup_bytes): subscribe again to resume from the token", n.cfg.MaxCatchupBytes))
-	}
+	n.boundCatchup(sub, d)
 }
 
 // durBuffer keeps p for d until the switch (in seq order, once).
@@ -735,6 +734,11 @@ func (n *Node) durBuffer(sub message.SubID, d *dsub, p message.Pub) {
 	p.Stamps = nil
 	d.buf[s] = slices.Insert(l, i, p)
 	d.bytes += p.LogSize()
+	n.boundCatchup(sub, d)
+}
+
+// boundCatchup ends d once what it buffered passes MaxCatchupBytes.
+func (n *Node) boundCatchup(sub message.SubID, d *dsub) {
 	if n.cfg.MaxCatchupBytes > 0 && d.bytes > n.cfg.MaxCatchupBytes {
 		n.endDurable(sub, d, fmt.Sprintf("catchup of more than %d bytes (limits.max_catchup_bytes): subscribe again to resume from the token", n.cfg.MaxCatchupBytes))
 	}

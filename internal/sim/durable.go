@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"time"
-
 	"github.com/deltapub/deltapub/internal/storage"
 	"github.com/deltapub/deltapub/overlay"
 )
@@ -21,13 +19,10 @@ import (
 
 // The held log (overlay/held.go) likewise outlives a crash, and is given
 // back at a restart with the data; as in the runtime, changes are applied
-// at once but synced only every heldSyncEvery, and a crash loses those not
+// at once but synced only every storage.SyncEvery, and a crash loses those not
 // synced yet.
 
-// heldSyncEvery is the runtime's (overlay/runtime/durable.go syncEvery).
-const heldSyncEvery = 100 * time.Millisecond
-
-// syncHeld applies b's held changes not synced yet, every heldSyncEvery
+// syncHeld applies b's held changes not synced yet, every storage.SyncEvery
 // (at its ticks).
 func (s *Sim) syncHeld(b *broker) {
 	if len(b.heldPending) == 0 || s.now < b.heldSyncAt {
@@ -43,7 +38,7 @@ func (s *Sim) syncHeld(b *broker) {
 	}
 	clear(b.heldPending)
 	b.heldPending = b.heldPending[:0]
-	b.heldSyncAt = s.now + heldSyncEvery
+	b.heldSyncAt = s.now + storage.SyncEvery
 }
 
 // persist carries out r's log part for b.

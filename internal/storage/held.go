@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
@@ -23,7 +24,7 @@ import (
 // Apply carries out one Ready's changes as one atomic write, not synced:
 // the core's argument needs only that a crash keeps a prefix of the
 // changes. Sync makes every change applied before it durable (a process
-// crash and a machine crash keep it); the runtime calls it every 100 ms
+// crash and a machine crash keep it); the runtime calls it every SyncEvery
 // while changes come, so a crash loses at most the changes of that long. Load
 // gives back what the changes kept say.
 type HeldLog interface {
@@ -33,6 +34,11 @@ type HeldLog interface {
 	Stats() HeldStats
 	Close() error
 }
+
+// SyncEvery is how often a broker syncs a log it writes without sync (the
+// held log; the publication log with durability write) while it changes:
+// what a crash may lose of it. The simulator models the same.
+const SyncEvery = 100 * time.Millisecond
 
 // HeldStats describes a held log.
 type HeldStats struct {

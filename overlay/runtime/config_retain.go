@@ -51,9 +51,15 @@ func (c *BrokerConfig) retainNodeConfig(nc *overlay.Config) {
 	}
 	nc.RetainBytes = c.MaxRetain.Bytes
 	nc.MaxCatchupBytes = cmp.Or(c.Limits.MaxCatchupBytes, defaultMaxCatchupBytes)
-	if k := cmp.Or(c.DurableKeep, DefaultDurableKeep); k > 0 {
-		nc.KeepAwayTicks = c.ticks(k)
-	}
+	nc.KeepAwayTicks = c.keepAwayTicks()
 	nc.MaxHeldBytes = cmp.Or(c.Limits.MaxHeldBytes, DefaultMaxHeldBytes)
-	nc.PersistHeld = c.persistHeld(nc.KeepAwayTicks)
+	nc.PersistHeld = c.persistHeld()
+}
+
+// keepAwayTicks is durable_keep in ticks (0: off).
+func (c *BrokerConfig) keepAwayTicks() int {
+	if k := cmp.Or(c.DurableKeep, DefaultDurableKeep); k > 0 {
+		return c.ticks(k)
+	}
+	return 0
 }

@@ -54,41 +54,15 @@ type pubLog struct {
 	fsyncSeconds prometheus.Histogram
 	appends      prometheus.Counter
 
-	// With durability write: appends since the last sync, and the loop
-	// that syncs them every syncEvery (pebble keeps an append without
-	// sync in its own buffers, where a process crash loses it too).
-	dirty      atomic.Bool
-	stop, done chan struct{}
-}
-
-// syncLoop syncs the log every syncEvery after appends, until stop. A
-// failure is logged once, and again only after a success.
-func (pl *pubLog) syncLoop(log zerolog.Logger) {
-	defer close(pl.done)
-	t := time.NewTicker(syncEvery)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-pl.stop:
-			return
-		case <-t.C:
-		}
-		if !pl.dirty.Swap(false) {
-			continue
-		}
-		err := pl.log.Sync()
-		if err != nil && !failing {
-			log.Warn().Err(err).Msg("publication log sync failed (durability write): a process crash may lose more than the last 100 ms of acknowledged publications")
-		}
-		failing = err != nil
-	}
+	// syncer syncs the appends every syncEvery with durability write
+	// (nil with fsync).
+	syncer *syncer
 }
 
 // persistHeld reports whether what durable subscriptions hold here is kept
 // in the data directory (the held log): with a log, and durable_keep on.
-func (c *BrokerConfig) persistHeld(keepAwayTicks int) bool {
-	return c.EffectiveDurability() != DurabilityNone && keepAwayTicks > 0
+func (c *BrokerConfig) persistHeld() bool {
+	return c.EffectiveDurability() != DurabilityNone && c.keepAwayTicks() > 0
 }
 
 // OpenLog opens the publication log in st (when durability is not none),
@@ -134,8 +108,7 @@ func (r *Runtime) OpenLog(st storage.Store) error {
 	)
 	r.plog = pl
 	if !pl.sync {
-		pl.stop, pl.done = make(chan struct{}), make(chan struct{})
-		go pl.syncLoop(r.log)
+		pl.syncer = startSyncer(l, r.log, "publication log sync failed (durability write): a process crash may lose more than the last 100 ms of acknowledged publications")
 	}
 	if len(rec.Pubs) > 0 {
 		r.log.Info().Int("publications", len(rec.Pubs)).Int("sources", len(rec.Last)).Msg("publication log recovered: offering its unsafe publications again once joined")
@@ -146,8 +119,7 @@ func (r *Runtime) OpenLog(st storage.Store) error {
 // openHeld opens the held log in st (with durable_keep on) and gives the
 // core the durable subscriptions it holds, installed again once joined.
 func (r *Runtime) openHeld(st storage.Store) error {
-	nc := r.cfg.NodeConfig(0)
-	if !nc.PersistHeld {
+	if !r.cfg.persistHeld() {
 		return nil
 	}
 	l, err := st.OpenHeld()
@@ -160,8 +132,7 @@ func (r *Runtime) openHeld(st storage.Store) error {
 		return err
 	}
 	r.node.RestoreHeld(subs)
-	r.hlog = newHeldLog(l)
-	go r.hlog.write(r.log)
+	r.hlog = newHeldLog(l, r.log)
 	stat := func(f func(s storage.HeldStats) float64) func() float64 {
 		return func() float64 { return f(l.Stats()) }
 	}
@@ -177,12 +148,54 @@ func (r *Runtime) openHeld(st storage.Store) error {
 	return nil
 }
 
-// syncEvery is how often a log written without sync is synced while it
-// changes (the held log; the publication log with durability write): what
-// a crash may lose of it. pebble keeps a commit without sync in its own
-// buffers until a later write fills a block or syncs (pebble#2624), so
-// without this even a process crash could lose it for long.
-const syncEvery = 100 * time.Millisecond
+// syncer syncs a log written without sync (the held log; the publication
+// log with durability write) every storage.SyncEvery while it changes, in
+// a goroutine of its own: what a crash may lose of it. pebble keeps a
+// commit without sync in its own buffers until a later write fills a
+// block or syncs (pebble#2624), so without it even a process crash could
+// lose a write for long.
+type syncer struct {
+	dirty atomic.Bool // written since the last sync
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// startSyncer starts syncing l; a failure is logged with msg once, and
+// again only after a success.
+func startSyncer(l interface{ Sync() error }, log zerolog.Logger, msg string) *syncer {
+	s := &syncer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(storage.SyncEvery)
+		defer t.Stop()
+		failing := false
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+			if !s.dirty.Swap(false) {
+				continue
+			}
+			err := l.Sync()
+			if err != nil && !failing {
+				log.Warn().Err(err).Msg(msg)
+			}
+			failing = err != nil
+		}
+	}()
+	return s
+}
+
+// written marks the log written since the last sync.
+func (s *syncer) written() { s.dirty.Store(true) }
+
+// close stops the syncer (closing the log makes the rest durable).
+func (s *syncer) close() {
+	close(s.stop)
+	<-s.done
+}
 
 // maxHeldBatches bounds the batches of held changes waiting for the writer: at
 // the bound the run loop waits for it (the disk paces the broker rather
@@ -191,31 +204,30 @@ const maxHeldBatches = 256
 
 // heldLog is the runtime's side of the held log: a writer goroutine
 // applies Ready.Held in order (the run loop only hands the batches over;
-// no delivery waits for the disk) and syncs every syncEvery while
-// changes come.
+// no delivery waits for the disk), and a syncer syncs what it wrote.
 type heldLog struct {
-	log  storage.HeldLog
-	q    chan *overlay.HeldChanges
-	stop chan struct{}
-	done chan struct{}
+	log    storage.HeldLog
+	q      chan *overlay.HeldChanges
+	stop   chan struct{}
+	done   chan struct{}
+	syncer *syncer
 	// failed: an Apply failed. Nothing is applied from then on, so that
 	// the log keeps a prefix of the changes (what a restart can restore:
 	// overlay/held.go); resumes here still work from memory.
 	failed atomic.Bool
 }
 
-func newHeldLog(l storage.HeldLog) *heldLog {
-	return &heldLog{log: l, q: make(chan *overlay.HeldChanges, maxHeldBatches), stop: make(chan struct{}), done: make(chan struct{})}
+func newHeldLog(l storage.HeldLog, log zerolog.Logger) *heldLog {
+	h := &heldLog{log: l, q: make(chan *overlay.HeldChanges, maxHeldBatches), stop: make(chan struct{}), done: make(chan struct{}),
+		syncer: startSyncer(l, log, "held log sync failed: a crash may lose more of what durable subscriptions hold here (their resumes then flood)")}
+	go h.write(log)
+	return h
 }
 
-// write is the writer: it applies the batches in order and syncs every
-// syncEvery while they come, until stop (after the batches queued
-// before it). Each failure is logged once (a sync's again after a success).
+// write is the writer: it applies the batches in order until stop (after
+// the batches queued before it). A failure is logged once.
 func (h *heldLog) write(log zerolog.Logger) {
 	defer close(h.done)
-	t := time.NewTicker(syncEvery)
-	defer t.Stop()
-	dirty, failing := false, false
 	apply := func(c *overlay.HeldChanges) {
 		if h.failed.Load() {
 			return
@@ -225,13 +237,12 @@ func (h *heldLog) write(log zerolog.Logger) {
 			log.Error().Err(err).Msg("held log write failed: this broker keeps no more of what its durable subscriptions hold; a restart restores what was written before")
 			return
 		}
-		dirty = true
+		h.syncer.written()
 	}
 	for {
 		select {
 		case c := <-h.q:
 			apply(c)
-			continue
 		case <-h.stop:
 			for {
 				select {
@@ -241,17 +252,7 @@ func (h *heldLog) write(log zerolog.Logger) {
 					return
 				}
 			}
-		case <-t.C:
 		}
-		if !dirty {
-			continue
-		}
-		dirty = false
-		err := h.log.Sync()
-		if err != nil && !failing {
-			log.Warn().Err(err).Msg("held log sync failed: a crash may lose more of what durable subscriptions hold here (their resumes then flood)")
-		}
-		failing = err != nil
 	}
 }
 
@@ -282,7 +283,9 @@ func (r *Runtime) persist(rd *overlay.Ready) {
 		} else {
 			pl.fsyncSeconds.Observe(time.Since(t0).Seconds())
 			pl.appends.Add(float64(len(rd.Appends)))
-			pl.dirty.Store(!pl.sync)
+			if pl.syncer != nil {
+				pl.syncer.written()
+			}
 		}
 	}
 	if len(rd.Released) > 0 && pl.failed == nil {
@@ -323,6 +326,7 @@ func (r *Runtime) closeLog() {
 	if r.hlog != nil {
 		close(r.hlog.stop)
 		<-r.hlog.done
+		r.hlog.syncer.close()
 		if err := r.hlog.log.Close(); err != nil {
 			r.log.Warn().Err(err).Msg("closing the held log")
 		}
@@ -331,9 +335,8 @@ func (r *Runtime) closeLog() {
 	if r.plog == nil {
 		return
 	}
-	if r.plog.stop != nil {
-		close(r.plog.stop)
-		<-r.plog.done
+	if r.plog.syncer != nil {
+		r.plog.syncer.close()
 	}
 	if err := r.plog.log.Close(); err != nil {
 		r.log.Warn().Err(err).Msg("closing the publication log")
