@@ -117,7 +117,9 @@ type SubAck struct {
 	Err       string `msgpack:"e,omitempty"`
 	// Recovery (the confirmation of a Subscribe with Recover): Recovered
 	// when every missed matching publication was delivered before this
-	// answer; otherwise Missed lists the ranges no history held.
+	// answer; otherwise Missed lists the ranges no history held, and with
+	// To 0 (from From on, end unknown) each stream no publisher's edge
+	// answered for.
 	Recovery  bool  `msgpack:"rv,omitempty"`
 	Recovered bool  `msgpack:"rd,omitempty"`
 	Missed    []Gap `msgpack:"m,omitempty"`

@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"slices"
 
 	"github.com/deltapub/deltapub/message"
 )
@@ -56,14 +55,20 @@ type durableState struct {
 type durSrc struct {
 	last  uint64  // last seq logged
 	safe  uint64  // seq up to which Released was reported
-	sizes []int64 // LogSize of the publications safe+1 … last
+	sizes fifo[int64] // LogSize of the publications safe+1 … last
 	// With retention (Config.RetainTicks or RetainBytes, dursub.go): ok is
 	// the seq up to which the queue made them safe (safe ≤ ok ≤ last);
 	// pubs and ticks (when logged, or restored) are the publications
 	// safe+1 … last, kept to answer durable subscriptions' catchups.
-	ok    uint64
-	pubs  []message.Pub
-	ticks []int64
+	ok   uint64
+	pubs fifo[retained]
+}
+
+// retained is a publication of the log kept for catchups, with the tick
+// it was logged (or restored) at.
+type retained struct {
+	pub  message.Pub
+	tick int64
 }
 
 func (d *durableState) init(cfg *Config) {
@@ -86,7 +91,7 @@ func (n *Node) durSource(s message.Source) *durSrc {
 	if excess := len(d.order) - n.cfg.MaxSources; excess > 0 {
 		kept := d.order[:0]
 		for _, o := range d.order {
-			if excess > 0 && len(d.src[o].sizes) == 0 && o != s {
+			if excess > 0 && d.src[o].sizes.Len() == 0 && o != s {
 				delete(d.src, o)
 				excess--
 				continue
@@ -111,15 +116,17 @@ func (n *Node) logAppend(p *message.Pub) {
 	}
 	x := n.durSource(p.ID.Source())
 	sz := p.LogSize()
-	if len(x.sizes) == 0 {
+	if x.sizes.Len() == 0 {
 		x.safe = p.ID.Seq - 1
 	}
 	x.last = p.ID.Seq
-	x.sizes = append(x.sizes, sz)
+	x.sizes.Push(sz)
 	n.dur.bytes += sz
 	n.dur.dirty = true
 	lp := message.Pub{ID: p.ID, Attrs: p.Attrs, Payload: p.Payload, Time: p.Time}
-	n.out.Appends = append(n.out.Appends, lp)
+	if !n.cfg.MemoryLog {
+		n.out.Appends = append(n.out.Appends, lp)
+	}
 	n.keep(x, lp)
 }
 
@@ -151,12 +158,12 @@ func (n *Node) Restore(last []message.PubID, pubs []message.Pub) {
 		p := pubs[i]
 		p.Stamps = nil
 		x := n.durSource(p.ID.Source())
-		if len(x.sizes) == 0 {
+		if x.sizes.Len() == 0 {
 			x.safe = p.ID.Seq - 1
 		}
 		x.last = max(x.last, p.ID.Seq)
 		sz := p.LogSize()
-		x.sizes = append(x.sizes, sz)
+		x.sizes.Push(sz)
 		n.dur.bytes += sz
 		n.dur.recover = append(n.dur.recover, p)
 		n.keep(x, p)
@@ -210,7 +217,7 @@ func (n *Node) durableTick() {
 	}
 	for _, s := range d.order {
 		x := d.src[s]
-		if len(x.sizes) == 0 {
+		if x.sizes.Len() == 0 {
 			continue
 		}
 		safe := x.last
@@ -224,13 +231,15 @@ func (n *Node) durableTick() {
 		if safe <= x.safe {
 			continue
 		}
-		k := int(min(safe-x.safe, uint64(len(x.sizes))))
-		for _, sz := range x.sizes[:k] {
-			d.bytes -= sz
+		k := int(min(safe-x.safe, uint64(x.sizes.Len())))
+		for i := range k {
+			d.bytes -= *x.sizes.At(i)
 		}
-		x.sizes = slices.Delete(x.sizes, 0, k)
+		x.sizes.Drop(k)
 		x.safe = safe
-		n.out.Released = append(n.out.Released, message.PubID{Publisher: s.Publisher, Epoch: s.Epoch, Seq: safe})
+		if !n.cfg.MemoryLog {
+			n.out.Released = append(n.out.Released, message.PubID{Publisher: s.Publisher, Epoch: s.Epoch, Seq: safe})
+		}
 	}
 }
 
@@ -244,7 +253,7 @@ type LogStatus struct {
 func (n *Node) logStatus() LogStatus {
 	st := LogStatus{Bytes: n.dur.bytes, Reoffer: len(n.dur.recover)}
 	for _, x := range n.dur.src {
-		st.Pending += len(x.sizes)
+		st.Pending += x.sizes.Len()
 	}
 	return st
 }

@@ -253,11 +253,10 @@ func (n *Node) keep(x *durSrc, p message.Pub) {
 	if !n.dur.retain {
 		return
 	}
-	if len(x.pubs) == 0 {
+	if x.pubs.Len() == 0 {
 		x.ok = max(x.ok, x.safe)
 	}
-	x.pubs = append(x.pubs, p)
-	x.ticks = append(x.ticks, n.now)
+	x.pubs.Push(retained{pub: p, tick: n.now})
 }
 
 // retainSafe records that x is safe downstream up to safe.
@@ -266,9 +265,9 @@ func (n *Node) retainSafe(x *durSrc, safe uint64) {
 		return
 	}
 	lo := int(x.ok - x.safe)
-	hi := int(min(safe-x.safe, uint64(len(x.sizes))))
-	for _, sz := range x.sizes[lo:hi] {
-		n.dur.kept += sz
+	hi := int(min(safe-x.safe, uint64(x.sizes.Len())))
+	for i := lo; i < hi; i++ {
+		n.dur.kept += *x.sizes.At(i)
 	}
 	x.ok = safe
 }
@@ -279,21 +278,19 @@ func (n *Node) retainSafe(x *durSrc, safe uint64) {
 // sizes and reports the release).
 func (n *Node) retainedUpTo(x *durSrc) uint64 {
 	k := 0
-	for k < len(x.pubs) && x.safe+uint64(k)+1 <= x.ok {
-		expired := n.cfg.RetainTicks > 0 && n.now-x.ticks[k] >= int64(n.cfg.RetainTicks)
+	for k < x.pubs.Len() && x.safe+uint64(k)+1 <= x.ok {
+		expired := n.cfg.RetainTicks > 0 && n.now-x.pubs.At(k).tick >= int64(n.cfg.RetainTicks)
 		over := n.cfg.RetainBytes > 0 && n.dur.kept > n.cfg.RetainBytes
 		if !expired && !over {
 			break
 		}
-		n.dur.kept -= x.sizes[k]
+		n.dur.kept -= *x.sizes.At(k)
 		k++
 	}
 	if k == 0 {
 		return x.safe
 	}
-	clear(x.pubs[:k])
-	x.pubs = slices.Delete(x.pubs, 0, k)
-	x.ticks = slices.Delete(x.ticks, 0, k)
+	x.pubs.Drop(k)
 	return x.safe + uint64(k)
 }
 
@@ -608,8 +605,8 @@ func (n *Node) answerDurable(from message.BrokerID, sub message.SubID, f matchin
 		var batches [][]message.Pub
 		var cur []message.Pub
 		var size int64
-		for i := range x.pubs {
-			p := &x.pubs[i]
+		for i := range x.pubs.Len() {
+			p := &x.pubs.At(i).pub
 			if p.ID.Seq <= start || !f.Match(&matching.Publication{Attrs: p.Attrs}) {
 				continue
 			}
@@ -916,6 +913,7 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	}
 	ack := &message.SubAck{Req: d.req, Sub: sub, Confirmed: true}
 	if d.recov {
+		n.unknownStreams(sub, d)
 		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
 	}
 	d.buf, d.last, d.ans, d.bytes, d.missed = nil, nil, nil, 0, nil
@@ -923,6 +921,20 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	n.startHolding(d) // resume.go
 	if !d.away {
 		n.toClient(d.client, ack)
+	}
+}
+
+// unknownStreams lists in a recovering subscription's confirmation each
+// stream of its positions that no publisher's edge answered for (one with
+// no log, or restarted without it, or that forgot the stream): whether
+// anything after the position was missed is unknown, so the Gap has no
+// end (To 0) and recovered is false.
+func (n *Node) unknownStreams(sub message.SubID, d *dsub) {
+	for _, e := range d.tok.Entries {
+		if _, ok := d.last[e.Source]; !ok {
+			d.missed = append(d.missed, message.Gap{Sub: sub, Source: e.Source, From: e.From() + 1,
+				Reason: "no publisher's edge answered for this stream: what was published after the position is unknown"})
+		}
 	}
 }
 

@@ -60,6 +60,10 @@ type Config struct {
 	// their PubAcks) and released once safe (Ready.Released); see
 	// durable.go.
 	Durable bool
+	// MemoryLog (with Durable): the log lives in this core only (the
+	// runtime's durability memory), so Ready.Appends and Ready.Released
+	// stay empty: nothing persists them.
+	MemoryLog bool
 	// MaxLogBytes bounds the log (message.LogSize of the publications
 	// not yet released; 0: unbounded). At the bound Publish is refused
 	// with ErrLogFull until downstream makes enough safe.

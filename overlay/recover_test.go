@@ -124,3 +124,27 @@ func TestRecoverWithoutRetentionReportsTheGap(t *testing.T) {
 		t.Fatalf("confirmation %+v, want recovered: false, missed [2, 3]", ack)
 	}
 }
+
+// A stream no publisher's edge answers for (its edge keeps no log) is
+// unknown, not recovered: the confirmation lists it with no end.
+func TestRecoverOfAStreamNobodyAnswersForIsUnknown(t *testing.T) {
+	h := newHarness(t, 2)
+	h.buildTree("P1", chainEdges) // Durable off: no broker keeps a log
+	h.do("P1", func(n *Node) { n.ClientOpen(1); n.Client(1, &message.ClientHello{Publisher: "pub", Epoch: 7}) })
+	h.subscribe("S1", 10, classFilter("x"))
+	h.publish("P1", 1, 1, "x")
+	h.run(20)
+	pos := h.lastPositions(10)
+	h.do("S1", func(n *Node) { n.ClientClose(10) })
+	h.publish("P1", 1, 2, "x")
+	h.run(20)
+	ack := h.recoverSub("S2", 11, "x", pos)
+	if ack.Recovered || len(ack.Missed) != 1 || ack.Missed[0].From != 2 || ack.Missed[0].To != 0 {
+		t.Fatalf("confirmation %+v, want recovered: false, missed from 2 with no end", ack)
+	}
+	h.publish("P1", 1, 3, "x")
+	h.run(20)
+	if got := h.deliveries(11); !slices.Equal(got, []uint64{3}) {
+		t.Fatalf("got %v, want [3] (live)", got)
+	}
+}

@@ -115,9 +115,16 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	cfg.Core.MaxQueue = o.MaxQueue
 	// The simulator models the publication log when the file asks for one
 	// (process mode keeps one by default, in each broker's data directory).
-	cfg.Core.Durable = o.Durability == "fsync" || o.Durability == "write"
+	cfg.Core.Durable = hasLog(o.Durability)
 	if cfg.Core.Durable && o.Retain.Duration > 0 {
 		cfg.Core.RetainTicks = ticks(o.Retain.Duration, cfg.Tick)
+	}
+	cfg.Core.MemoryLog = o.Durability == "memory"
+	if cfg.Core.MemoryLog { // the brokers' publication history, and its bound
+		if o.Retain.Duration == 0 {
+			cfg.Core.RetainTicks = ticks(runtime.DefaultMemoryRetainTime, cfg.Tick)
+		}
+		cfg.Core.RetainBytes = runtime.DefaultMemoryRetainBytes
 	}
 	// Away durable subscriptions kept at their edge, as the brokers do.
 	if keep := cmp.Or(o.DurableKeep.Duration, runtime.DefaultDurableKeep); keep > 0 {
@@ -241,7 +248,7 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 					if p.Layout != nil {
 						err = s.RestartWith(id, sim.RestartOptions{StaleLink: -1}) // the layout names its peers
 					} else {
-						err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean})
+						err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean && o.Durability != "memory"})
 					}
 				case ActDisconnect:
 					err = s.Disconnect(a.Subscriber + ".0")

@@ -274,17 +274,17 @@ func build(s *Spec, errs *errList) (*Plan, error) {
 		errs.add(L("overlay.max_queue"), "max_queue = %d: must be ≥ 1", o.MaxQueue)
 	}
 	switch o.Durability {
-	case "", "fsync", "write", "none":
+	case "", "fsync", "write", "memory", "none":
 	default:
-		errs.add(L("overlay.durability"), "durability = %q: one of fsync, write, none", o.Durability)
+		errs.add(L("overlay.durability"), "durability = %q: one of fsync, write, memory, none", o.Durability)
 	}
 	if o.DurableKeep.Duration > 720*time.Hour {
 		errs.add(L("overlay.durable_keep"), "durable_keep = %v: at most 720h (negative: off)", o.DurableKeep.Duration)
 	}
 	if o.Retain.Duration < 0 || o.Retain.Duration > 720*time.Hour {
 		errs.add(L("overlay.retain"), "retain = %v: out of range [0, 720h]", o.Retain.Duration)
-	} else if o.Retain.Duration > 0 && o.Durability != "fsync" && o.Durability != "write" {
-		errs.add(L("overlay.retain"), "retain needs the publication log: durability = \"fsync\" or \"write\"")
+	} else if o.Retain.Duration > 0 && !hasLog(o.Durability) {
+		errs.add(L("overlay.retain"), "retain needs the publication log: durability = \"fsync\", \"write\" or \"memory\"")
 	}
 	// Topology.
 	topo := buildTopology(s, errs)
@@ -441,8 +441,8 @@ func planClients(s *Spec, p *Plan, errs *errList) {
 				errs.add(key("durable"), "durable subscribers are not supported in [overlay] mode = \"replicas\" (the baseline has no publication log, docs/baseline.md)")
 				continue
 			}
-			if d := s.Overlay.Durability; d != "fsync" && d != "write" {
-				errs.add(key("durable"), "durable subscribers need the publication log: [overlay] durability = \"fsync\" or \"write\" (have %q)", d)
+			if d := s.Overlay.Durability; !hasLog(d) {
+				errs.add(key("durable"), "durable subscribers need the publication log: [overlay] durability = \"fsync\", \"write\" or \"memory\" (have %q)", d)
 				continue
 			}
 		}
@@ -691,4 +691,10 @@ func planFaults(s *Spec, p *Plan, errs *errList) {
 	}
 	checkPartitions(p, errs)
 	checkSessions(p, errs)
+}
+
+// hasLog reports whether a testbed's durability names a publication log
+// (on disk, or in memory only).
+func hasLog(durability string) bool {
+	return durability == "fsync" || durability == "write" || durability == "memory"
 }

@@ -187,7 +187,7 @@ func TestBadFiles(t *testing.T) {
 		{"unknown attr-table key in publishers", repl("rate = 10", "rate = 10\nrat = 3"), 18, `unknown key "publishers[0].rat"`},
 		{"delta zero", repl("delta = 2", "delta = 0"), 7, "δ must be ≥ 1"},
 		{"delta negative", repl("delta = 2", "delta = -1"), 7, "δ must be ≥ 1"},
-		{"unknown durability", repl("delta = 2", "delta = 2\ndurability = \"sometimes\""), 8, `durability = "sometimes": one of fsync, write, none`},
+		{"unknown durability", repl("delta = 2", "delta = 2\ndurability = \"sometimes\""), 8, `durability = "sometimes": one of fsync, write, memory, none`},
 		{"unknown broker in fault", repl(`crash = ["B2", "B4"]`, `crash = ["B2", "B99"]`), 27, `unknown broker "B99" in crash`},
 		{"fault before start", repl(`at = "4s"`, `at = "500ms"`), 26, "before the start"},
 		{"fault after end", repl(`at = "6s"`, `at = "12s"`), 30, "after the end"},

@@ -68,7 +68,7 @@ type OverlaySpec struct {
 	GoneAfter      Duration `toml:"gone_after"`      // default 20 × failure_timeout (PROTOCOL §6)
 	MaxQueue       int      `toml:"max_queue"`       // per-broker message queue bound; default 100000
 	Tick           Duration `toml:"tick"`            // the protocol core's tick; default 10ms
-	Durability     string   `toml:"durability"`      // publication log: fsync | write | none; default the broker's (fsync with a data dir)
+	Durability     string   `toml:"durability"`      // publication log: fsync | write | memory | none; default the broker's (fsync with a data dir)
 	LinkDelay      Duration `toml:"link_delay"`      // sim mode only: one-way delay per link; default 1ms
 	LinkJitter     Duration `toml:"link_jitter"`     // sim mode only: added uniform jitter; default 0
 	Mode           string   `toml:"mode"`            // delta (default) | replicas: the replica-based baseline (docs/baseline.md)

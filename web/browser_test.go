@@ -86,15 +86,6 @@ func runBroker(t *testing.T, id, join string, ws bool, edit func(*runtime.Broker
 	return &testBroker{b: b, addr: listen, kill: func() { stop(true) }}
 }
 
-// retaining makes a broker log and retain its publishers' publications
-// (for a minute), so that subscribers elsewhere can recover them.
-func retaining(t *testing.T) func(*runtime.BrokerConfig) {
-	dir := t.TempDir()
-	return func(c *runtime.BrokerConfig) {
-		c.DataDir, c.Durability, c.MaxRetain.Time = dir, "write", time.Minute
-	}
-}
-
 // TestBrowserPageShowsExactlyTheMatchingDeliveries runs the example page in
 // headless Chromium against real brokers: the page (on B2, over WebSocket)
 // and a Go client (on B2, over QUIC) subscribe with the same filter, a Go
@@ -257,7 +248,7 @@ func expected(filter matching.Filter, pubs []matching.Publication, publisher str
 
 // TestBrowserPageRecoversOnAnotherBrokerAfterACrash: the page subscribes
 // through broker A (its client knows A and B), a Go publisher on P (whose
-// edge retains its publications) publishes; once the page shows the first
+// edge keeps its publication history in memory, by default) publishes; once the page shows the first
 // half, A crashes; the rest is published while the page reconnects to B,
 // subscribes again with its positions and recovers. The page must show
 // exactly the matching publications, nothing missing, nothing twice, and
@@ -266,7 +257,7 @@ func TestBrowserPageRecoversOnAnotherBrokerAfterACrash(t *testing.T) {
 	script := browserTools(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	p := runBroker(t, "P", "", false, retaining(t))
+	p := runBroker(t, "P", "", false, nil) // its default publication history holds what the page misses
 	a := runBroker(t, "A", p.addr, true, nil)
 	b := runBroker(t, "B", p.addr, true, nil)
 	filterText, filter, pubs, want := stockPubs(t)

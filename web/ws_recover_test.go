@@ -129,10 +129,11 @@ func (w *webConn) seqs(ctx context.Context, n int, each func(frame)) []uint64 {
 	return out
 }
 
-// recoverTopology: P, the publisher's edge (retaining), and A and B, the
-// web clients' brokers, each a neighbour of P.
+// recoverTopology: P, the publisher's edge, with its default recent
+// history (in memory, no data directory), and A and B, the web clients'
+// brokers, each a neighbour of P.
 func recoverTopology(t *testing.T) (p, a, b *testBroker, pub *client.Client) {
-	p = runBroker(t, "P", "", false, retaining(t))
+	p = runBroker(t, "P", "", false, nil)
 	a = runBroker(t, "A", p.addr, true, nil)
 	b = runBroker(t, "B", p.addr, true, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -179,7 +180,7 @@ func matching3(from, to int) []uint64 {
 
 // A web client whose broker crashes subscribes again on another broker
 // with its last positions: it gets exactly the matching publications it
-// missed (from the publisher's edge's retained log), in order, before the
+// missed (from the publisher's edge's publication history), in order, before the
 // confirmation that says recovered: true, then live.
 func TestWSRecoverOnAnotherBrokerAfterACrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

@@ -33,7 +33,7 @@ func brokerCmd(fs *flag.FlagSet) func([]string) int {
 		delta       = fs.Int("delta", 0, "δ: adjacent broker failures tolerated (same on every broker)")
 		epoch       = fs.Uint64("epoch", 0, "incarnation `number` (0: milliseconds since 1970)")
 		dataDir     = fs.String("data-dir", "", "`directory` where the broker keeps its epoch and its place in the tree across crashes (empty: nothing kept)")
-		durability  = fs.String("durability", "", "publication log: fsync, write or none (default: fsync with --data-dir, else none)")
+		durability  = fs.String("durability", "", "publication log: fsync, write, memory or none (default: fsync with --data-dir, else memory)")
 		maxRetain   = fs.Duration("max-retain", 0, "keep logged publications this `long` after they are safe, for durable subscribers that are away (max_retain.time)")
 		retainBytes = fs.Int64("max-retain-bytes", 0, "keep at most this many `bytes` of such publications (max_retain.bytes)")
 		durableKeep = fs.Duration("durable-keep", 0, "keep a durable subscription whose client went away this `long` at its edge, for a resume there without a flood (durable_keep; 0: 1m, negative: off)")

@@ -95,9 +95,9 @@ func (s *Sim) start(b *broker) error {
 	b.epoch++
 	c := s.cfg.Core
 	c.ID, c.Addr, c.Epoch, c.Seed = b.id, b.addr, b.epoch, s.rng.Int64()
-	// The runtime's rule: with a log, what durable subscriptions hold is
-	// kept too (the held log, durable.go).
-	c.PersistHeld = c.Durable && c.KeepAwayTicks > 0
+	// The runtime's rule: with a log on disk, what durable subscriptions
+	// hold is kept too (the held log, durable.go).
+	c.PersistHeld = c.Durable && !c.MemoryLog && c.KeepAwayTicks > 0
 	if s.cfg.MaxFrame > 0 {
 		c.MaxFrame = s.cfg.MaxFrame
 	}

@@ -180,7 +180,11 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 	}
 	plan := func(format string, args ...any) { res.Plan = append(res.Plan, fmt.Sprintf(format, args...)) }
 	if dz != nil {
-		plan("durable: logs at the edges, retention %d ticks, restarts keep their data", cfg.Core.RetainTicks)
+		if cfg.Core.MemoryLog {
+			plan("durable: logs in memory at the edges (durability memory), retention %d ticks, restarts lose them", cfg.Core.RetainTicks)
+		} else {
+			plan("durable: logs at the edges, retention %d ticks, restarts keep their data", cfg.Core.RetainTicks)
+		}
 	}
 	plan("brokers=%d delta=%d faults=%d link=%v+%v heartbeat=%d failure=%d dack=%d gone=%d linkdown=%v",
 		n, delta, k, cfg.LinkDelay, cfg.LinkJitter, cfg.Core.HeartbeatTicks, cfg.Core.FailureTicks, cfg.Core.DACKTicks, cfg.Core.GoneAfterTicks, cfg.LinkDownAfter)
@@ -248,7 +252,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 					return res
 				}
 				s.At(s.Now()+3*failTimeout, func() {
-					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil, Place: true, Log: dz != nil})
+					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil, Place: true, Log: dz != nil && !cfg.Core.MemoryLog})
 				})
 			}
 		}
@@ -363,7 +367,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 			f := f
 			s.At(f.at, func() { _ = s.Crash(f.b) })
 			s.At(f.until, func() {
-				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil, Place: true, Log: dz != nil})
+				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil, Place: true, Log: dz != nil && !cfg.Core.MemoryLog})
 			})
 		case "slow":
 			plan("slow %s from %s: stalls %v", f.b, fmtTime(f.at), f.stalls)

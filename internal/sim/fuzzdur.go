@@ -58,6 +58,10 @@ func drawDurable(seed int64, cfg *Config) *durFuzz {
 			cfg.Core.MaxHeldBytes = int64(1000 + r.IntN(4000))
 		}
 	}
+	// A quarter of the runs keep the logs in memory only (the brokers'
+	// durability memory): every restart loses them. Drawn from a stream
+	// of its own, so the other draws of a seed stay as they were.
+	cfg.Core.MemoryLog = rand.New(rand.NewPCG(uint64(seed), 0x6d656d)).IntN(4) == 0
 	return &durFuzz{r: r, w: workload.NewSmall(r), next: map[string]time.Duration{}, same: map[string]bool{}}
 }
 

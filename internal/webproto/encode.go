@@ -52,6 +52,9 @@ type outGap struct {
 	Epoch     uint64 `json:"epoch" msgpack:"epoch"`
 	From      uint64 `json:"from" msgpack:"from"`
 	To        uint64 `json:"to" msgpack:"to"`
+	// Unknown: no publisher's edge answered for this stream, so what
+	// was published after From-1 is not known (To is 0).
+	Unknown bool `json:"unknown,omitempty" msgpack:"unknown,omitempty"`
 }
 
 // Gap is a range of one subscription's deliveries from one publisher
@@ -118,7 +121,7 @@ func (c Codec) Encode(m message.Message) ([]byte, bool) {
 			rec := m.Recovered
 			f.Recovered = &rec
 			for _, g := range m.Missed {
-				f.Gaps = append(f.Gaps, outGap{Sub: m.Sub.String(), Publisher: g.Source.Publisher, Epoch: g.Source.Epoch, From: g.From, To: g.To})
+				f.Gaps = append(f.Gaps, outGap{Sub: m.Sub.String(), Publisher: g.Source.Publisher, Epoch: g.Source.Epoch, From: g.From, To: g.To, Unknown: g.To < g.From})
 			}
 		}
 	case *message.Silence:

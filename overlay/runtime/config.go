@@ -55,14 +55,18 @@ type BrokerConfig struct {
 	// Durability of the publication log (docs/durable.md): "fsync" (a
 	// PubAck only once the publication is on disk), "write" (once it is
 	// written to the log, not synced: survives a process crash, not a
-	// machine crash), "none" (no log: a PubAck means queued here).
-	// Empty: "fsync" with a data_dir, "none" without one.
+	// machine crash), "memory" (the log in memory only: a PubAck means
+	// queued here, and a restart starts with an empty log), "none" (no
+	// log, no publication history). Empty: "fsync" with a data_dir, "memory"
+	// without one.
 	Durability string `toml:"durability"`
 	// MaxRetain keeps the log's publications after they are safe
 	// downstream, for durable subscriptions that are away (docs/durable.md):
 	// until older than Time or beyond Bytes of such publications, the
 	// oldest first. Both 0: released as soon as safe (a durable
-	// subscriber that comes back then gets a Gap for what it missed).
+	// subscriber that comes back then gets a Gap for what it missed),
+	// except with durability memory, whose default publication history is
+	// DefaultMemoryRetainTime and DefaultMemoryRetainBytes.
 	MaxRetain RetainConfig `toml:"max_retain"`
 	// DurableKeep: a durable subscription whose client went away stays at
 	// this broker, its edge, this long, holding what it was delivered and
@@ -460,9 +464,9 @@ func (c *BrokerConfig) Validate() error {
 		return bad("limits.max_log_bytes", "%d out of range [%d, %d]", l.MaxLogBytes, 1<<20, int64(1)<<40)
 	}
 	switch c.Durability {
-	case "", DurabilityFsync, DurabilityWrite, DurabilityNone:
+	case "", DurabilityFsync, DurabilityWrite, DurabilityMemory, DurabilityNone:
 	default:
-		return bad("durability", "%q: one of fsync, write, none", c.Durability)
+		return bad("durability", "%q: one of fsync, write, memory, none", c.Durability)
 	}
 	if err := c.validateRetain(); err != nil {
 		return err

@@ -25,6 +25,7 @@ func (c *BrokerConfig) NodeConfig(epoch uint64) overlay.Config {
 	nc.MaxQueue = c.Limits.MaxQueue
 	nc.MaxFrame = c.Limits.MaxFrame
 	nc.Durable = c.EffectiveDurability() != DurabilityNone
+	nc.MemoryLog = c.EffectiveDurability() == DurabilityMemory
 	nc.MaxLogBytes = cmp.Or(c.Limits.MaxLogBytes, defaultMaxLogBytes)
 	c.retainNodeConfig(&nc)
 	// A join step unanswered for two failure timeouts is retried.

@@ -29,7 +29,7 @@ func (c *BrokerConfig) validateRetain() error {
 		return bad("max_retain.bytes", "%d out of range [0, %d]", r.Bytes, int64(1)<<40)
 	}
 	if (r.Time > 0 || r.Bytes > 0) && c.EffectiveDurability() == DurabilityNone {
-		return bad("max_retain", "needs the publication log (data_dir, durability fsync or write)")
+		return bad("max_retain", "needs a publication log (durability fsync, write or memory)")
 	}
 	if m := c.Limits.MaxCatchupBytes; m < 0 || m > 1<<40 {
 		return bad("limits.max_catchup_bytes", "%d out of range [0, %d]", m, int64(1)<<40)
@@ -46,14 +46,30 @@ func (c *BrokerConfig) validateRetain() error {
 // retainNodeConfig sets the core's retention, catchup bound and away
 // subscriptions.
 func (c *BrokerConfig) retainNodeConfig(nc *overlay.Config) {
-	if c.MaxRetain.Time > 0 {
-		nc.RetainTicks = c.ticks(c.MaxRetain.Time)
+	r := c.effectiveRetain()
+	if r.Time > 0 {
+		nc.RetainTicks = c.ticks(r.Time)
 	}
-	nc.RetainBytes = c.MaxRetain.Bytes
+	nc.RetainBytes = r.Bytes
 	nc.MaxCatchupBytes = cmp.Or(c.Limits.MaxCatchupBytes, defaultMaxCatchupBytes)
 	nc.KeepAwayTicks = c.keepAwayTicks()
 	nc.MaxHeldBytes = cmp.Or(c.Limits.MaxHeldBytes, DefaultMaxHeldBytes)
 	nc.PersistHeld = c.persistHeld()
+}
+
+// effectiveRetain is max_retain with the defaults of durability memory
+// filled in: its publication history when max_retain is left 0, and always a
+// bound in bytes, since it is held in memory.
+func (c *BrokerConfig) effectiveRetain() RetainConfig {
+	r := c.MaxRetain
+	if c.EffectiveDurability() != DurabilityMemory {
+		return r
+	}
+	if r == (RetainConfig{}) {
+		r.Time = DefaultMemoryRetainTime
+	}
+	r.Bytes = cmp.Or(r.Bytes, DefaultMemoryRetainBytes)
+	return r
 }
 
 // keepAwayTicks is durable_keep in ticks (0: off).

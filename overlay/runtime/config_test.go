@@ -208,3 +208,43 @@ func TestNodeConfigCarriesMaxFrame(t *testing.T) {
 		t.Fatal("a 100-byte MaxFrame was accepted")
 	}
 }
+
+// Without a data directory a broker keeps a publication history in memory (for
+// recovering and durable subscribers elsewhere), always bounded in bytes;
+// none turns it off, and a data directory puts the log on disk.
+func TestDurabilityDefaultsAndTheRecentHistory(t *testing.T) {
+	cases := []struct {
+		name       string
+		edit       func(c *BrokerConfig)
+		durability string
+		durable    bool
+		retain     RetainConfig
+	}{
+		{"default", func(c *BrokerConfig) {}, DurabilityMemory, true, RetainConfig{DefaultMemoryRetainTime, DefaultMemoryRetainBytes}},
+		{"memory, time only", func(c *BrokerConfig) { c.MaxRetain.Time = 5 * time.Second }, DurabilityMemory, true, RetainConfig{5 * time.Second, DefaultMemoryRetainBytes}},
+		{"memory, bytes only", func(c *BrokerConfig) { c.MaxRetain.Bytes = 1 << 20 }, DurabilityMemory, true, RetainConfig{0, 1 << 20}},
+		{"none", func(c *BrokerConfig) { c.Durability = DurabilityNone }, DurabilityNone, false, RetainConfig{}},
+		{"data dir", func(c *BrokerConfig) { c.DataDir = t.TempDir() }, DurabilityFsync, true, RetainConfig{}},
+		{"replicas", func(c *BrokerConfig) { c.Overlay.Mode = ModeReplicas }, DurabilityNone, false, RetainConfig{}},
+	}
+	for _, tc := range cases {
+		c := DefaultBrokerConfig()
+		c.ID = "B1"
+		tc.edit(&c)
+		nc := c.NodeConfig(1)
+		if got := c.EffectiveDurability(); got != tc.durability || nc.Durable != tc.durable {
+			t.Errorf("%s: durability %q (core log %v), want %q (%v)", tc.name, got, nc.Durable, tc.durability, tc.durable)
+		}
+		if got := c.effectiveRetain(); got != tc.retain {
+			t.Errorf("%s: retention %+v, want %+v", tc.name, got, tc.retain)
+		}
+		if tc.retain.Bytes != nc.RetainBytes {
+			t.Errorf("%s: core RetainBytes %d, want %d", tc.name, nc.RetainBytes, tc.retain.Bytes)
+		}
+	}
+	c := validBrokerConfig()
+	c.Durability, c.MaxRetain.Time = DurabilityNone, time.Minute
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "max_retain") {
+		t.Fatalf("max_retain with durability none: %v, want an error naming max_retain", err)
+	}
+}

@@ -15,24 +15,43 @@ import (
 
 // Durability values (BrokerConfig.Durability).
 const (
-	DurabilityFsync = "fsync"
-	DurabilityWrite = "write"
-	DurabilityNone  = "none"
+	DurabilityFsync  = "fsync"
+	DurabilityWrite  = "write"
+	DurabilityMemory = "memory"
+	DurabilityNone   = "none"
+)
+
+// The publication history a broker keeps in memory by default (durability
+// memory with max_retain left 0): what a recovering web client or a
+// durable subscriber that was away gets from this broker's publishers.
+const (
+	DefaultMemoryRetainTime  = time.Minute
+	DefaultMemoryRetainBytes = 64 << 20
 )
 
 // defaultMaxLogBytes is limits.max_log_bytes when left 0.
 const defaultMaxLogBytes = 1 << 30
 
 // EffectiveDurability is Durability with its default filled in: fsync
-// with a data directory, none without one.
+// with a data directory, memory without one (none in mode replicas,
+// which keeps no log).
 func (c *BrokerConfig) EffectiveDurability() string {
 	switch {
 	case c.Durability != "":
 		return c.Durability
 	case c.DataDir != "":
 		return DurabilityFsync
+	case c.IsReplicas():
+		return DurabilityNone
 	}
-	return DurabilityNone
+	return DurabilityMemory
+}
+
+// onDisk reports whether the publication log is written to the data
+// directory (durability fsync or write).
+func (c *BrokerConfig) onDisk() bool {
+	d := c.EffectiveDurability()
+	return d == DurabilityFsync || d == DurabilityWrite
 }
 
 // errLogFailed prefixes the PubAcks refused after a failed append.
@@ -60,20 +79,21 @@ type pubLog struct {
 }
 
 // persistHeld reports whether what durable subscriptions hold here is kept
-// in the data directory (the held log): with a log, and durable_keep on.
+// in the data directory (the held log): with a log on disk, and
+// durable_keep on.
 func (c *BrokerConfig) persistHeld() bool {
-	return c.EffectiveDurability() != DurabilityNone && c.keepAwayTicks() > 0
+	return c.onDisk() && c.keepAwayTicks() > 0
 }
 
-// OpenLog opens the publication log in st (when durability is not none),
+// OpenLog opens the publication log in st (with durability fsync or write),
 // hands what it holds to the core (which continues every logged source's
 // sequence and offers the unsafe publications again once joined) and
 // registers its metrics. Call before Run. An unreadable log is an error
 // naming its path: the broker must not start on top of it.
 func (r *Runtime) OpenLog(st storage.Store) error {
 	d := r.cfg.EffectiveDurability()
-	if d == DurabilityNone {
-		return nil
+	if !r.cfg.onDisk() {
+		return nil // none, or memory: the core's log is all there is
 	}
 	if st == nil {
 		return errors.New("runtime: durability " + d + " needs a data directory (data_dir, --data-dir)")
