@@ -74,9 +74,14 @@ type Subscribe struct {
 }
 
 // Recovery is a plain subscription's recovery request: the last seq the
-// client got per source (a source not listed is taken from now on).
+// client got per source. A source not listed is taken from now on, or,
+// with Since, from the first publication its edge logged in the last
+// Since milliseconds (the time since the subscription was first
+// confirmed, as the client measured it): a publisher that started, or
+// first matched, while the client was away.
 type Recovery struct {
-	From []SourceSeq `msgpack:"f,omitempty"`
+	From  []SourceSeq `msgpack:"f,omitempty"`
+	Since uint64      `msgpack:"t,omitempty"`
 }
 
 // MaxRecoverSources bounds Recovery.From (as a checkpoint token's sources).

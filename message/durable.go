@@ -14,7 +14,9 @@ type SourceSeq struct {
 // DurableFlood rides on the SubFlood of a durable subscription: From is,
 // per source, the seq after which the subscriber still has to consume (its
 // checkpoint token); a source not listed is to be consumed from its start,
-// unless Fresh (a new subscription: nothing before now).
+// unless Fresh (a new subscription: nothing before now, or with Window,
+// nothing logged at the source's edge more than Window milliseconds
+// before the flood reached it).
 //
 // Again marks the second flood of a resumed subscription, sent by its edge
 // once the first was confirmed (every broker on every path has the entry
@@ -23,10 +25,11 @@ type SourceSeq struct {
 // at a Last taken after the whole path was installed. Older brokers
 // ignore it: they answer it at once as a known subscription.
 type DurableFlood struct {
-	Name  string      `msgpack:"n"`
-	From  []SourceSeq `msgpack:"f,omitempty"` // sorted by source
-	Fresh bool        `msgpack:"x,omitempty"`
-	Again bool        `msgpack:"g,omitempty"`
+	Name   string      `msgpack:"n"`
+	From   []SourceSeq `msgpack:"f,omitempty"` // sorted by source
+	Fresh  bool        `msgpack:"x,omitempty"`
+	Again  bool        `msgpack:"g,omitempty"`
+	Window uint64      `msgpack:"w,omitempty"`
 }
 
 // Catchup is a publisher's edge's answer to a durable subscription's
@@ -35,14 +38,18 @@ type DurableFlood struct {
 // the subscriber's From that match (in seq order, without stamps), Last is
 // the source's last seq at the moment the subscription was installed there
 // (every later one is routed to the subscriber as usual), First the first
-// seq still retained (Last+1 when none is). More > 0: more Catchup
-// messages of the same source follow (the answer did not fit one frame).
+// seq still retained (Last+1 when none is), From the seq after which the
+// answer is owed (the flood's From for the source; for a source it did
+// not name, where a Fresh subscription starts: 0 when that is its start or
+// not known). More > 0: more Catchup messages of the same source follow
+// (the answer did not fit one frame).
 type Catchup struct {
 	Sub    SubID  `msgpack:"s"`
 	Source Source `msgpack:"o"`
 	Pubs   []Pub  `msgpack:"p,omitempty"`
 	Last   uint64 `msgpack:"l"`
 	First  uint64 `msgpack:"a"`
+	From   uint64 `msgpack:"fr,omitempty"`
 	More   int    `msgpack:"k,omitempty"`
 }
 

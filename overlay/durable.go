@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"math"
 
 	"github.com/deltapub/deltapub/message"
 )
@@ -53,8 +54,8 @@ type durableState struct {
 
 // durSrc is one local source's log state.
 type durSrc struct {
-	last  uint64  // last seq logged
-	safe  uint64  // seq up to which Released was reported
+	last  uint64      // last seq logged
+	safe  uint64      // seq up to which Released was reported
 	sizes fifo[int64] // LogSize of the publications safe+1 … last
 	// With retention (Config.RetainTicks or RetainBytes, dursub.go): ok is
 	// the seq up to which the queue made them safe (safe ≤ ok ≤ last);
@@ -62,6 +63,12 @@ type durSrc struct {
 	// safe+1 … last, kept to answer durable subscriptions' catchups.
 	ok   uint64
 	pubs fifo[retained]
+	// born is the tick x was first logged at in this incarnation
+	// (math.MinInt64: restored, older than that); rel the tick the newest
+	// publication released from pubs was logged at (math.MinInt64: none
+	// yet; a restored source: the restart, before which nothing is known).
+	// windowStart reads them.
+	born, rel int64
 }
 
 // retained is a publication of the log kept for catchups, with the tick
@@ -85,7 +92,7 @@ func (n *Node) durSource(s message.Source) *durSrc {
 	if x := d.src[s]; x != nil {
 		return x
 	}
-	x := &durSrc{}
+	x := &durSrc{born: n.now, rel: math.MinInt64}
 	d.src[s] = x
 	d.order = append(d.order, s)
 	if excess := len(d.order) - n.cfg.MaxSources; excess > 0 {
@@ -130,6 +137,14 @@ func (n *Node) logAppend(p *message.Pub) {
 	n.keep(x, lp)
 }
 
+// restoredSource is durSource for a source of a restored log: older than
+// this incarnation, and what was released before the restart unknown.
+func (n *Node) restoredSource(s message.Source) *durSrc {
+	x := n.durSource(s)
+	x.born, x.rel = math.MinInt64, n.now
+	return x
+}
+
 // Restore gives a broker restarted with its log what the log holds, before
 // Bootstrap or Join: last is every logged source's last seq, pubs the
 // publications not released (per source in seq order). A publisher of
@@ -143,7 +158,7 @@ func (n *Node) Restore(last []message.PubID, pubs []message.Pub) {
 	}
 	for _, id := range last {
 		s := id.Source()
-		x := n.durSource(s)
+		x := n.restoredSource(s)
 		x.last, x.safe = max(x.last, id.Seq), max(x.safe, id.Seq)
 		st := n.fwd.seen[s]
 		if st == nil {
@@ -157,7 +172,7 @@ func (n *Node) Restore(last []message.PubID, pubs []message.Pub) {
 	for i := range pubs {
 		p := pubs[i]
 		p.Stamps = nil
-		x := n.durSource(p.ID.Source())
+		x := n.restoredSource(p.ID.Source())
 		if x.sizes.Len() == 0 {
 			x.safe = p.ID.Seq - 1
 		}

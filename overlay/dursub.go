@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/deltapub/deltapub/checkpoint"
 	"github.com/deltapub/deltapub/matching"
@@ -82,9 +83,11 @@ type dsub struct {
 	live   bool // switched to live (confirmed)
 	// Before the switch: what arrived (catchup or live), per source in
 	// seq order; the answers' Last and First per source; bytes buffered.
-	buf   map[message.Source][]message.Pub
-	last  map[message.Source]uint64
-	first map[message.Source]uint64
+	buf  map[message.Source][]message.Pub
+	last map[message.Source]uint64
+	// from: per source, the lowest From of its answers (where what is
+	// owed starts, for a source the token does not name).
+	from  map[message.Source]uint64
 	bytes int64
 	acked int // acknowledgements received (DurableAck)
 	// missed: a recovering subscription's unfilled ranges, collected at
@@ -285,6 +288,7 @@ func (n *Node) retainedUpTo(x *durSrc) uint64 {
 			break
 		}
 		n.dur.kept -= *x.sizes.At(k)
+		x.rel = x.pubs.At(k).tick
 		k++
 	}
 	if k == 0 {
@@ -363,6 +367,9 @@ func (n *Node) subscribeDurable(c message.ClientID, cs *clientState, m *message.
 		n.dsub.names[m.Durable] = sub
 	}
 	df := &message.DurableFlood{Name: m.Durable, Fresh: fresh}
+	if recov {
+		df.Window = m.Recover.Since
+	}
 	for _, e := range tok.Entries {
 		df.From = append(df.From, message.SourceSeq{Source: e.Source, Seq: e.From()})
 	}
@@ -392,7 +399,7 @@ func (n *Node) durFlood(sub message.SubID, d *dsub, df *message.DurableFlood, do
 // nothing before it), so the publishers' edges send only what came after,
 // not a second copy of the whole catch-up.
 func (n *Node) floodAgain(sub message.SubID, d *dsub, done func()) {
-	df := &message.DurableFlood{Name: d.df.Name, From: d.df.From, Fresh: d.df.Fresh, Again: true}
+	df := &message.DurableFlood{Name: d.df.Name, From: d.df.From, Fresh: d.df.Fresh, Window: d.df.Window, Again: true}
 	if len(d.last) > 0 {
 		df.From = mergeFrom(df.From, d.last)
 	}
@@ -430,7 +437,7 @@ func (n *Node) durPosition(d *dsub) *message.DurableFlood {
 	for _, e := range d.tok.Entries {
 		at[e.Source] = e.From()
 	}
-	return &message.DurableFlood{Name: d.df.Name, From: mergeFrom(d.df.From, at), Fresh: d.df.Fresh}
+	return &message.DurableFlood{Name: d.df.Name, From: mergeFrom(d.df.From, at), Fresh: d.df.Fresh, Window: d.df.Window}
 }
 
 // durRecord keeps the position of a durable entry installed or known here
@@ -596,7 +603,7 @@ func (n *Node) answerDurable(from message.BrokerID, sub message.SubID, f matchin
 		if i, ok := slices.BinarySearchFunc(df.From, s, func(e message.SourceSeq, s message.Source) int { return srcCmp(e.Source, s) }); ok {
 			start = df.From[i].Seq
 		} else if df.Fresh {
-			start = x.last
+			start = n.windowStart(x, df.Window)
 		}
 		first := x.safe + 1
 		if !d.retain {
@@ -620,7 +627,7 @@ func (n *Node) answerDurable(from message.BrokerID, sub message.SubID, f matchin
 		}
 		batches = append(batches, cur)
 		for i, b := range batches {
-			m := &message.Catchup{Sub: sub, Source: s, Pubs: b, Last: x.last, First: first, More: len(batches) - 1 - i}
+			m := &message.Catchup{Sub: sub, Source: s, Pubs: b, Last: x.last, First: first, From: start, More: len(batches) - 1 - i}
 			if from == "" {
 				n.onCatchup("", m)
 			} else {
@@ -628,6 +635,36 @@ func (n *Node) answerDurable(from message.BrokerID, sub message.SubID, f matchin
 			}
 		}
 	}
+}
+
+// windowStart is where a new subscription's answer for x, a source its
+// flood did not name, starts: at x's last seq (from now on), or, for a
+// subscription that began window milliseconds ago (a recovering one,
+// message.Recovery.Since), after the last publication logged here before
+// then. 0 (from x's start) when x was first logged since, and when that
+// is not known: the retention released publications logged since, or
+// keeps none. The subscriber's edge then reports what is not retained as
+// a Gap rather than skip it silently. The window is widened by one
+// failure timeout, more than the flood took to come here: a publication
+// logged just before the subscription began may come too, none after it
+// is skipped.
+// maxWindowMS bounds a window (30 days, the longest max_retain).
+const maxWindowMS = 30 * 24 * 3600 * 1000
+
+func (n *Node) windowStart(x *durSrc, window uint64) uint64 {
+	if window == 0 {
+		return x.last
+	}
+	window = min(window, maxWindowMS)
+	since := n.now - int64((time.Duration(window)*time.Millisecond+n.cfg.Tick-1)/n.cfg.Tick) - int64(n.cfg.FailureTicks)
+	if x.born >= since || !n.dur.retain || x.rel >= since {
+		return 0
+	}
+	k := 0 // retained publications logged before since (ticks ascend)
+	for k < x.pubs.Len() && x.pubs.At(k).tick < since {
+		k++
+	}
+	return x.safe + uint64(k)
 }
 
 func cmpU64(a, b uint64) int {
@@ -668,7 +705,7 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 	if d.live {
 		// A late answer (a flood rerouted around a failure): what it
 		// holds after the token's position is still missing, in order.
-		n.durGap(m.Sub, d, s, m.First)
+		n.durGap(m.Sub, d, s, m.From, m.First)
 		for i := range m.Pubs {
 			n.durDeliver(m.Sub, d, &m.Pubs[i])
 		}
@@ -677,6 +714,12 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 	}
 	if r := [2]uint64{m.First, m.Last}; !slices.Contains(d.ans[s], r) {
 		d.ans[s] = append(d.ans[s], r)
+	}
+	if f, ok := d.from[s]; !ok || m.From < f {
+		if d.from == nil {
+			d.from = map[message.Source]uint64{}
+		}
+		d.from[s] = m.From
 	}
 	d.last[s] = max(d.last[s], m.Last)
 	n.durBufferAll(m.Sub, d, s, m.Pubs)
@@ -784,11 +827,11 @@ func (n *Node) durDeliver(sub message.SubID, d *dsub, p *message.Pub) {
 	n.hold(sub, d, s, m) // resume.go
 }
 
-// durGap gives d a Gap for what the retention released of s before first
-// that its token had not consumed.
-func (n *Node) durGap(sub message.SubID, d *dsub, s message.Source, first uint64) {
+// durGap gives d a Gap for what the retention released of s after from
+// and before first that its token had not consumed.
+func (n *Node) durGap(sub message.SubID, d *dsub, s message.Source, from, first uint64) {
 	if first > 0 {
-		n.durGapRange(sub, d, s, 0, first-1)
+		n.durGapRange(sub, d, s, from+1, first-1)
 	}
 }
 
@@ -885,7 +928,7 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	for _, s := range srcs {
 		// In seq order: a Gap for each range no answer covered (split
 		// around what arrived anyway), the rest delivered.
-		holes := unanswered(d.ans[s], d.tok.Get(s).From())
+		holes := unanswered(d.ans[s], max(d.tok.Get(s).From(), d.from[s]))
 		for i := range d.buf[s] {
 			q := d.buf[s][i].ID.Seq
 			for len(holes) > 0 && holes[0][0] <= q {
@@ -916,7 +959,7 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 		n.unknownStreams(sub, d)
 		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
 	}
-	d.buf, d.last, d.ans, d.bytes, d.missed = nil, nil, nil, 0, nil
+	d.buf, d.last, d.ans, d.from, d.bytes, d.missed = nil, nil, nil, nil, 0, nil
 	d.touched0 = maps.Clone(n.dsub.touched)
 	n.startHolding(d) // resume.go
 	if !d.away {

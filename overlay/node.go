@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
@@ -53,6 +54,9 @@ type Config struct {
 	// limits.max_frame, the same on every broker. A state transfer or a
 	// leave repair that would not fit is sent in parts (parts.go).
 	MaxFrame int
+	// Tick is the real time of one tick: it turns the milliseconds some
+	// messages carry (DurableFlood.Window) into ticks.
+	Tick time.Duration
 	// Seed is the only source of randomness: the jitter of the backoffs
 	// (retry.go).
 	Seed int64
@@ -109,6 +113,7 @@ func DefaultConfig() Config {
 		MaxSources:     1 << 20, // publishers remembered for duplicate suppression
 		JoinRetryTicks: 40,      // 2 × the failure timeout
 		MaxFrame:       wire.DefaultMaxFrame,
+		Tick:           10 * time.Millisecond,
 	}
 }
 
@@ -142,6 +147,9 @@ func (c *Config) validate() error {
 	fill(&c.JoinRetryTicks, d.JoinRetryTicks)
 	fill(&c.MaxFrame, d.MaxFrame)
 	fill(&c.RetryMaxTicks, c.JoinRetryTicks)
+	if c.Tick <= 0 {
+		c.Tick = d.Tick
+	}
 	switch {
 	case c.HeartbeatTicks < 1:
 		return fmt.Errorf("overlay: config: HeartbeatTicks %d must be ≥ 1", c.HeartbeatTicks)

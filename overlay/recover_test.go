@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -148,3 +149,121 @@ func TestRecoverOfAStreamNobodyAnswersForIsUnknown(t *testing.T) {
 		t.Fatalf("got %v, want [3] (live)", got)
 	}
 }
+
+// pubsOf returns what client c was delivered, as "publisher/seq".
+func (h *harness) pubsOf(c message.ClientID) []string {
+	var out []string
+	for _, m := range h.got[c] {
+		if d, ok := m.(*message.Deliver); ok {
+			out = append(out, fmt.Sprintf("%s/%d", d.Pub.Publisher, d.Pub.Seq))
+		}
+	}
+	return out
+}
+
+// retainingHarness: P1's publishers' publications are retained for
+// ticks ticks.
+func retainingHarness(t *testing.T, ticks int) *harness {
+	h := newHarness(t, 2)
+	h.cfg.Durable = true
+	h.cfg.RetainTicks = ticks
+	h.buildTree("P1", chainEdges)
+	h.do("P1", func(n *Node) {
+		n.ClientOpen(1)
+		n.Client(1, &message.ClientHello{Publisher: "a", Epoch: 7})
+		n.ClientOpen(2)
+		n.Client(2, &message.ClientHello{Publisher: "b", Epoch: 8})
+	})
+	return h
+}
+
+// A new subscription (durable, or recovering with no position for a
+// source) owes nothing published before it: what the retention released
+// of that time is no Gap.
+func TestNewSubscriptionGetsNoGapForWhatCameBeforeIt(t *testing.T) {
+	h := retainingHarness(t, 30)
+	for s := uint64(1); s <= 4; s++ {
+		h.publish("P1", 1, s, "x")
+	}
+	h.run(100) // 1..4 released
+	h.publish("P1", 1, 5, "x")
+	h.run(5)
+	h.durableSub("S1", 10, "d", "x", nil)
+	ack := h.recoverSub("S2", 11, "x", nil)
+	if !ack.Recovered || len(ack.Missed) > 0 {
+		t.Fatalf("recovering with no position: %+v, want recovered and nothing missed", ack)
+	}
+	h.publish("P1", 1, 6, "x")
+	h.run(20)
+	for _, c := range []message.ClientID{10, 11} {
+		for _, m := range h.got[c] {
+			if g, ok := m.(*message.Gap); ok {
+				t.Fatalf("client %d got %+v for what came before its subscription", c, g)
+			}
+		}
+		if got := h.deliveries(c); !slices.Equal(got, []uint64{6}) {
+			t.Fatalf("client %d got %v, want [6]", c, got)
+		}
+	}
+}
+
+// A recovering subscription that says how long ago it began (Since) gets
+// what it missed of publishers it has no position for: one that started
+// while it was away, and one that existed before it and first matched
+// while it was away; nothing those published before it began.
+func TestRecoverGetsPublishersWithNoPositionSinceItBegan(t *testing.T) {
+	h := retainingHarness(t, 10_000)
+	h.publish("P1", 2, 1, "x") // b, before the subscription: not owed
+	h.run(100)
+	h.subscribe("S1", 10, classFilter("x"))
+	began := h.now()
+	h.publish("P1", 1, 1, "x")
+	h.publish("P1", 2, 2, "y")
+	h.run(20)
+	if got := h.pubsOf(10); !slices.Equal(got, []string{"a/1"}) {
+		t.Fatalf("first session got %v, want [a/1]", got)
+	}
+	pos := h.lastPositions(10)
+	h.do("S1", func(n *Node) { n.ClientClose(10) })
+	h.publish("P1", 1, 2, "x")
+	h.publish("P1", 2, 3, "x") // b first matches while the client is away
+	h.do("P1", func(n *Node) { n.ClientOpen(3); n.Client(3, &message.ClientHello{Publisher: "c", Epoch: 9}) })
+	h.publish("P1", 3, 1, "x") // c starts while the client is away
+	h.run(20)
+	since := uint64((h.now() - began) * 10) // ms, at 10 ms ticks
+	ack := h.subscribeWith("S2", 11, &message.Subscribe{Req: 11, Filter: classFilter("x"), Recover: &message.Recovery{From: pos, Since: since}})
+	if !ack.Recovered || len(ack.Missed) > 0 {
+		t.Fatalf("confirmation %+v, want recovered", ack)
+	}
+	got := h.pubsOf(11)
+	slices.Sort(got)
+	if want := []string{"a/2", "b/3", "c/1"}; !slices.Equal(got, want) {
+		t.Fatalf("recovered %v, want %v", got, want)
+	}
+}
+
+// When the retention released publications of a source the client has
+// no position for, logged since its subscription began, what it missed
+// there is not known: the confirmation says so with a Gap.
+func TestRecoverSinceBeyondTheRetentionIsAGap(t *testing.T) {
+	h := retainingHarness(t, 30)
+	h.subscribe("S1", 10, classFilter("x"))
+	began := h.now()
+	h.do("S1", func(n *Node) { n.ClientClose(10) })
+	h.publish("P1", 2, 1, "x")
+	h.publish("P1", 2, 2, "x")
+	h.run(100) // released
+	h.publish("P1", 2, 3, "x")
+	h.run(10)
+	since := uint64((h.now() - began) * 10)
+	ack := h.subscribeWith("S2", 11, &message.Subscribe{Req: 11, Filter: classFilter("x"), Recover: &message.Recovery{Since: since}})
+	if ack.Recovered || len(ack.Missed) != 1 || ack.Missed[0].From != 1 || ack.Missed[0].To != 2 {
+		t.Fatalf("confirmation %+v, want recovered: false, missed b 1..2", ack)
+	}
+	if got := h.pubsOf(11); !slices.Equal(got, []string{"b/3"}) {
+		t.Fatalf("got %v, want [b/3]", got)
+	}
+}
+
+// now is the publishers' edge's tick.
+func (h *harness) now() int64 { return h.nodes["P1"].now }

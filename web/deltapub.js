@@ -16,7 +16,8 @@
 // onStatus("reconnected", {recovered: false, gaps}) says so, and the
 // client subscribes again, presenting its positions: the broker (the same
 // or another one of the list) delivers what the subscription missed, from
-// the publishers' edges, then live; onStatus("recovered", {sub, recovered,
+// the publishers' edges (also of publishers it had no delivery from yet,
+// by how long ago it was first confirmed), then live; onStatus("recovered", {sub, recovered,
 // gaps}) says whether everything was found. Publications not yet
 // acknowledged are sent again (same publisher, epoch and seq: the broker
 // drops what it already has).
@@ -25,6 +26,10 @@
 // same binary token as the Go client's (package checkpoint), here in
 // base64: store it (token(id)) and subscribe with it again, on any broker,
 // to get every matching publication once.
+
+// monotonicNow is a clock in milliseconds that wall-clock changes do not
+// move.
+const monotonicNow = () => (globalThis.performance ? globalThis.performance.now() : Date.now());
 
 export class Client {
   // url: one WebSocket URL or a list of them (brokers of one overlay); a
@@ -158,6 +163,7 @@ export class Client {
           this.bySubID.set(f.sub, s);
         }
         s.resolve(f.sub);
+        if (f.confirmed && s.confirmedAt === undefined) s.confirmedAt = monotonicNow();
         if (f.confirmed && s.onConfirmed) s.onConfirmed(f.sub);
         if (f.confirmed && f.recovered !== undefined) {
           s.recovering = false;
@@ -268,6 +274,9 @@ export class Client {
       if (s.durable.entries.length > 0) f.token = s.durable.encode();
     } else if (s.recovering) {
       f.recover = true;
+      // How long ago it began: the broker also recovers publishers it
+      // has no position for, from what they published since then.
+      if (s.confirmedAt !== undefined) f.since_ms = Math.max(1, Math.ceil(monotonicNow() - s.confirmedAt));
       f.positions = [];
       for (const [src, seq] of s.last) {
         const [publisher, epoch] = JSON.parse(src);

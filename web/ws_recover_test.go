@@ -218,6 +218,54 @@ func TestWSRecoverOnAnotherBrokerAfterACrash(t *testing.T) {
 	}
 }
 
+// A publisher that starts while the web client is away, and one it had
+// no delivery from before, are recovered too: the client says how long
+// ago its subscription began (since_ms), and the publishers' edge answers
+// with what they published since, nothing from before.
+func TestWSRecoverGetsPublishersItHadNoPositionFor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	p, a, b, pub := recoverTopology(t)
+	quiet, err := client.Connect(ctx, p.addr, client.Options{Publisher: "quiet-pub", Epoch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	publishRange(ctx, t, quiet, 1, 3) // before the subscription: not owed
+	time.Sleep(time.Second)           // more than the window's margin (one failure timeout)
+
+	w := webDial(ctx, t, a.b.WSAddr())
+	w.subscribe(ctx, map[string]any{"type": "subscribe", "id": 1, "filter": "[class,eq,'x']"}, func(frame) {})
+	began := time.Now()
+	publishRange(ctx, t, pub, 1, 2)
+	got := w.seqs(ctx, len(matching3(1, 2)), func(frame) {})
+	a.kill()
+	publishRange(ctx, t, quiet, 4, 5) // a publisher it never had a delivery from
+	late, err := client.Connect(ctx, p.addr, client.Options{Publisher: "late-pub", Epoch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	publishRange(ctx, t, late, 1, 2) // one that started while it was away
+
+	w2 := webDial(ctx, t, b.b.WSAddr())
+	var missed []string
+	ack := w2.subscribe(ctx, map[string]any{"type": "subscribe", "id": 1, "filter": "[class,eq,'x']", "recover": true,
+		"since_ms":  time.Since(began).Milliseconds() + 1,
+		"positions": []map[string]any{{"publisher": "go-pub", "epoch": 9, "seq": got[len(got)-1]}}}, func(f frame) {
+		if f.Type == "deliver" {
+			missed = append(missed, fmt.Sprintf("%s/%d", f.Publisher, f.Seq))
+		}
+	})
+	if ack.Recovered == nil || !*ack.Recovered || len(ack.Gaps) > 0 {
+		t.Fatalf("confirmation %+v, want recovered: true", ack)
+	}
+	slices.Sort(missed)
+	if want := []string{"late-pub/1", "late-pub/2", "quiet-pub/4", "quiet-pub/5"}; !slices.Equal(missed, want) {
+		t.Fatalf("recovered %v, want %v", missed, want)
+	}
+}
+
 // A durable subscription over WebSocket: name and checkpoint token (the
 // Go client's, base64), resumed on another broker after its first one
 // crashed, gets every matching publication once; its token advances with

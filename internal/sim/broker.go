@@ -95,6 +95,7 @@ func (s *Sim) start(b *broker) error {
 	b.epoch++
 	c := s.cfg.Core
 	c.ID, c.Addr, c.Epoch, c.Seed = b.id, b.addr, b.epoch, s.rng.Int64()
+	c.Tick = s.cfg.Tick
 	// The runtime's rule: with a log on disk, what durable subscriptions
 	// hold is kept too (the held log, durable.go).
 	c.PersistHeld = c.Durable && !c.MemoryLog && c.KeepAwayTicks > 0

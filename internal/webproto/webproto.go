@@ -87,6 +87,9 @@ type Position struct {
 	Seq       uint64
 }
 
+// maxSinceMS bounds a subscribe's since_ms (30 days, as max_retain).
+const maxSinceMS = 30 * 24 * 3600 * 1000
+
 // MaxPositions bounds the positions of a hello.
 const MaxPositions = 4096
 
@@ -113,9 +116,11 @@ type inFrame struct {
 	Resume    string       `json:"resume" msgpack:"resume"`
 	Positions []inPosition `json:"positions" msgpack:"positions"`
 	Conflate  *inConflate  `json:"conflate" msgpack:"conflate"`
-	// subscribe: recover (with positions, without sub) after a reconnect
+	// subscribe: recover (with positions, without sub, and since_ms: how
+	// long ago the subscription was first confirmed) after a reconnect
 	// to another broker; durable with token (base64 checkpoint token).
 	Recover bool   `json:"recover" msgpack:"recover"`
+	SinceMS uint64 `json:"since_ms" msgpack:"since_ms"`
 	Durable string `json:"durable" msgpack:"durable"`
 }
 
@@ -225,6 +230,10 @@ func subscribeFrom(m *message.Subscribe, f *inFrame) error {
 		return bad(CodeBadFrame, "subscribe: recover and durable exclude each other (a durable subscription resumes from its token)")
 	case !f.Recover && len(f.Positions) > 0:
 		return bad(CodeBadFrame, "subscribe: positions without recover")
+	case !f.Recover && f.SinceMS > 0:
+		return bad(CodeBadFrame, "subscribe: since_ms without recover")
+	case f.SinceMS > maxSinceMS:
+		return bad(CodeBadFrame, "subscribe: since_ms %d: at most %d (30 days)", f.SinceMS, uint64(maxSinceMS))
 	case f.Durable == "" && f.Token != "":
 		return bad(CodeBadFrame, "subscribe: token without durable")
 	}
@@ -241,7 +250,7 @@ func subscribeFrom(m *message.Subscribe, f *inFrame) error {
 	if len(f.Positions) > message.MaxRecoverSources {
 		return bad(CodeBadFrame, "subscribe: %d positions, at most %d", len(f.Positions), message.MaxRecoverSources)
 	}
-	m.Recover = &message.Recovery{}
+	m.Recover = &message.Recovery{Since: f.SinceMS}
 	for i, p := range f.Positions {
 		if p.Sub != "" || p.Publisher == "" {
 			return bad(CodeBadFrame, "subscribe: positions[%d]: want publisher, epoch and seq (no sub)", i)

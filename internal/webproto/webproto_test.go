@@ -34,6 +34,8 @@ func TestDecodeFrames(t *testing.T) {
 		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","durable":"d","token":"!!"}`, CodeBadFrame},
 		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","token":"RFBDVA=="}`, CodeBadFrame},
 		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","durable":"d","recover":true}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","since_ms":5000}`, CodeBadFrame},
+		{`{"type":"subscribe","id":1,"filter":"[class,eq,'A']","recover":true,"since_ms":99999999999999}`, CodeBadFrame},
 		{`{"type":"ack","sub":"B1/7/3","token":"RFBDVA=="}`, "DurableAck"},
 		{`{"type":"ack","sub":"B1/7/3"}`, CodeBadFrame},
 		{`{"type":"ack","sub":"x","token":"RFBDVA=="}`, CodeBadFrame},
@@ -134,13 +136,13 @@ func TestDeliverFrameIsEncode(t *testing.T) {
 }
 
 func TestDecodeSubscribeRecoverAndDurable(t *testing.T) {
-	_, m, err := Decode([]byte(`{"type":"subscribe","id":4,"filter":"[class,eq,'A']","recover":true,"positions":[{"publisher":"p","epoch":3,"seq":9}]}`), false)
+	_, m, err := Decode([]byte(`{"type":"subscribe","id":4,"filter":"[class,eq,'A']","recover":true,"since_ms":5000,"positions":[{"publisher":"p","epoch":3,"seq":9}]}`), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := m.(*message.Subscribe)
 	want := []message.SourceSeq{{Source: message.Source{Publisher: "p", Epoch: 3}, Seq: 9}}
-	if s.Recover == nil || len(s.Recover.From) != 1 || s.Recover.From[0] != want[0] || s.Durable != "" {
+	if s.Recover == nil || len(s.Recover.From) != 1 || s.Recover.From[0] != want[0] || s.Recover.Since != 5000 || s.Durable != "" {
 		t.Fatalf("recover: %+v", s)
 	}
 	_, m, err = Decode([]byte(`{"type":"subscribe","id":4,"filter":"[class,eq,'A']","durable":"screen","token":"RFBDVA=="}`), false)
@@ -164,6 +166,8 @@ func TestEncodeRecoveryAndSilence(t *testing.T) {
 			`{"type":"suback","id":1,"sub":"B/7/1","confirmed":true,"recovered":true}`},
 		{&message.SubAck{Req: 1, Sub: sub, Confirmed: true, Recovery: true, Missed: []message.Gap{{Sub: sub, Source: src, From: 2, To: 4}}},
 			`{"type":"suback","id":1,"sub":"B/7/1","confirmed":true,"recovered":false,"gaps":[{"sub":"B/7/1","publisher":"p","epoch":3,"from":2,"to":4}]}`},
+		{&message.SubAck{Req: 1, Sub: sub, Confirmed: true, Recovery: true, Missed: []message.Gap{{Sub: sub, Source: src, From: 2}}},
+			`{"type":"suback","id":1,"sub":"B/7/1","confirmed":true,"recovered":false,"gaps":[{"sub":"B/7/1","publisher":"p","epoch":3,"from":2,"to":0,"unknown":true}]}`},
 		{&message.SubAck{Req: 1, Sub: sub, Confirmed: true},
 			`{"type":"suback","id":1,"sub":"B/7/1","confirmed":true}`},
 		{&message.Silence{Sub: sub, Sources: []message.SourceSeq{{Source: src, Seq: 40}}},

@@ -24,6 +24,7 @@ func (c *BrokerConfig) NodeConfig(epoch uint64) overlay.Config {
 	nc.GoneAfterTicks = c.GoneAfterTicks()
 	nc.MaxQueue = c.Limits.MaxQueue
 	nc.MaxFrame = c.Limits.MaxFrame
+	nc.Tick = c.Tick
 	nc.Durable = c.EffectiveDurability() != DurabilityNone
 	nc.MemoryLog = c.EffectiveDurability() == DurabilityMemory
 	nc.MaxLogBytes = cmp.Or(c.Limits.MaxLogBytes, defaultMaxLogBytes)
