@@ -209,11 +209,16 @@ func (n *Node) reoffer() {
 	n.dur.dirty = true
 }
 
-// durableTick reports the safe watermarks that advanced (Ready.Released).
+// durableTick reports the safe watermarks that advanced (Ready.Released),
+// once per DACK period: it scans the whole queue, and a release that
+// waits that long only keeps the log a little longer.
 func (n *Node) durableTick() {
 	d := &n.dur
-	expire := d.retain && d.bytes > 0 && n.now%int64(n.cfg.DACKTicks) == 0
-	if !d.on || !n.mem.joined || len(d.recover) > 0 || (!d.dirty && d.purged == n.counters.Purged && !expire) {
+	if !d.on || !n.mem.joined || len(d.recover) > 0 || n.now%int64(n.cfg.DACKTicks) != 0 {
+		return
+	}
+	expire := d.retain && d.bytes > 0
+	if !d.dirty && d.purged == n.counters.Purged && !expire {
 		return
 	}
 	d.dirty, d.purged = false, n.counters.Purged
