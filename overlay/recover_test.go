@@ -105,11 +105,13 @@ func TestRecoverReportsTheRangeNoHistoryHolds(t *testing.T) {
 	}
 }
 
-// Without a publication log nothing is retained: a recovery is honest
-// about it (the whole missed range), instead of silently plain.
-func TestRecoverWithoutRetentionReportsTheGap(t *testing.T) {
+// awayThenRecover: a client of S1 gets pub's 1 and goes away; pub
+// publishes 2 and 3; the client recovers at S2 from its position. With
+// durable the publisher's edge keeps a log (retaining nothing after it
+// is safe), without it none.
+func awayThenRecover(t *testing.T, durable bool) (*harness, *message.SubAck) {
 	h := newHarness(t, 2)
-	h.cfg.Durable = true
+	h.cfg.Durable = durable
 	h.buildTree("P1", chainEdges)
 	h.do("P1", func(n *Node) { n.ClientOpen(1); n.Client(1, &message.ClientHello{Publisher: "pub", Epoch: 7}) })
 	h.subscribe("S1", 10, classFilter("x"))
@@ -120,7 +122,13 @@ func TestRecoverWithoutRetentionReportsTheGap(t *testing.T) {
 	h.publish("P1", 1, 2, "x")
 	h.publish("P1", 1, 3, "x")
 	h.run(20)
-	ack := h.recoverSub("S2", 11, "x", pos)
+	return h, h.recoverSub("S2", 11, "x", pos)
+}
+
+// Without retention a recovery is honest about it (the whole missed
+// range), instead of silently plain.
+func TestRecoverWithoutRetentionReportsTheGap(t *testing.T) {
+	_, ack := awayThenRecover(t, true)
 	if ack.Recovered || len(ack.Missed) != 1 || ack.Missed[0].From != 2 || ack.Missed[0].To != 3 {
 		t.Fatalf("confirmation %+v, want recovered: false, missed [2, 3]", ack)
 	}
@@ -129,24 +137,14 @@ func TestRecoverWithoutRetentionReportsTheGap(t *testing.T) {
 // A stream no publisher's edge answers for (its edge keeps no log) is
 // unknown, not recovered: the confirmation lists it with no end.
 func TestRecoverOfAStreamNobodyAnswersForIsUnknown(t *testing.T) {
-	h := newHarness(t, 2)
-	h.buildTree("P1", chainEdges) // Durable off: no broker keeps a log
-	h.do("P1", func(n *Node) { n.ClientOpen(1); n.Client(1, &message.ClientHello{Publisher: "pub", Epoch: 7}) })
-	h.subscribe("S1", 10, classFilter("x"))
-	h.publish("P1", 1, 1, "x")
-	h.run(20)
-	pos := h.lastPositions(10)
-	h.do("S1", func(n *Node) { n.ClientClose(10) })
-	h.publish("P1", 1, 2, "x")
-	h.run(20)
-	ack := h.recoverSub("S2", 11, "x", pos)
+	h, ack := awayThenRecover(t, false)
 	if ack.Recovered || len(ack.Missed) != 1 || ack.Missed[0].From != 2 || ack.Missed[0].To != 0 {
 		t.Fatalf("confirmation %+v, want recovered: false, missed from 2 with no end", ack)
 	}
-	h.publish("P1", 1, 3, "x")
+	h.publish("P1", 1, 4, "x")
 	h.run(20)
-	if got := h.deliveries(11); !slices.Equal(got, []uint64{3}) {
-		t.Fatalf("got %v, want [3] (live)", got)
+	if got := h.deliveries(11); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("got %v, want [4] (live)", got)
 	}
 }
 
