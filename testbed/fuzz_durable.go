@@ -11,7 +11,8 @@ import (
 // The fuzzer's durable draws, from a random stream of their own, so that
 // every seed's other draws are those of the fuzz without them. In one run
 // of two the brokers log their publications (durability fsync, their data
-// directories kept across restarts), the publishers' edges retain them
+// directories kept across restarts; in one of those runs in four,
+// durability memory: a restart loses the log), the publishers' edges retain them
 // 30 s (or, one run in four, 300 ms: retention Gaps happen), and one or
 // two durable subscribers join the plain ones, each at a broker the faults
 // crash and restart (one in two) or anywhere. A durable subscriber whose
@@ -23,8 +24,9 @@ import (
 // anchor's. A comeback that would not fit before the end of publishing is
 // left out: that subscriber ends the run away, owed nothing after it left.
 type fuzzDurable struct {
-	r      *rand.Rand
-	retain string
+	r          *rand.Rand
+	retain     string
+	durability string
 }
 
 // drawFuzzDurable returns the durable draws of seed's run (nil: none).
@@ -33,16 +35,20 @@ func drawFuzzDurable(seed int64) *fuzzDurable {
 	if r.IntN(2) == 0 {
 		return nil
 	}
-	z := &fuzzDurable{r: r, retain: "30s"}
+	z := &fuzzDurable{r: r, retain: "30s", durability: "fsync"}
 	if r.IntN(4) == 0 {
 		z.retain = "300ms"
+	}
+	// A stream of its own again: the draws above and after stay as they were.
+	if rand.New(rand.NewPCG(uint64(seed), 0x6d656d)).IntN(4) == 0 {
+		z.durability = "memory"
 	}
 	return z
 }
 
 // overlay is what the durable draws add to the [overlay] table.
 func (z *fuzzDurable) overlay() string {
-	return fmt.Sprintf("durability = \"fsync\"\nretain = %q\n", z.retain)
+	return fmt.Sprintf("durability = %q\nretain = %q\n", z.durability, z.retain)
 }
 
 // subscribers writes the durable subscribers, named from S<first> on, and

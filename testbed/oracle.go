@@ -87,8 +87,8 @@ type Verdict struct {
 }
 
 type restartAt struct {
-	at    time.Duration
-	clean bool
+	at      time.Duration
+	logLost bool // restart_clean, or a publication log kept in memory only
 }
 
 // faultTimeline answers "what was down when".
@@ -145,7 +145,7 @@ func newTimeline(p *Plan, applied []AppliedFault, manual []manualFault) *faultTi
 			case ActRestart:
 				state[a.Broker] = stUp
 				tl.restarted[a.Broker] = st.at
-				tl.restarts[a.Broker] = append(tl.restarts[a.Broker], restartAt{st.at, a.Clean})
+				tl.restarts[a.Broker] = append(tl.restarts[a.Broker], restartAt{st.at, a.Clean || p.Spec.Overlay.Durability == "memory"})
 			case ActResume:
 				state[a.Broker] = stUp
 			case ActFreeze:
@@ -219,11 +219,11 @@ func appliedAt(p *Plan, applied []AppliedFault) []time.Duration {
 }
 
 // restartedWithData reports whether b's first restart after t kept its
-// data directory (its publication log).
+// data directory and its publication log there.
 func (tl *faultTimeline) restartedWithData(b string, t time.Duration) bool {
 	for _, r := range tl.restarts[b] {
 		if r.at >= t {
-			return !r.clean
+			return !r.logLost
 		}
 	}
 	return false
