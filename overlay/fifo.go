@@ -11,7 +11,10 @@ type fifo[T any] struct {
 	n      int
 }
 
-const fifoBlock = 256
+const (
+	fifoBlock = 256
+	fifoKeep  = 16 // the largest block an empty queue keeps
+)
 
 func (q *fifo[T]) Len() int { return q.n }
 
@@ -60,8 +63,14 @@ func (q *fifo[T]) Drop(k int) {
 			q.head = 0
 		}
 	}
-	if q.n == 0 && len(q.blocks) == 1 {
-		q.blocks[0] = q.blocks[0][:0] // reuse the block
+	if q.n == 0 {
+		// Empty: a small block is reused, a large one freed (an idle
+		// source must not keep what it once needed).
+		if len(q.blocks) == 1 && cap(q.blocks[0]) <= fifoKeep {
+			q.blocks[0] = q.blocks[0][:0]
+		} else {
+			q.blocks = nil
+		}
 		q.head = 0
 	}
 }

@@ -39,3 +39,24 @@ func TestFifoIsAQueue(t *testing.T) {
 		}
 	}
 }
+
+// An emptied queue keeps at most a small block.
+func TestFifoFreesWhatItNoLongerNeeds(t *testing.T) {
+	var q fifo[int]
+	for i := range 1000 {
+		q.Push(i)
+	}
+	q.Drop(1000)
+	if len(q.blocks) != 0 {
+		t.Fatalf("empty after 1000 entries: %d blocks kept (first cap %d)", len(q.blocks), cap(q.blocks[0]))
+	}
+	q.Push(1)
+	q.Drop(1)
+	if len(q.blocks) != 1 || cap(q.blocks[0]) > fifoKeep {
+		t.Fatalf("empty after one entry: blocks %d, want its small block kept", len(q.blocks))
+	}
+	q.Push(7)
+	if q.Len() != 1 || *q.At(0) != 7 {
+		t.Fatalf("reused block: Len %d", q.Len())
+	}
+}
