@@ -248,7 +248,7 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 					if p.Layout != nil {
 						err = s.RestartWith(id, sim.RestartOptions{StaleLink: -1}) // the layout names its peers
 					} else {
-						err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean && o.Durability != "memory"})
+						err = s.RestartWith(id, sim.RestartOptions{Joinpoints: ancestors(a.Broker), StaleLink: -1, Place: !a.Clean, Log: !a.Clean})
 					}
 				case ActDisconnect:
 					err = s.Disconnect(a.Subscriber + ".0")

@@ -87,12 +87,14 @@ func (s *Sim) crashDurable(b *broker) {
 	}
 }
 
-// restoreDurable gives a restarted b its log (withLog) or loses it.
+// restoreDurable gives a restarted b its log (withLog, and the log on
+// disk) or loses it: a log kept in memory only (Core.MemoryLog) never
+// survives a restart, whichever way the broker restarts.
 func (s *Sim) restoreDurable(b *broker, withLog bool) {
 	if !s.cfg.Core.Durable {
 		return
 	}
-	if !withLog {
+	if !withLog || s.cfg.Core.MemoryLog {
 		b.log, b.durable, b.held = nil, nil, nil
 		return
 	}

@@ -252,7 +252,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 					return res
 				}
 				s.At(s.Now()+3*failTimeout, func() {
-					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil, Place: true, Log: dz != nil && !cfg.Core.MemoryLog})
+					_ = s.RestartWith(victim, RestartOptions{Joinpoints: s.existing(rejoinVia(victim)), StaleLink: -1, Resolve: rr != nil, Place: true, Log: dz != nil})
 				})
 			}
 		}
@@ -367,7 +367,7 @@ func FuzzRun(seed int64, o FuzzOptions) (res FuzzResult) {
 			f := f
 			s.At(f.at, func() { _ = s.Crash(f.b) })
 			s.At(f.until, func() {
-				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil, Place: true, Log: dz != nil && !cfg.Core.MemoryLog})
+				_ = s.RestartWith(f.b, RestartOptions{Joinpoints: s.existing(f.rejoin), StaleLink: f.stale, Resolve: rr != nil, Place: true, Log: dz != nil})
 			})
 		case "slow":
 			plan("slow %s from %s: stalls %v", f.b, fmtTime(f.at), f.stalls)

@@ -547,6 +547,11 @@ func (r *runner) config(args []string) error {
 				return fmt.Errorf("durable: %q, want on or off", v)
 			}
 			r.cfg.Core.Durable = v == "on"
+		case "memorylog":
+			if v != "on" && v != "off" {
+				return fmt.Errorf("memorylog: %q, want on or off", v)
+			}
+			r.cfg.Core.MemoryLog = v == "on"
 		case "maxlog":
 			var k int
 			k, err = atoi()
