@@ -211,7 +211,10 @@ func (s *wsSession) Flush() {
 	}
 }
 
-// writeOut writes what is pending, until nothing is.
+// writeOut writes what is pending, until nothing is. A write that fails
+// on a connection the session has left (a resume attached another one
+// meanwhile, whose Flush found this writer busy) goes on with what is
+// pending for the new one: the welcome of the resume is among it.
 func (s *wsSession) writeOut() {
 	for {
 		s.mu.Lock()
@@ -226,13 +229,16 @@ func (s *wsSession) writeOut() {
 		for _, f := range frames {
 			if err := wc.c.WriteMessage(wc.msgType(), f); err != nil {
 				s.mu.Lock()
-				s.scheduled = false
-				if s.conn == wc {
-					s.pending = nil
+				moved := s.conn != wc
+				if !moved {
+					s.scheduled, s.pending = false, nil
 				}
 				s.mu.Unlock()
 				_ = wc.c.Close() // its close handler detaches the session
-				return
+				if !moved {
+					return
+				}
+				break // to what is pending for the new connection
 			}
 			if wc.blocking {
 				s.mu.Lock()
