@@ -58,6 +58,25 @@ func (n *node) session(t *testing.T, i int) *Session {
 	return n.rec.cups[i]
 }
 
+// sessionOf returns the broker's session of client id (sessions come up
+// in any order: the client has its Welcome before the broker records it).
+func (n *node) sessionOf(t *testing.T, id message.ClientID) *Session {
+	t.Helper()
+	var s *Session
+	waitFor(t, "the client session", func() bool {
+		n.rec.mu.Lock()
+		defer n.rec.mu.Unlock()
+		for _, c := range n.rec.cups {
+			if c.ID() == id {
+				s = c
+				return true
+			}
+		}
+		return false
+	})
+	return s
+}
+
 func (n *node) clientDowns() []error {
 	n.rec.mu.Lock()
 	defer n.rec.mu.Unlock()
@@ -244,7 +263,7 @@ func TestTCPBadFramesCloseOnlyThatSession(t *testing.T) {
 			t.Fatal("the first client's publication did not arrive")
 		}
 	}
-	if err := a.session(t, 0).Send(&message.PubAck{Seq: 9}); err != nil {
+	if err := a.sessionOf(t, good.ID()).Send(&message.PubAck{Seq: 9}); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := good.Recv(); err != nil || m.(*message.PubAck).Seq != 9 {
