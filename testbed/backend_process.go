@@ -113,7 +113,13 @@ func newProcHost(p *Plan, bin, out string, l launcher) (*procHost, error) {
 		if err := os.MkdirAll(h.logs, 0o755); err != nil {
 			return nil, fmt.Errorf("testbed: %v", err)
 		}
+		// The brokers' data directories belong to this run: a run before
+		// it in the same results directory left places and logs that
+		// would make its brokers recover instead of start.
 		h.data = filepath.Join(out, "data")
+		if err := os.RemoveAll(h.data); err != nil {
+			return nil, fmt.Errorf("testbed: clearing the data directories of an earlier run: %v", err)
+		}
 	} else {
 		d, err := os.MkdirTemp("", "deltapub-testbed-data-")
 		if err != nil {

@@ -13,7 +13,9 @@ import (
 
 // TestProcessEndToEnd runs the CI example with real broker processes on
 // 127.0.0.1: two adjacent crashes and a restart, verdict PASS, and no
-// broker left behind (checked in Cleanup).
+// broker left behind (checked in Cleanup). Run again into the same
+// results directory, it starts afresh: its brokers do not recover the
+// places the first run left in their data directories.
 func TestProcessEndToEnd(t *testing.T) {
 	t.Parallel()
 	bin := needBinary(t)
@@ -26,6 +28,12 @@ func TestProcessEndToEnd(t *testing.T) {
 	}
 	if len(sum.Faults) != 2 || sum.Faults[0].Err != "" || sum.Faults[1].Err != "" {
 		t.Errorf("faults not applied cleanly: %+v", sum.Faults)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	again, err := Run(ctx, p, "process", dir, Options{Binary: bin}, nil)
+	if err != nil || again.Verdict.Verdict != "PASS" {
+		t.Fatalf("the same run again into %s: %v\n%s", dir, err, logs(dir))
 	}
 }
 
