@@ -84,6 +84,11 @@ type Recovery struct {
 	Since uint64      `msgpack:"t,omitempty"`
 }
 
+// MaxRecoverSince bounds Recovery.Since in milliseconds (30 days, the
+// longest max_retain): a web client's larger since_ms is refused, the
+// core takes a larger one as this.
+const MaxRecoverSince = 30 * 24 * 3600 * 1000
+
 // MaxRecoverSources bounds Recovery.From (as a checkpoint token's sources).
 const MaxRecoverSources = 4096
 

@@ -648,14 +648,11 @@ func (n *Node) answerDurable(from message.BrokerID, sub message.SubID, f matchin
 // failure timeout, more than the flood took to come here: a publication
 // logged just before the subscription began may come too, none after it
 // is skipped.
-// maxWindowMS bounds a window (30 days, the longest max_retain).
-const maxWindowMS = 30 * 24 * 3600 * 1000
-
 func (n *Node) windowStart(x *durSrc, window uint64) uint64 {
 	if window == 0 {
 		return x.last
 	}
-	window = min(window, maxWindowMS)
+	window = min(window, message.MaxRecoverSince)
 	since := n.now - int64((time.Duration(window)*time.Millisecond+n.cfg.Tick-1)/n.cfg.Tick) - int64(n.cfg.FailureTicks)
 	if x.born >= since || !n.dur.retain || x.rel >= since {
 		return 0

@@ -116,15 +116,13 @@ func (b simBackend) Run(ctx context.Context, p *Plan, rec *Recorder) error {
 	// The simulator models the publication log when the file asks for one
 	// (process mode keeps one by default, in each broker's data directory).
 	cfg.Core.Durable = hasLog(o.Durability)
-	if cfg.Core.Durable && o.Retain.Duration > 0 {
-		cfg.Core.RetainTicks = ticks(o.Retain.Duration, cfg.Tick)
-	}
-	cfg.Core.MemoryLog = o.Durability == "memory"
-	if cfg.Core.MemoryLog { // the brokers' publication history, and its bound
-		if o.Retain.Duration == 0 {
-			cfg.Core.RetainTicks = ticks(runtime.DefaultMemoryRetainTime, cfg.Tick)
+	cfg.Core.MemoryLog = o.Durability == runtime.DurabilityMemory
+	if cfg.Core.Durable { // the brokers' retention, defaults included
+		r := runtime.RetainFor(o.Durability, runtime.RetainConfig{Time: o.Retain.Duration})
+		if r.Time > 0 {
+			cfg.Core.RetainTicks = ticks(r.Time, cfg.Tick)
 		}
-		cfg.Core.RetainBytes = runtime.DefaultMemoryRetainBytes
+		cfg.Core.RetainBytes = r.Bytes
 	}
 	// Away durable subscriptions kept at their edge, as the brokers do.
 	if keep := cmp.Or(o.DurableKeep.Duration, runtime.DefaultDurableKeep); keep > 0 {

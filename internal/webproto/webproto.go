@@ -87,9 +87,6 @@ type Position struct {
 	Seq       uint64
 }
 
-// maxSinceMS bounds a subscribe's since_ms (30 days, as max_retain).
-const maxSinceMS = 30 * 24 * 3600 * 1000
-
 // MaxPositions bounds the positions of a hello.
 const MaxPositions = 4096
 
@@ -232,8 +229,8 @@ func subscribeFrom(m *message.Subscribe, f *inFrame) error {
 		return bad(CodeBadFrame, "subscribe: positions without recover")
 	case !f.Recover && f.SinceMS > 0:
 		return bad(CodeBadFrame, "subscribe: since_ms without recover")
-	case f.SinceMS > maxSinceMS:
-		return bad(CodeBadFrame, "subscribe: since_ms %d: at most %d (30 days)", f.SinceMS, uint64(maxSinceMS))
+	case f.SinceMS > message.MaxRecoverSince:
+		return bad(CodeBadFrame, "subscribe: since_ms %d: at most %d (30 days)", f.SinceMS, uint64(message.MaxRecoverSince))
 	case f.Durable == "" && f.Token != "":
 		return bad(CodeBadFrame, "subscribe: token without durable")
 	}

@@ -57,12 +57,17 @@ func (c *BrokerConfig) retainNodeConfig(nc *overlay.Config) {
 	nc.PersistHeld = c.persistHeld()
 }
 
-// effectiveRetain is max_retain with the defaults of durability memory
-// filled in: its publication history when max_retain is left 0, and always a
-// bound in bytes, since it is held in memory.
+// effectiveRetain is max_retain with the defaults of its durability
+// filled in (RetainFor).
 func (c *BrokerConfig) effectiveRetain() RetainConfig {
-	r := c.MaxRetain
-	if c.EffectiveDurability() != DurabilityMemory {
+	return RetainFor(c.EffectiveDurability(), c.MaxRetain)
+}
+
+// RetainFor is the retention r gives with durability d: with memory, the
+// publication history when r is left 0, and always a bound in bytes,
+// since it is held in memory; otherwise r as it is.
+func RetainFor(d string, r RetainConfig) RetainConfig {
+	if d != DurabilityMemory {
 		return r
 	}
 	if r == (RetainConfig{}) {
