@@ -67,7 +67,7 @@ func TestMemoryLog(t *testing.T) {
 	testLog(t, l, func() Log { return l })
 }
 
-func TestPebbleLog(t *testing.T) {
+func TestDirLog(t *testing.T) {
 	dir := t.TempDir()
 	d, err := Open(dir, "B1")
 	if err != nil {

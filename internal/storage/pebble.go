@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"path/filepath"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/message"
 )
-
-// logDirName is the publication log's directory inside the data directory.
-const logDirName = "log"
 
 // Keys of the pebble log. A source is encoded as a 2-byte length, the
 // publisher name and the 8-byte epoch, so that keys sort by source, then
@@ -26,7 +22,9 @@ const (
 
 // PebbleLog is a Log on pebble (an LSM store with a write-ahead log and
 // group commit): one record per publication, and one per source holding
-// its last seq, written in the same batch. Safe for concurrent use.
+// its last seq, written in the same batch. Safe for concurrent use. The
+// broker's log is a SegmentLog now; a data directory with a PebbleLog is
+// migrated into one when it is opened (SegmentLog.migrate).
 type PebbleLog struct {
 	path string
 	db   *pebble.DB
@@ -36,11 +34,6 @@ type PebbleLog struct {
 }
 
 var _ Log = (*PebbleLog)(nil)
-
-// OpenLog opens (creating it if needed) the publication log in data
-// directory dir. A log that cannot be opened or read is an error naming
-// its path: the broker must not start and acknowledge on top of it.
-func (d *Dir) OpenLog() (Log, error) { return OpenPebbleLog(filepath.Join(d.path, logDirName)) }
 
 // OpenPebbleLog opens the log at path and reads its index.
 func OpenPebbleLog(path string) (*PebbleLog, error) {
