@@ -94,6 +94,37 @@ func sessionSteps(p *Plan, at func(i int) time.Duration, visit func(f Fault, t t
 	return nil
 }
 
+// awayInterval is a time a durable subscriber had no session: from its
+// disconnect (or its edge's crash or leave) to its reconnect (to the end of
+// the run if never).
+type awayInterval struct {
+	from, to time.Duration
+	back     bool
+}
+
+// durableAway lists each durable subscriber's times without a session.
+func durableAway(p *Plan, at func(i int) time.Duration) map[string][]awayInterval {
+	out := map[string][]awayInterval{}
+	open := map[string]time.Duration{}
+	_ = sessionSteps(p, at, func(_ Fault, t time.Duration, a Action, sess map[string]*session) error {
+		for n, s := range sess {
+			_, away := open[n]
+			switch {
+			case !s.connected && !away:
+				open[n] = s.lostAt
+			case s.connected && away:
+				out[n] = append(out[n], awayInterval{from: open[n], to: t, back: true})
+				delete(open, n)
+			}
+		}
+		return nil
+	})
+	for n, from := range open {
+		out[n] = append(out[n], awayInterval{from: from})
+	}
+	return out
+}
+
 // checkSessions refuses a disconnect of a subscriber not connected, and a
 // reconnect of one still connected or at a broker down then.
 func checkSessions(p *Plan, errs *errList) {

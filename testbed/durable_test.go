@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/deltapub/deltapub/internal/sim"
 )
@@ -91,5 +92,68 @@ func TestInprocDurable(t *testing.T) {
 	v := sum.Verdict
 	if v.Verdict != "PASS" || v.ExpectedDeliveries == 0 || v.Lost != 0 || v.Duplicates != 0 || v.Reordered != 0 {
 		t.Fatalf("%s", FormatSummary(sum, dir))
+	}
+}
+
+// TestOracleDurableLogLostBeforeCatchup: a durable subscriber away while
+// its publisher's edge keeps the publications in memory only, and back
+// just before that edge crashes and restarts without them, is not owed
+// what it missed (its catch-up had nothing to read); with the log on disk
+// the same losses fail the run.
+func TestOracleDurableLogLostBeforeCatchup(t *testing.T) {
+	plan := func(durability string) *Plan {
+		return mustParse(t, `name = "lost-log"
+seed = 5
+duration = "8s"
+[overlay]
+delta = 1
+durability = "`+durability+`"
+retain = "30s"
+[topology]
+kind = "chain"
+brokers = 3
+[[publishers]]
+brokers = ["B3"]
+rate = 20
+attrs = { class = "'T'", n = "seq()" }
+[[subscribers]]
+brokers = ["B1"]
+filter = "[class,eq,'T']"
+durable = true
+[[faults]]
+at = "2s"
+crash = ["B1"]
+[[faults]]
+at = "3s"
+restart = ["B1"]
+[[faults]]
+at = "5s"
+reconnect = { subscriber = "S1", broker = "B1" }
+[[faults]]
+at = "5100ms"
+crash = ["B3"]
+[[faults]]
+at = "6s"
+restart = ["B3"]
+`)
+	}
+	for _, c := range []struct {
+		durability string
+		pass       bool
+	}{{"memory", true}, {"fsync", false}} {
+		p := plan(c.durability)
+		// S1 gets nothing from its edge's crash to its reconnect, then
+		// everything live: the catch-up found the publisher's edge
+		// without its log (memory), or failed (fsync).
+		r := idealRun(t, p, nil)
+		for _, pr := range r.pubList {
+			if pr.At >= 5*time.Second {
+				r.Delivered(Delivery{Subscriber: 0, Sub: 0, Pub: pr.ID, PublishedAt: pr.At, At: pr.At + 2*time.Millisecond})
+			}
+		}
+		v := Judge(p, r)
+		if got := v.Verdict == "PASS"; got != c.pass || v.ExpectedDeliveries == 0 {
+			t.Errorf("durability %s: verdict %s, lost %d of %d, want pass=%v", c.durability, v.Verdict, v.Lost, v.ExpectedDeliveries, c.pass)
+		}
 	}
 }

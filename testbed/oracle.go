@@ -229,6 +229,27 @@ func (tl *faultTimeline) restartedWithData(b string, t time.Duration) bool {
 	return false
 }
 
+// logLostBeforeCatchup reports whether a durable subscriber away during
+// away could have needed pr (published at t on edge e) from e's log when
+// e lost it: e crashed at some x ≥ t and its next start had no log (kept
+// in memory only, a clean restart, or none), and the subscriber was away
+// after t and came back (or never did) no earlier than one fault window
+// before x. Its catch-up then had nothing to read, as the simulator
+// models (a publisher's edge that loses its log excludes what it had).
+func (tl *faultTimeline) logLostBeforeCatchup(e string, t, w time.Duration, away []awayInterval) bool {
+	for _, x := range tl.crashes[e] {
+		if x < t || tl.restartedWithData(e, x) {
+			continue
+		}
+		for _, a := range away {
+			if (!a.back || a.to > t) && a.from < x+w && (!a.back || a.to >= x-w) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func pairOf(a, b string) [2]string {
 	if a > b {
 		a, b = b, a
@@ -346,8 +367,10 @@ func Judge(p *Plan, r *Recorder) Verdict {
 		conf, loss time.Duration
 		lossOK     bool
 		durable    bool
+		away       []awayInterval
 	}
-	ends := durableEnd(p, func(i int) time.Duration { return appliedAt(p, r.faults)[i] })
+	applied := func(i int) time.Duration { return appliedAt(p, r.faults)[i] }
+	ends, aways := durableEnd(p, applied), durableAway(p, applied)
 	ow := make([]owed, len(subs))
 	unconfirmed := 0
 	for i, ref := range refs {
@@ -372,6 +395,7 @@ func Judge(p *Plan, r *Recorder) Verdict {
 			// the end of the run does, as an edge's loss.
 			ow[i].durable = true
 			ow[i].loss, ow[i].lossOK = ends[sb.Name]
+			ow[i].away = aways[sb.Name]
 		}
 		if x, left := tl.left[sb.Broker]; left && x >= c {
 			v.LeftSubscriptions++
@@ -387,6 +411,8 @@ func Judge(p *Plan, r *Recorder) Verdict {
 		case tl.crashedIn(pubBroker[pr.Publisher], pr.At, pr.At+w) && (!o.durable || !tl.restartedWithData(pubBroker[pr.Publisher], pr.At)):
 			// A durable subscription is owed what its publisher's edge
 			// logged, if that edge comes back with its log.
+			return oracle.Allowed
+		case o.durable && tl.logLostBeforeCatchup(pubBroker[pr.Publisher], pr.At, w, o.away):
 			return oracle.Allowed
 		case tl.maxDown(pr.At, pr.At+w) > delta:
 			return oracle.Beyond
