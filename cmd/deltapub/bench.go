@@ -158,7 +158,8 @@ deliveries at the subscriber, losses and duplicates.
 
 --json FILE writes the report as JSON; --readme FILE replaces the block
 between the bench-compare markers of FILE with a Markdown table of the
-ratios, goals and the machine line. Regenerating the published figures:
+ratios, goals and the machine line (only when every run completed).
+Regenerating the published figures:
   deltapub bench compare --json docs/bench/compare-result.json --readme README.md
 
 nats-server v2.15.2 is taken from --nats-dir, or built there once with
@@ -257,7 +258,11 @@ func benchCompareCmd(fs *flag.FlagSet) func([]string) int {
 				return 1
 			}
 		}
-		if *readme != "" {
+		switch {
+		case *readme != "" && (err != nil || rep.Failed()):
+			// The README's figures come from complete runs only.
+			fmt.Fprintf(os.Stderr, "deltapub bench compare: --readme: %s left as it was: a run failed\n", *readme)
+		case *readme != "":
 			if werr := rep.WriteMarkdownBlock(*readme); werr != nil {
 				fmt.Fprintln(os.Stderr, "deltapub bench compare: --readme:", werr)
 				return 1

@@ -137,7 +137,7 @@ func runFailover(ctx context.Context, sys system, rate, seconds, killAt int) (Fa
 	)
 	n := rate * seconds
 	res := Failover{System: sys.Name(), Rate: rate, Seconds: seconds, KillAtS: killAt}
-	srv, err := sys.Start(ctx, 3)
+	srv, err := start(ctx, sys, 3)
 	if err != nil {
 		return res, err
 	}

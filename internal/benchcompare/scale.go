@@ -178,7 +178,7 @@ func Scale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 func scaleSubsPoint(ctx context.Context, cfg ScaleConfig, n int) ScalePoint {
 	pt := ScalePoint{Brokers: 2, Subs: n}
 	fail := func(err error) ScalePoint { pt.Error = err.Error(); return pt }
-	srv, err := deltapubSystem{launch: cfg.Launcher, delta: cfg.Delta}.Start(ctx, 2)
+	srv, err := start(ctx, deltapubSystem{launch: cfg.Launcher, delta: cfg.Delta}, 2)
 	if err != nil {
 		return fail(err)
 	}

@@ -220,7 +220,7 @@ type Throughput struct {
 // delivery.
 func runThroughput(ctx context.Context, sys system, nServers, pubAt, subAt, subs, n int, prof *profiler) (Throughput, error) {
 	res := Throughput{Messages: n, Subs: subs, Expected: int64(n) * int64(subs)}
-	srv, err := sys.Start(ctx, nServers)
+	srv, err := start(ctx, sys, nServers)
 	if err != nil {
 		return res, err
 	}
@@ -307,7 +307,7 @@ func runLatency(ctx context.Context, sys system, rate, n int) (Latency, error) {
 // and subscribing on subAt.
 func runLatencyOn(ctx context.Context, sys system, nServers, pubAt, subAt, rate, n int) (Latency, error) {
 	res := Latency{Rate: rate, Messages: n}
-	srv, err := sys.Start(ctx, nServers)
+	srv, err := start(ctx, sys, nServers)
 	if err != nil {
 		return res, err
 	}
@@ -417,7 +417,7 @@ func runFiltered(ctx context.Context, sys system, subs, conns, pubs int, seed ui
 		before[i] = res.Expected
 		res.Expected += int64(len(dst))
 	}
-	srv, err := sys.Start(ctx, 1)
+	srv, err := start(ctx, sys, 1)
 	if err != nil {
 		return res, err
 	}

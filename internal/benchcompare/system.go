@@ -2,6 +2,8 @@ package benchcompare
 
 import (
 	"context"
+	"strings"
+	"time"
 
 	"github.com/deltapub/deltapub/matching"
 )
@@ -78,4 +80,25 @@ type endpoint interface {
 	// confirmed by the overlay; NATS: flushed to its server).
 	Subscribe(ctx context.Context, s subSpec, h handler) error
 	Close()
+}
+
+// startAttempts bounds start: a server can lose the free port it was given
+// to another program (an outgoing connection's source port, often the
+// cluster's own routes) before it binds it.
+const startAttempts = 3
+
+// start starts sys's servers, again (paced, at most startAttempts times in
+// all) when one of them could not bind its port.
+func start(ctx context.Context, sys system, n int) (servers, error) {
+	for attempt := 1; ; attempt++ {
+		srv, err := sys.Start(ctx, n)
+		if err == nil || attempt == startAttempts || !strings.Contains(err.Error(), "address already in use") {
+			return srv, err
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
 }
