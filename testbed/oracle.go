@@ -229,13 +229,14 @@ func (tl *faultTimeline) restartedWithData(b string, t time.Duration) bool {
 	return false
 }
 
-// logLostBeforeCatchup reports whether a durable subscriber away during
-// away could have needed pr (published at t on edge e) from e's log when
-// e lost it: e crashed at some x ≥ t and its next start had no log (kept
-// in memory only, a clean restart, or none), and the subscriber was away
-// after t and came back (or never did) no earlier than one fault window
-// before x. Its catch-up then had nothing to read, as the simulator
-// models (a publisher's edge that loses its log excludes what it had).
+// logLostBeforeCatchup reports whether a durable subscriber without a
+// session during the intervals away could have needed a publication of
+// edge e, published at t, from e's log when e lost it: e crashed at some
+// x ≥ t and its next start had no log (kept in memory only, a clean
+// restart, or none), and the subscriber was away after t and came back
+// (or never did) no earlier than one fault window w before x. Its
+// catch-up then had nothing to read, as the simulator models it (a
+// publisher's edge that loses its log excludes what it had).
 func (tl *faultTimeline) logLostBeforeCatchup(e string, t, w time.Duration, away []awayInterval) bool {
 	for _, x := range tl.crashes[e] {
 		if x < t || tl.restartedWithData(e, x) {
