@@ -168,20 +168,3 @@ func checkSessions(p *Plan, errs *errList) {
 		}
 	}
 }
-
-// durableEnd is, per durable subscriber that ends the run disconnected,
-// when its last session ended.
-func durableEnd(p *Plan, at func(i int) time.Duration) map[string]time.Duration {
-	out := map[string]time.Duration{}
-	var last map[string]*session
-	_ = sessionSteps(p, at, func(_ Fault, _ time.Duration, _ Action, s map[string]*session) error {
-		last = s
-		return nil
-	})
-	for n, s := range last {
-		if !s.connected {
-			out[n] = s.lostAt
-		}
-	}
-	return out
-}

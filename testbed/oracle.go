@@ -370,8 +370,8 @@ func Judge(p *Plan, r *Recorder) Verdict {
 		durable    bool
 		away       []awayInterval
 	}
-	applied := func(i int) time.Duration { return appliedAt(p, r.faults)[i] }
-	ends, aways := durableEnd(p, applied), durableAway(p, applied)
+	applied := appliedAt(p, r.faults)
+	aways := durableAway(p, func(i int) time.Duration { return applied[i] })
 	ow := make([]owed, len(subs))
 	unconfirmed := 0
 	for i, ref := range refs {
@@ -393,10 +393,14 @@ func Judge(p *Plan, r *Recorder) Verdict {
 		if sb.Durable {
 			// The durable rule (durable.go): its edges' crashes and its
 			// disconnects end nothing; only a session gone for good at
-			// the end of the run does, as an edge's loss.
+			// the end of the run does, as an edge's loss (its last time
+			// away has no end).
 			ow[i].durable = true
-			ow[i].loss, ow[i].lossOK = ends[sb.Name]
 			ow[i].away = aways[sb.Name]
+			ow[i].loss, ow[i].lossOK = 0, false
+			if a := ow[i].away; len(a) > 0 && !a[len(a)-1].back {
+				ow[i].loss, ow[i].lossOK = a[len(a)-1].from, true
+			}
 		}
 		if x, left := tl.left[sb.Broker]; left && x >= c {
 			v.LeftSubscriptions++

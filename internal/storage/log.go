@@ -121,6 +121,18 @@ func (x *logIndex) add(p *message.Pub) (forgotten []message.Source) {
 	return forgotten
 }
 
+// noteLast records that s's last logged seq is at least seq (a source
+// with nothing retained is known by its last seq alone).
+func (x *logIndex) noteLast(s message.Source, seq uint64) {
+	m := x.src[s]
+	if m == nil {
+		m = &srcMeta{last: seq, first: seq + 1}
+		x.src[s] = m
+		x.order = append(x.order, s)
+	}
+	m.last = max(m.last, seq)
+}
+
 // release drops the records of s up to seq from the index.
 func (x *logIndex) release(s message.Source, seq uint64) {
 	m := x.src[s]

@@ -199,14 +199,7 @@ func (l *PebbleLog) read(want bool) (Recovered, error) {
 			it.Close()
 			return fail(k, fmt.Errorf("bad source record"))
 		}
-		m := idx.src[s]
-		if m == nil {
-			seq := binary.BigEndian.Uint64(it.Value())
-			m = &srcMeta{last: seq, first: seq + 1}
-			idx.src[s] = m
-			idx.order = append(idx.order, s)
-		}
-		m.last = max(m.last, binary.BigEndian.Uint64(it.Value()))
+		idx.noteLast(s, binary.BigEndian.Uint64(it.Value()))
 	}
 	if err := it.Close(); err != nil {
 		return Recovered{}, fmt.Errorf("storage: publication log %s: %w", l.path, err)

@@ -263,13 +263,7 @@ func (l *SegmentLog) read(want bool) (Recovered, error) {
 		if want {
 			rec.Pubs = append(rec.Pubs, r.pubs...)
 		}
-		m := idx.src[s]
-		if m == nil {
-			m = &srcMeta{last: r.last, first: r.last + 1}
-			idx.src[s] = m
-			idx.order = append(idx.order, s)
-		}
-		m.last = max(m.last, r.last)
+		idx.noteLast(s, r.last)
 	}
 	l.idx = idx
 	l.segs = segs
@@ -556,13 +550,7 @@ func (l *SegmentLog) migrate(path string) error {
 	}
 	l.mu.Lock()
 	for _, id := range rec.Last {
-		s := id.Source()
-		if m := l.idx.src[s]; m != nil {
-			m.last = max(m.last, id.Seq)
-			continue
-		}
-		l.idx.src[s] = &srcMeta{last: id.Seq, first: id.Seq + 1}
-		l.idx.order = append(l.idx.order, s)
+		l.idx.noteLast(id.Source(), id.Seq)
 	}
 	err = l.startSegment() // a checkpoint with the last seqs, synced
 	l.mu.Unlock()

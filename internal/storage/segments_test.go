@@ -21,6 +21,21 @@ func segFiles(t testing.TB, dir string) []string {
 	return m
 }
 
+// appendAndClose opens the log in dir, appends pubs synced and closes it.
+func appendAndClose(t *testing.T, dir string, pubs ...message.Pub) {
+	t.Helper()
+	l, err := OpenSegmentLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(pubs, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustRecover(t *testing.T, l Log) Recovered {
 	t.Helper()
 	rec, err := l.Recover()
@@ -132,17 +147,8 @@ func TestSegmentLogMatchesMemoryLog(t *testing.T) {
 func TestSegmentLogCutTail(t *testing.T) {
 	for _, cut := range []int{1, 5, 9, 20} {
 		dir := t.TempDir()
-		l, err := OpenSegmentLog(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Append([]message.Pub{logPub("a", 1), logPub("a", 2)}, true); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Append([]message.Pub{logPub("a", 3)}, true); err != nil {
-			t.Fatal(err)
-		}
-		l.Close()
+		appendAndClose(t, dir, logPub("a", 1), logPub("a", 2))
+		appendAndClose(t, dir, logPub("a", 3))
 		files := segFiles(t, dir)
 		last := files[len(files)-1]
 		fi, err := os.Stat(last)
@@ -152,7 +158,8 @@ func TestSegmentLogCutTail(t *testing.T) {
 		if err := os.Truncate(last, fi.Size()-int64(cut)); err != nil {
 			t.Fatal(err)
 		}
-		if l, err = OpenSegmentLog(dir); err != nil {
+		l, err := OpenSegmentLog(dir)
+		if err != nil {
 			t.Fatalf("cut %d: %v", cut, err)
 		}
 		rec := mustRecover(t, l)
@@ -177,18 +184,8 @@ func TestSegmentLogCutTail(t *testing.T) {
 // last is damage, not a cut tail: opening fails naming the file.
 func TestSegmentLogRefusesDamage(t *testing.T) {
 	dir := t.TempDir()
-	l, err := OpenSegmentLog(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Append([]message.Pub{logPub("a", 1), logPub("a", 2)}, true); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	if l, err = OpenSegmentLog(dir); err != nil { // starts a second segment
-		t.Fatal(err)
-	}
-	l.Close()
+	appendAndClose(t, dir, logPub("a", 1), logPub("a", 2))
+	appendAndClose(t, dir) // a second segment
 	files := segFiles(t, dir)
 	if len(files) != 2 {
 		t.Fatalf("segments %v, want 2", files)
