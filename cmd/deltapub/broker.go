@@ -24,7 +24,7 @@ overlay. SIGTERM or SIGINT leaves the overlay gracefully and exits 0.
 func brokerCmd(fs *flag.FlagSet) func([]string) int {
 	var (
 		configFile  = fs.String("config", "", "TOML configuration `file` (see docs/operations.md)")
-		preset      = fs.String("preset", "default", "defaults: default (1s heartbeat, 3s failure timeout) or testbed (50ms, 250ms)")
+		preset      = fs.String("preset", "default", "defaults: default (250ms heartbeat, 1s failure timeout) or testbed (50ms, 250ms)")
 		printConfig = fs.Bool("print-config", false, "print the effective configuration as TOML and exit")
 		id          = fs.String("id", "", "broker `id` in the overlay (e.g. B1)")
 		listen      = fs.String("listen", "", "UDP `address` to listen on (e.g. 127.0.0.1:7001)")

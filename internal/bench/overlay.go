@@ -190,7 +190,7 @@ func Overlay(o OverlayOptions) (*OverlayReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The default preset's timings (3 s failure timeout, 500 ms
+		// The default preset's timings (1 s failure timeout, 500 ms
 		// link_block): a benchmark on a busy machine must not be cut short
 		// by false suspicions; failure detection is not what it measures.
 		args := []string{"--preset", "default", "--config", limits, "--delta", "2", "--secret-file", secret, "--log-level", "warn", "--log-format", "json"}

@@ -176,6 +176,17 @@ type Figures struct {
 	// Repeats lists each successful repetition's key figure by run, when
 	// there was more than one (the report keeps the median).
 	Repeats map[string][]float64 `json:"repeats,omitempty"`
+	// FalseSuspicions (deltapub only): what the brokers suspected over
+	// every core run. No broker is killed there, so each suspicion is a
+	// live broker starved past the failure timeout.
+	FalseSuspicions *Suspicions `json:"false_suspicions,omitempty"`
+}
+
+// Suspicions counts suspicions over runs, with the brokers read.
+type Suspicions struct {
+	Count   int64 `json:"count"`
+	Brokers int   `json:"brokers_read"`             // broker runs whose metrics were read
+	Unread  int   `json:"brokers_unread,omitempty"` // broker runs whose metrics could not be
 }
 
 // incomplete names the runs of f that ended (timeout) before every
@@ -303,8 +314,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var systems []system
 	var figs []*Figures
+	var suspicions []*suspicionCount
 	for i, tr := range cfg.ClientTransports {
-		sys := deltapubSystem{launch: cfg.Launcher, delta: cfg.Delta, transport: tr}
+		sys := deltapubSystem{launch: cfg.Launcher, delta: cfg.Delta, transport: tr, suspicions: &suspicionCount{}}
+		suspicions = append(suspicions, sys.suspicions)
 		f := &rep.Deltapub
 		if i > 0 {
 			f = &rep.OtherTransports[i-1].Deltapub
@@ -461,6 +474,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					figs[i].Repeats[s.name] = append(figs[i].Repeats[s.name], s.key(f))
 				}
 			}
+		}
+	}
+	if !cfg.SkipCore {
+		for i, c := range suspicions {
+			brokers, unread, n := c.read()
+			figs[i].FalseSuspicions = &Suspicions{Count: n, Brokers: brokers, Unread: unread}
 		}
 	}
 	if err := runReliable(ctx, &cfg, rep, prof); err != nil {
@@ -628,6 +647,13 @@ func (r *Report) writeCore(b *strings.Builder, name string, d Figures) {
 			}
 		}
 		fmt.Fprintf(b, "%-30s %14s %14s %-13s %7s  %s\n", x.name, num(x.dp), nt, x.unit, rt, goalS)
+	}
+	if s := d.FalseSuspicions; s != nil {
+		fmt.Fprintf(b, "false suspicions in %s's core runs (no broker killed): %d, over %d broker runs", name, s.Count, s.Brokers)
+		if s.Unread > 0 {
+			fmt.Fprintf(b, " (%d more not read)", s.Unread)
+		}
+		b.WriteString("\n")
 	}
 	prefix := ""
 	if len(r.OtherTransports) > 0 {

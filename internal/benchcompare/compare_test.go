@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -216,6 +219,35 @@ func checkTinyFigures(t *testing.T, cfg *Config, d Figures, progress string) {
 	f := d.Filtered
 	if !f.Complete || f.Delivered != f.Expected || f.Expected == 0 || f.Carried != f.Delivered || f.BytesToSubs < f.Carried*PayloadSize {
 		t.Errorf("filtered (seed %d): %+v", cfg.Seed, f)
+	}
+	// Every broker of the 6 runs (1 + 2 + 3 + 2 + 2 + 1) is read; how many
+	// suspicions a loaded test machine causes is not asserted.
+	if s := d.FalseSuspicions; s == nil || s.Brokers != 11 || s.Unread != 0 {
+		t.Errorf("false suspicions: %+v, want 11 broker runs read", s)
+	}
+}
+
+// The suspicions of a broker are read from its metrics.
+func TestScrapeSuspected(t *testing.T) {
+	serve := func(body string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/metrics" {
+				http.NotFound(w, r)
+				return
+			}
+			io.WriteString(w, body)
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	var c suspicionCount
+	c.add(serve("# HELP deltapub_notices_total x\n" +
+		`deltapub_notices_total{kind="bypass-up"} 4` + "\n" +
+		`deltapub_notices_total{kind="suspected"} 3` + "\n"))
+	c.add(serve("deltapub_client_sessions 1\n")) // never suspected: no series
+	c.add("127.0.0.1:1")                         // nothing listens
+	if brokers, unread, n := c.read(); brokers != 2 || unread != 1 || n != 3 {
+		t.Errorf("read %d brokers, %d unread, %d suspicions; want 2, 1, 3", brokers, unread, n)
 	}
 }
 

@@ -1,12 +1,16 @@
 package benchcompare
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,6 +137,63 @@ type deltapubSystem struct {
 	// transport is how clients reach their broker: TransportTCP, or QUIC
 	// (TransportQUIC or "").
 	transport string
+	// suspicions, if set, sums what every broker suspected over the
+	// system's runs (read from its metrics before it is stopped).
+	suspicions *suspicionCount
+}
+
+// suspicionCount sums the suspicions brokers noticed over several runs
+// (deltapub_notices_total{kind="suspected"}). In runs where no broker is
+// killed every suspicion is false: a live broker starved past the
+// failure timeout.
+type suspicionCount struct {
+	mu       sync.Mutex
+	brokers  int   // brokers whose metrics were read
+	unread   int   // brokers whose metrics could not be read
+	suspects int64 // suspicions they noticed in all
+}
+
+func (c *suspicionCount) read() (brokers, unread int, suspects int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.brokers, c.unread, c.suspects
+}
+
+// suspectedSeries is the metric series counted.
+const suspectedSeries = `deltapub_notices_total{kind="suspected"}`
+
+// add reads the suspicions of the broker whose admin endpoint is admin.
+func (c *suspicionCount) add(admin string) {
+	n, err := scrapeSuspected(admin)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.unread++
+		return
+	}
+	c.brokers++
+	c.suspects += n
+}
+
+func scrapeSuspected(admin string) (int64, error) {
+	hc := http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 8<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), suspectedSeries+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int64(f), err
+		}
+	}
+	return 0, sc.Err() // no series: nothing was ever suspected
 }
 
 // The client transports of deltapub's sessions with its brokers (broker
@@ -156,12 +217,14 @@ type deltapubServers struct {
 	admins    []string
 	dir       string // data directories, removed by Close
 	checkAcks bool
-	once      sync.Once
-	err       error
+	// suspicions, if set, gets every live broker's suspicions at Close.
+	suspicions *suspicionCount
+	once       sync.Once
+	err        error
 }
 
 func (d deltapubSystem) Start(ctx context.Context, n int) (servers, error) {
-	s := &deltapubServers{checkAcks: d.checkAcks}
+	s := &deltapubServers{checkAcks: d.checkAcks, suspicions: d.suspicions}
 	if d.durability != "" {
 		var err error
 		if s.dir, err = os.MkdirTemp("", "deltapub-bench-data-"); err != nil {
@@ -218,6 +281,13 @@ func (s *deltapubServers) ProfileBase(i int) string { return "http://" + s.admin
 
 func (s *deltapubServers) Close() error {
 	s.once.Do(func() {
+		if s.suspicions != nil {
+			for i, b := range s.brokers {
+				if b != nil {
+					s.suspicions.add(s.admins[i])
+				}
+			}
+		}
 		var errs []error
 		for i := len(s.brokers) - 1; i >= 0; i-- {
 			if s.brokers[i] != nil {

@@ -48,6 +48,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s (core NATS %s) | %s | %s | %.2f | %s %s |\n", x.name, r.NATSVersion, num(x.dp), num(x.nt), rv, x.g, verdict(x.g.met(rv)))
 		}
 		fmt.Fprintf(&b, "| 3-broker chain B1→B3, msgs/s | %s | — | — | |\n", num(chain))
+		if s := d.FalseSuspicions; s != nil {
+			fmt.Fprintf(&b, "| false suspicions in the core runs (no broker killed) | %d of %d broker runs | — | — | |\n", s.Count, s.Brokers)
+		}
 	}
 	if r.JetStreamR3Ratio > 0 {
 		fmt.Fprintf(&b, "| acknowledged, δ = 2 durability none vs JetStream R3 file default sync, msgs/s | %s | %s | %.2f | ≥ 4 %s |\n",
