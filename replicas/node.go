@@ -416,6 +416,9 @@ func (n *Node) Ready() overlay.Ready {
 	return r
 }
 
+// Recycle takes back a Ready carried out (overlay.Ready.Reuse).
+func (n *Node) Recycle(done overlay.Ready) { n.out.Reuse(done) }
+
 // Leave does nothing: the baseline has no graceful leave (Leaving stays
 // false).
 func (n *Node) Leave() {}

@@ -15,11 +15,13 @@ import (
 	"github.com/deltapub/deltapub/replicas"
 )
 
-// Core is what the runtime drives: a protocol core (overlay.Core) and its
-// status for metrics and /state.
+// Core is what the runtime drives: a protocol core (overlay.Core), its
+// status for metrics and /state, and Recycle, which takes back each Ready
+// once carried out so that its slices are reused.
 type Core interface {
 	overlay.Core
 	Status() overlay.Status
+	Recycle(done overlay.Ready)
 }
 
 var (

@@ -588,6 +588,7 @@ func (r *Runtime) drain() {
 	for round := 0; round < 8; round++ {
 		rd := r.node.Ready()
 		if len(rd.Dials)+len(rd.Closes)+len(rd.Messages)+len(rd.ToClients)+len(rd.Notices)+len(rd.Appends)+len(rd.Released) == 0 && rd.Held.Empty() {
+			r.node.Recycle(rd)
 			return
 		}
 		for _, n := range rd.Notices {
@@ -609,6 +610,7 @@ func (r *Runtime) drain() {
 		r.persist(&rd) // the log before the PubAcks (durable.go)
 		r.coalesceAcks(rd.ToClients)
 		r.sendClients(rd.ToClients)
+		r.node.Recycle(rd) // nothing above keeps rd's slices
 		// Inputs fed to the core while carrying out (LinkUp of a link
 		// already there, LinkDown of a slow link, ClientClose of a slow
 		// client) produced more outputs: another round, bounded because
