@@ -484,13 +484,7 @@ func (h *procHost) linkCtl(op, a, b string) error {
 				errc <- err
 				return
 			}
-			req, err := http.NewRequest(http.MethodPost, "http://"+h.admin(self)+"/ctl/"+op+"?peer="+url.QueryEscape(peer), nil)
-			if err != nil {
-				errc <- err
-				return
-			}
-			req.Header.Set(admin.ControlHeader, "testbed")
-			resp, err := h.ctl.Do(req)
+			resp, err := h.postCtl("http://" + h.admin(self) + "/ctl/" + op + "?peer=" + url.QueryEscape(peer))
 			if err != nil {
 				errc <- fmt.Errorf("%s %s at %s: %v", op, peer, self, err)
 				return
@@ -522,6 +516,30 @@ func (h *procHost) linkCtl(op, a, b string) error {
 
 // errNotCut is a heal answered 404 by one end (see linkCtl).
 var errNotCut = errors.New("not cut")
+
+// adminStartup bounds how long a control request waits for the admin
+// endpoint of a broker started a moment ago: its process runs, but the
+// endpoint does not listen yet (a cut planned just after a restart,
+// applied 3 ms after it, was refused).
+const adminStartup = 3 * time.Second
+
+// postCtl posts a control request, asked again (every 50 ms, up to
+// adminStartup) while the connection is refused.
+func (h *procHost) postCtl(u string) (*http.Response, error) {
+	deadline := time.Now().Add(adminStartup)
+	for {
+		req, err := http.NewRequest(http.MethodPost, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set(admin.ControlHeader, "testbed")
+		resp, err := h.ctl.Do(req)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			return resp, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
 
 func (h *procHost) stopAll() {
 	h.stopOnce.Do(func() {
