@@ -702,11 +702,21 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 	if d.live {
 		// A late answer (a flood rerouted around a failure): what it
 		// holds after the token's position is still missing, in order.
+		// Its Last silences the source only when the answer covers
+		// everything after the token (From at or below it). An answer
+		// from a later From (a publisher's edge restarted with its log
+		// answers a fresh subscription's flood from its last seq) says
+		// nothing of what lies between: a publication there that the
+		// edge offers again is still on its way, and silenced it would
+		// be dropped as consumed (testbed/examples/
+		// durable-sub-misses-a-republished-pub.toml, on real processes).
 		n.durGap(m.Sub, d, s, m.From, m.First)
 		for i := range m.Pubs {
 			n.durDeliver(m.Sub, d, &m.Pubs[i])
 		}
-		n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
+		if m.From <= d.tok.Get(s).From() {
+			n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
+		}
 		return
 	}
 	if r := [2]uint64{m.First, m.Last}; !slices.Contains(d.ans[s], r) {

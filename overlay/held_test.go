@@ -152,3 +152,35 @@ func TestCatchupMergedBeforeBufferedLive(t *testing.T) {
 		t.Fatalf("buffered %v, want %v", got, want)
 	}
 }
+
+// A late answer to a live durable subscription that starts after the
+// token's position (a restarted publisher's edge answering a fresh flood
+// from its last seq) does not silence what lies between: the publication
+// the edge offers again is delivered when it comes.
+func TestLateAnswerFromBeyondTheTokenDoesNotSilenceTheGap(t *testing.T) {
+	src := message.Source{Publisher: "P", Epoch: 1}
+	pub := func(q uint64) *message.Pub {
+		return &message.Pub{ID: message.PubID{Publisher: src.Publisher, Epoch: src.Epoch, Seq: q}}
+	}
+	n := &Node{}
+	n.cfg.ID, n.cfg.Epoch = "B", 1
+	sub := message.SubID{Edge: "B", Epoch: 1, N: 1}
+	d := &dsub{name: "d", live: true, client: 7}
+	n.dsub.subs = map[message.SubID]*dsub{sub: d}
+	for q := uint64(1); q <= 51; q++ {
+		n.durDeliver(sub, d, pub(q))
+	}
+	n.onCatchup("A", &message.Catchup{Sub: sub, Source: src, From: 52, First: 52, Last: 52})
+	if got := d.tok.Get(src).From(); got != 51 {
+		t.Fatalf("the answer moved the token to %d, want 51", got)
+	}
+	n.durLive(sub, d, pub(52))
+	if n.counters.DurableDuplicates != 0 || d.tok.Get(src).From() != 52 {
+		t.Fatalf("publication 52 not delivered: %d dropped as consumed, token at %d", n.counters.DurableDuplicates, d.tok.Get(src).From())
+	}
+	// An answer that covers everything after the token still silences.
+	n.onCatchup("A", &message.Catchup{Sub: sub, Source: src, From: 52, First: 53, Last: 60})
+	if got := d.tok.Get(src).From(); got != 60 {
+		t.Errorf("a covering answer moved the token to %d, want 60", got)
+	}
+}
