@@ -105,3 +105,15 @@ func testPHBCrash(t *testing.T, durability string, wait time.Duration) {
 		}
 	}
 }
+
+// A durable subscriber gets the publication its publisher's restarted
+// edge offers again, on real processes (it lost it before the late-answer
+// rule in docs/durable.md; the simulator never did).
+func TestDurableSubGetsARepublishedPub(t *testing.T) {
+	t.Parallel()
+	bin := needBinary(t)
+	p, sum, dir := runExample(t, "examples/durable-sub-gets-a-republished-pub.toml", "process", Options{Binary: bin})
+	if sum.Verdict.Verdict != "PASS" || sum.Verdict.Lost != 0 {
+		t.Fatalf("seed %d: %s\n%s", p.Spec.Seed, FormatSummary(sum, dir), logs(dir))
+	}
+}
