@@ -478,8 +478,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if !cfg.SkipCore {
 		for i, c := range suspicions {
-			brokers, unread, n := c.read()
-			figs[i].FalseSuspicions = &Suspicions{Count: n, Brokers: brokers, Unread: unread}
+			s := c.read()
+			figs[i].FalseSuspicions = &s
 		}
 	}
 	if err := runReliable(ctx, &cfg, rep, prof); err != nil {

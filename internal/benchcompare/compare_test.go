@@ -246,8 +246,8 @@ func TestScrapeSuspected(t *testing.T) {
 		`deltapub_notices_total{kind="suspected"} 3` + "\n"))
 	c.add(serve("deltapub_client_sessions 1\n")) // never suspected: no series
 	c.add("127.0.0.1:1")                         // nothing listens
-	if brokers, unread, n := c.read(); brokers != 2 || unread != 1 || n != 3 {
-		t.Errorf("read %d brokers, %d unread, %d suspicions; want 2, 1, 3", brokers, unread, n)
+	if s := c.read(); s.Brokers != 2 || s.Unread != 1 || s.Count != 3 {
+		t.Errorf("read %d brokers, %d unread, %d suspicions; want 2, 1, 3", s.Brokers, s.Unread, s.Count)
 	}
 }
 

@@ -147,16 +147,14 @@ type deltapubSystem struct {
 // killed every suspicion is false: a live broker starved past the
 // failure timeout.
 type suspicionCount struct {
-	mu       sync.Mutex
-	brokers  int   // brokers whose metrics were read
-	unread   int   // brokers whose metrics could not be read
-	suspects int64 // suspicions they noticed in all
+	mu sync.Mutex
+	s  Suspicions
 }
 
-func (c *suspicionCount) read() (brokers, unread int, suspects int64) {
+func (c *suspicionCount) read() Suspicions {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.brokers, c.unread, c.suspects
+	return c.s
 }
 
 // suspectedSeries is the metric series counted.
@@ -168,11 +166,11 @@ func (c *suspicionCount) add(admin string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		c.unread++
+		c.s.Unread++
 		return
 	}
-	c.brokers++
-	c.suspects += n
+	c.s.Brokers++
+	c.s.Count += n
 }
 
 func scrapeSuspected(admin string) (int64, error) {
