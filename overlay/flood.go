@@ -112,12 +112,15 @@ type target struct {
 
 // floodTargets returns, for every tree direction other than except, the
 // closest usable brokers (the neighbour, or the frontier behind it), plus
-// a recovering neighbour itself (it must learn floods that happen during
-// its recovery). With all (subscription floods), the unusable brokers
-// walked past are targets too, unless gone: a suspected broker may be
-// alive behind a cut or a freeze and must get the subscription before it
-// is confirmed (see floodGaveUp). hole (only with all) reports that some
-// direction is cut off beyond δ.
+// every recovering broker on the way that is linked and not suspected, a
+// neighbour or one walked past behind a crashed one: it must learn floods
+// that happen during its recovery (a leave's repair missed there left its
+// from-pointers naming the leaver: scenario
+// leave_repair_reaches_recovering_broker_behind_crash.txt). With all
+// (subscription floods), every unusable broker walked past is a target,
+// unless gone: a suspected broker may be alive behind a cut or a freeze
+// and must get the subscription before it is confirmed (see floodGaveUp).
+// hole (only with all) reports that some direction is cut off beyond δ.
 func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, hole bool) {
 	n.geometry()
 	add := func(id message.BrokerID) {
@@ -143,12 +146,11 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, ho
 		for _, f := range front {
 			add(f)
 		}
-		if all {
-			hole = hole || cut
-			for _, s := range skipped {
-				if p := n.peers[s]; p == nil || !p.gone {
-					add(s)
-				}
+		hole = hole || (all && cut)
+		for _, s := range skipped {
+			p := n.peers[s]
+			if all && (p == nil || !p.gone) || p != nil && p.up && !p.suspected && !p.gone {
+				add(s)
 			}
 		}
 	}
