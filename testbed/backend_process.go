@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -306,7 +305,7 @@ func (h *procHost) waitJoined(ctx context.Context, name string, timeout time.Dur
 			return ctx.Err()
 		default:
 		}
-		if m, err := h.metrics(name); err == nil && m["deltapub_joined"] == 1 {
+		if m, err := h.metrics(name); err == nil && m.Total["deltapub_joined"] == 1 {
 			return nil
 		}
 		select {
@@ -618,62 +617,19 @@ func pickPorts(n int) ([]int, error) {
 	return out, nil
 }
 
-// metrics scrapes the broker's /metrics and sums every sample per metric
-// name (labels summed away).
-func (h *procHost) metrics(name string) (map[string]float64, error) {
-	resp, err := h.http.Get("http://" + h.admin(name) + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	return parseMetrics(io.LimitReader(resp.Body, 8<<20))
+// metrics scrapes the broker's /metrics.
+func (h *procHost) metrics(name string) (admin.Metrics, error) {
+	return admin.ScrapeMetrics(h.http, h.admin(name))
 }
 
 // controlMetric is the core's Status().Counters.Control, by type label.
 const controlMetric = "deltapub_control_messages_sent_total"
 
-// parseMetrics reads the Prometheus text format, summing the samples of
-// each metric over its labels; the series of controlMetric are also kept
-// under their full name (`deltapub_control_messages_sent_total{type="X"}`).
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		sp := bytes.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		name := line[:sp]
-		series := name
-		if i := bytes.IndexByte(name, '{'); i >= 0 {
-			name = name[:i]
-		}
-		v, err := strconv.ParseFloat(string(line[sp+1:]), 64)
-		if err != nil {
-			continue
-		}
-		out[string(name)] += v
-		if string(name) == controlMetric && len(series) > len(name) {
-			out[string(series)] = v // by type, for the storm rule
-		}
-	}
-	return out, sc.Err()
-}
-
-// controlByType picks the control messages sent by type out of a scrape
-// (see parseMetrics).
-func controlByType(m map[string]float64) map[string]int64 {
+// controlByType picks the control messages sent by type out of a scrape.
+func controlByType(m admin.Metrics) map[string]int64 {
 	out := map[string]int64{}
 	prefix := controlMetric + `{`
-	for k, v := range m {
+	for k, v := range m.Series {
 		rest, ok := strings.CutPrefix(k, prefix)
 		if !ok {
 			continue
@@ -749,17 +705,17 @@ func (h *procHost) sample(name string) BrokerSample {
 	if err != nil {
 		return s
 	}
-	in, out := int64(m["deltapub_peer_messages_in_total"]), int64(m["deltapub_peer_messages_out_total"])
+	in, out := int64(m.Total["deltapub_peer_messages_in_total"]), int64(m.Total["deltapub_peer_messages_out_total"])
 	s.MsgsIn, s.MsgsOut = in-pr.in, out-pr.out
-	s.Queue = int64(m["deltapub_queue_length"])
+	s.Queue = int64(m.Total["deltapub_queue_length"])
 	// The metrics are the runtime's snapshot of the core's Status (taken
 	// every few ticks, read without a call into the runtime goroutine,
 	// which a storming broker answers late): the same counters as /state.
-	s.ctl, s.joined = controlByType(m), m["deltapub_joined"] == 1
+	s.ctl, s.joined = controlByType(m), m.Total["deltapub_joined"] == 1
 	h.mu.Lock()
 	s.inc = pr.epochN
 	pr.in, pr.out = in, out
-	pr.ctrl = int64(m["deltapub_control_messages_sent_total"])
+	pr.ctrl = int64(m.Total[controlMetric])
 	h.mu.Unlock()
 	return s
 }

@@ -110,24 +110,6 @@ func logs(dir string) string {
 	return b.String()
 }
 
-func TestParseMetrics(t *testing.T) {
-	in := `# HELP deltapub_peer_messages_in_total x
-# TYPE deltapub_peer_messages_in_total counter
-deltapub_peer_messages_in_total{type="Pub"} 10
-deltapub_peer_messages_in_total{type="Heartbeat"} 5
-deltapub_queue_length 3
-deltapub_joined 1
-garbage line
-`
-	m, err := parseMetrics(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m["deltapub_peer_messages_in_total"] != 15 || m["deltapub_queue_length"] != 3 || m["deltapub_joined"] != 1 {
-		t.Fatalf("parsed %v", m)
-	}
-}
-
 // TestProcessCutHeal cuts a link between two live broker processes through
 // their admin endpoints (POST /ctl/cut at both ends) and heals it: the
 // brokers bypass each other and reconnect, every delivery arrives (a cut

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"github.com/deltapub/deltapub/internal/admin"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestLivenessRejoinWait(t *testing.T) {
 }
 
 func TestControlByType(t *testing.T) {
-	m, err := parseMetrics(strings.NewReader("# HELP x\n" +
+	m, err := admin.ParseMetrics(strings.NewReader("# HELP x\n" +
 		`deltapub_control_messages_sent_total{type="Heartbeat"} 12` + "\n" +
 		`deltapub_control_messages_sent_total{type="JoinRequest"} 3` + "\n" +
 		"deltapub_joined 1\n"))
@@ -122,7 +123,7 @@ func TestControlByType(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := controlByType(m)
-	if len(got) != 2 || got["Heartbeat"] != 12 || got["JoinRequest"] != 3 || m[controlMetric] != 15 {
-		t.Fatalf("control by type %v (total %v)", got, m[controlMetric])
+	if len(got) != 2 || got["Heartbeat"] != 12 || got["JoinRequest"] != 3 || m.Total[controlMetric] != 15 {
+		t.Fatalf("control by type %v (total %v)", got, m.Total[controlMetric])
 	}
 }

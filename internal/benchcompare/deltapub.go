@@ -1,16 +1,14 @@
 package benchcompare
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/deltapub/deltapub/internal/admin"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,9 +158,9 @@ func (c *suspicionCount) read() Suspicions {
 // suspectedSeries is the metric series counted.
 const suspectedSeries = `deltapub_notices_total{kind="suspected"}`
 
-// add reads the suspicions of the broker whose admin endpoint is admin.
-func (c *suspicionCount) add(admin string) {
-	n, err := scrapeSuspected(admin)
+// add reads the suspicions of the broker whose admin endpoint is addr.
+func (c *suspicionCount) add(addr string) {
+	n, err := scrapeSuspected(addr)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -173,25 +171,10 @@ func (c *suspicionCount) add(admin string) {
 	c.s.Count += n
 }
 
-func scrapeSuspected(admin string) (int64, error) {
-	hc := http.Client{Timeout: 2 * time.Second}
-	resp, err := hc.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 8<<20))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), suspectedSeries+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return int64(f), err
-		}
-	}
-	return 0, sc.Err() // no series: nothing was ever suspected
+func scrapeSuspected(addr string) (int64, error) {
+	m, err := admin.ScrapeMetrics(&http.Client{Timeout: 2 * time.Second}, addr)
+	// No series: nothing was ever suspected.
+	return int64(m.Series[suspectedSeries]), err
 }
 
 // The client transports of deltapub's sessions with its brokers (broker
