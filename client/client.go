@@ -248,7 +248,10 @@ func (c *Client) Publisher() string { return c.opts.Publisher }
 func (c *Client) Epoch() uint64     { return c.opts.Epoch }
 
 // Close ends the session. Unacknowledged publications fail with ErrClosed
-// (they may still have been published); subscriptions end.
+// (they may still have been published); subscriptions end, and nothing
+// that still arrives is handed on (a durable subscription's Token is final
+// when Close returns). Close returns once what is queued for the broker is
+// handed to the transport; it does not wait for a broker that died.
 func (c *Client) Close() error {
 	c.fail(ErrClosed)
 	return nil

@@ -129,22 +129,23 @@ func (s *Subscription) subscribeMsg(req uint64) *message.Subscribe {
 	return m
 }
 
-// consume records d (a delivery or a gap) in the token and returns the
-// token after it, and the token before it (restore, if it is not handed on).
-func (d *durable) consume(dl *Delivery) (after []byte, before checkpoint.Token) {
+// after returns the token after delivery (or gap) dl, without recording
+// it: commit does, once dl is handed on. Only the receive loop changes the
+// token (after, commit, silence), one delivery at a time.
+func (d *durable) after(dl *Delivery) checkpoint.Token {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	before = d.tok.Clone()
+	t := d.tok.Clone()
 	if dl.Gap != nil {
-		_ = d.tok.Advance(dl.Gap.Source, dl.Gap.To)
+		_ = t.Advance(dl.Gap.Source, dl.Gap.To)
 	} else {
-		_ = d.tok.Consume(dl.Pub.Source(), dl.Pub.Seq) // the broker ends the subscription before the token is full
+		_ = t.Consume(dl.Pub.Source(), dl.Pub.Seq) // the broker ends the subscription before the token is full
 	}
-	return d.tok.Encode(), before
+	return t
 }
 
-// restore sets the token back to t (a delivery consumed but not handed on).
-func (d *durable) restore(t checkpoint.Token) {
+// commit records t, the token after a delivery handed on.
+func (d *durable) commit(t checkpoint.Token) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.tok = t

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/deltapub/deltapub/checkpoint"
@@ -73,5 +74,54 @@ func TestClosedClientHandsOnAPrefixAndTheTokenForgetsTheRest(t *testing.T) {
 	}
 	if got := tok.Get(message.Source{Publisher: "P1", Epoch: 1}).Seq; got != last {
 		t.Errorf("token says seq %d consumed, the application got up to %d", got, last)
+	}
+}
+
+// TestTokenNamesOnlyHandedDeliveries: a delivery waiting for room on C
+// is not in the token until it is taken, and one waiting when the client
+// closes is dropped and never counted (a reconnect elsewhere with Token
+// then gets it again instead of losing it). After the close nothing is
+// handed on, even with room on C.
+func TestTokenNamesOnlyHandedDeliveries(t *testing.T) {
+	newSub := func(room int) *Subscription {
+		s := &Subscription{ch: make(chan Delivery, room), stop: make(chan struct{}), dur: &durable{name: "d", tok: checkpoint.Token{Name: "d"}}}
+		s.C = s.ch
+		return s
+	}
+	pub := func(seq uint64) Delivery {
+		return Delivery{Pub: message.PubID{Publisher: "p", Epoch: 1, Seq: seq}}
+	}
+	s := newSub(0)
+	before := string(s.Token())
+	done := make(chan struct{})
+	waiting := make(chan struct{})
+	go func() { s.deliver(pub(1), done); close(waiting) }()
+	for range 1000 { // while deliver waits for room on C
+		if string(s.Token()) != before {
+			t.Fatal("the token counts a delivery not taken yet")
+		}
+		runtime.Gosched()
+	}
+	d := <-s.C
+	<-waiting
+	if string(s.Token()) == before || string(d.Token) != string(s.Token()) {
+		t.Fatal("a taken delivery is not in the token")
+	}
+	one := string(s.Token())
+	waiting = make(chan struct{})
+	go func() { s.deliver(pub(2), done); close(waiting) }()
+	runtime.Gosched()
+	close(done)
+	<-waiting
+	if string(s.Token()) != one {
+		t.Fatal("the token counts a delivery dropped at the close")
+	}
+	for range 100 {
+		s := newSub(1)
+		empty := string(s.Token())
+		s.deliver(pub(1), done)
+		if len(s.C) != 0 || string(s.Token()) != empty {
+			t.Fatal("handed on after the close")
+		}
 	}
 }

@@ -250,9 +250,17 @@ func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
 	if ended {
 		return
 	}
-	var before checkpoint.Token
+	select {
+	case <-done:
+		return // closed: what still arrives on the connection is not handed on
+	default:
+	}
+	var next checkpoint.Token
 	if s.dur != nil {
-		d.Token, before = s.dur.consume(&d)
+		// The token counts d only once d is handed on (Token must not
+		// name a delivery the application never saw).
+		next = s.dur.after(&d)
+		d.Token = next.Encode()
 	}
 	handed := false
 	if s.fn != nil {
@@ -260,6 +268,9 @@ func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
 		case <-s.stop:
 		case <-done:
 		default:
+			if s.dur != nil {
+				s.dur.commit(next)
+			}
 			s.fn(d)
 			handed = true
 		}
@@ -267,6 +278,9 @@ func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
 		select {
 		case s.ch <- d:
 			handed = true
+			if s.dur != nil {
+				s.dur.commit(next)
+			}
 		case <-s.stop:
 		case <-done:
 		}
@@ -275,9 +289,6 @@ func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
 		s.mu.Lock()
 		s.dropped = true
 		s.mu.Unlock()
-		if s.dur != nil {
-			s.dur.restore(before)
-		}
 	}
 }
 

@@ -186,9 +186,13 @@ func (c *ClientConn) Recv() (message.Message, error) {
 	}
 }
 
-// Close ends the session in order (queued messages are still sent).
+// Close ends the session in order: it returns once every queued message
+// is handed to the transport, which goes on delivering them, and closes
+// the connection when the broker has read them or after a bounded wait
+// (closeLinger: a broker that died does not hold Close for that long).
+// Recv fails once the connection is closed.
 func (c *ClientConn) Close() error {
 	c.close("client closed")
-	<-c.writerDone
+	<-c.flushed
 	return nil
 }

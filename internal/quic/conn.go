@@ -53,7 +53,12 @@ type peerConn struct {
 	graceful    bool
 	closeCode   quic.ApplicationErrorCode
 	closeReason string
-	writerDone  chan struct{}
+	// flushed is closed once closing has handed every queued frame to the
+	// stream (an orderly close) or dropped them (an abort); writerDone
+	// once the connection is torn down, which after an orderly close
+	// waits, up to closeLinger, for the peer to close first.
+	flushed    chan struct{}
+	writerDone chan struct{}
 }
 
 func newPeerConn(st carrier, rd *wire.Reader, cfg *Config, log zerolog.Logger) *peerConn {
@@ -63,6 +68,7 @@ func newPeerConn(st carrier, rd *wire.Reader, cfg *Config, log zerolog.Logger) *
 		enc:        wire.NewEncoder(),
 		wake:       make(chan struct{}, 1),
 		closing:    make(chan struct{}),
+		flushed:    make(chan struct{}),
 		writerDone: make(chan struct{}),
 	}
 }
@@ -272,9 +278,13 @@ func (c *peerConn) finish() {
 		batch, _ = wire.AppendFrame(batch, &message.Refuse{Code: message.RefuseClosing, Reason: c.closeReason})
 		if _, err := c.st.writeBatch([][]byte{batch}); err == nil {
 			_ = c.st.closeWrite()
+			close(c.flushed)
 			c.st.awaitClose(deadline, false)
+			c.st.teardown(c.closeCode, c.closeReason)
+			return
 		}
 	}
+	close(c.flushed)
 	c.st.teardown(c.closeCode, c.closeReason)
 }
 
