@@ -125,6 +125,7 @@ type Client struct {
 	opts   Options
 	window chan struct{} // one token per unacknowledged publication
 	done   chan struct{} // closed by Close or a fatal error
+	gate   gate          // hands deliveries to the application until done
 
 	// Lock order: sendMu, then mu. sendMu serialises writes to the
 	// connection so that publications go out in sequence order.
@@ -238,6 +239,7 @@ func Connect(ctx context.Context, addr string, opts Options) (*Client, error) {
 		unsubs:   map[message.SubID]chan error{},
 		durables: map[*Subscription]bool{},
 	}
+	c.gate.done = c.done
 	c.startFlush = func() { go c.flushUnsent() }
 	go c.recvLoop(conn)
 	return c, nil
@@ -250,8 +252,8 @@ func (c *Client) Epoch() uint64     { return c.opts.Epoch }
 // Close ends the session. Unacknowledged publications fail with ErrClosed
 // (they may still have been published); subscriptions end, and nothing
 // that still arrives is handed on (a durable subscription's Token is final
-// when Close returns). Close returns once what is queued for the broker is
-// handed to the transport; it does not wait for a broker that died.
+// when Close returns). What is queued for the broker is still sent; Close
+// waits a moment for the broker's close, not for a broker that died.
 func (c *Client) Close() error {
 	c.fail(ErrClosed)
 	return nil
@@ -288,6 +290,7 @@ func (c *Client) fail(err error) {
 		delete(c.unsubs, sub)
 	}
 	c.mu.Unlock()
+	c.gate.shut()
 	for _, p := range pending {
 		p.done <- err
 		<-c.window
@@ -656,7 +659,7 @@ func (c *Client) dispatch(m message.Message) {
 		c.mu.Unlock()
 		if s != nil {
 			s.deliver(Delivery{Sub: m.Sub, Pub: m.Pub, Attrs: m.Attrs, Payload: m.Payload,
-				PublishedAt: time.Unix(0, m.Time), ReceivedAt: time.Now()}, c.done)
+				PublishedAt: time.Unix(0, m.Time), ReceivedAt: time.Now()}, &c.gate)
 		}
 	case *message.DeliverSet:
 		// One publication for one or more of this session's subscriptions
@@ -668,7 +671,7 @@ func (c *Client) dispatch(m message.Message) {
 			c.mu.Unlock()
 			if s != nil {
 				s.deliver(Delivery{Sub: s.ID(), Pub: m.Pub, Attrs: m.Attrs, Payload: m.Payload,
-					PublishedAt: time.Unix(0, m.Time), ReceivedAt: now}, c.done)
+					PublishedAt: time.Unix(0, m.Time), ReceivedAt: now}, &c.gate)
 			}
 		}
 	case *message.Gap:
@@ -677,7 +680,7 @@ func (c *Client) dispatch(m message.Message) {
 		c.mu.Unlock()
 		if s != nil {
 			g := *m
-			s.deliver(Delivery{Sub: m.Sub, Gap: &g, ReceivedAt: time.Now()}, c.done)
+			s.deliver(Delivery{Sub: m.Sub, Gap: &g, ReceivedAt: time.Now()}, &c.gate)
 		}
 	case *message.Silence:
 		c.mu.Lock()

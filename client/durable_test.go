@@ -58,7 +58,7 @@ func TestClosedClientHandsOnAPrefixAndTheTokenForgetsTheRest(t *testing.T) {
 	done := make(chan struct{})
 	close(done) // the client is closing
 	for seq := uint64(1); seq <= 200; seq++ {
-		s.deliver(Delivery{Pub: message.PubID{Publisher: "P1", Epoch: 1, Seq: seq}}, done)
+		s.deliver(Delivery{Pub: message.PubID{Publisher: "P1", Epoch: 1, Seq: seq}}, &gate{done: done})
 	}
 	close(s.ch)
 	var last uint64
@@ -95,7 +95,7 @@ func TestTokenNamesOnlyHandedDeliveries(t *testing.T) {
 	before := string(s.Token())
 	done := make(chan struct{})
 	waiting := make(chan struct{})
-	go func() { s.deliver(pub(1), done); close(waiting) }()
+	go func() { s.deliver(pub(1), &gate{done: done}); close(waiting) }()
 	for range 1000 { // while deliver waits for room on C
 		if string(s.Token()) != before {
 			t.Fatal("the token counts a delivery not taken yet")
@@ -109,7 +109,7 @@ func TestTokenNamesOnlyHandedDeliveries(t *testing.T) {
 	}
 	one := string(s.Token())
 	waiting = make(chan struct{})
-	go func() { s.deliver(pub(2), done); close(waiting) }()
+	go func() { s.deliver(pub(2), &gate{done: done}); close(waiting) }()
 	runtime.Gosched()
 	close(done)
 	<-waiting
@@ -119,7 +119,7 @@ func TestTokenNamesOnlyHandedDeliveries(t *testing.T) {
 	for range 100 {
 		s := newSub(1)
 		empty := string(s.Token())
-		s.deliver(pub(1), done)
+		s.deliver(pub(1), &gate{done: done})
 		if len(s.C) != 0 || string(s.Token()) != empty {
 			t.Fatal("handed on after the close")
 		}

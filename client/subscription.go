@@ -243,53 +243,75 @@ func (s *Subscription) accept(id *message.SubID, err error) {
 // would count it consumed, and a resume from that token would never get it
 // (when the client closes while deliveries flow, the select below picks
 // at random between a free C and done).
-func (s *Subscription) deliver(d Delivery, done <-chan struct{}) {
+func (s *Subscription) deliver(d Delivery, g *gate) {
 	s.mu.Lock()
 	ended := s.ended || s.dropped
 	s.mu.Unlock()
-	if ended {
-		return
-	}
-	select {
-	case <-done:
+	if ended || g.closed() {
 		return // closed: what still arrives on the connection is not handed on
-	default:
 	}
 	var next checkpoint.Token
 	if s.dur != nil {
 		// The token counts d only once d is handed on (Token must not
-		// name a delivery the application never saw).
+		// name a delivery the application never got).
 		next = s.dur.after(&d)
 		d.Token = next.Encode()
 	}
 	handed := false
+	g.mu.Lock()
 	if s.fn != nil {
 		select {
 		case <-s.stop:
-		case <-done:
+		case <-g.done:
 		default:
-			if s.dur != nil {
-				s.dur.commit(next)
-			}
-			s.fn(d)
 			handed = true
 		}
 	} else {
 		select {
 		case s.ch <- d:
 			handed = true
-			if s.dur != nil {
-				s.dur.commit(next)
-			}
 		case <-s.stop:
-		case <-done:
+		case <-g.done:
 		}
 	}
+	if handed && s.dur != nil {
+		s.dur.commit(next)
+	}
+	g.mu.Unlock()
 	if !handed {
 		s.mu.Lock()
 		s.dropped = true
 		s.mu.Unlock()
+		return
 	}
+	if s.fn != nil {
+		s.fn(d) // outside the gate: the handler may close the client
+	}
+}
+
+// gate is a client's hand-off of deliveries to the application. Once done
+// is closed nothing more is handed on, and shut returns only after a
+// hand-off in progress ended, so that when Client.Close returns a durable
+// subscription's Token counts exactly what the application got.
+type gate struct {
+	mu   sync.Mutex
+	done <-chan struct{}
+}
+
+func (g *gate) closed() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// shut waits for a hand-off in progress (done is closed already: it ends
+// at once).
+func (g *gate) shut() {
+	g.mu.Lock()
+	g.mu.Unlock() //nolint:staticcheck // an empty critical section: the barrier is the point
 }
 
 // end closes C; called only from the receive loop (the only sender).

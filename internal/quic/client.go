@@ -186,13 +186,21 @@ func (c *ClientConn) Recv() (message.Message, error) {
 	}
 }
 
-// Close ends the session in order: it returns once every queued message
-// is handed to the transport, which goes on delivering them, and closes
-// the connection when the broker has read them or after a bounded wait
-// (closeLinger: a broker that died does not hold Close for that long).
-// Recv fails once the connection is closed.
+// Close ends the session in order: every queued message is handed to the
+// transport, then Close waits up to clientCloseWait for the broker to close
+// the connection after reading them (a process that exits right after
+// Close leaves no half-open session behind). A broker that died does not
+// hold Close longer: the transport goes on in the background, and tears
+// the connection down after closeLinger at most. Recv fails once the
+// connection is closed.
 func (c *ClientConn) Close() error {
 	c.close("client closed")
 	<-c.flushed
+	t := time.NewTimer(clientCloseWait)
+	defer t.Stop()
+	select {
+	case <-c.writerDone:
+	case <-t.C:
+	}
 	return nil
 }

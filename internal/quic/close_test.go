@@ -49,9 +49,10 @@ func (d *deadPeer) teardown(quic.ApplicationErrorCode, string) {
 }
 func (d *deadPeer) RemoteAddr() net.Addr { return &net.UDPAddr{} }
 
-// Close returns once the queued messages are handed to the transport, not
-// after the wait for a peer that never closes (a dead broker); the
-// connection is torn down when that wait ends.
+// Close returns after handing the queued messages to the transport and a
+// short wait for the broker's close, not after the full linger for a peer
+// that never closes (a dead broker); the connection is torn down when the
+// linger ends.
 func TestClientCloseDoesNotWaitForADeadBroker(t *testing.T) {
 	cfg := &Config{Log: zerolog.Nop()}
 	if err := cfg.fill(); err != nil {

@@ -66,6 +66,9 @@ const (
 	// closeLinger bounds how long an orderly Close waits for the peer to
 	// read the last frames before the connection is torn down.
 	closeLinger = 2 * time.Second
+	// clientCloseWait bounds how long ClientConn.Close waits for the
+	// broker's close (a live broker closes within a round trip or two).
+	clientCloseWait = 250 * time.Millisecond
 )
 
 // closeWait bounds how long Endpoint.Close waits for Handler calls (a
