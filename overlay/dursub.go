@@ -100,6 +100,13 @@ type dsub struct {
 	// touched0: switched to live since the last silence pass, the
 	// sources touched before the switch (durableSilenceTick).
 	touched0 map[message.Source]uint64
+	// unanswered: the sources its token names whose publisher's edge had
+	// not answered its flood at the switch. They are not silenced until
+	// an answer comes (onCatchup): the flood may not have reached that
+	// edge (beyond δ, a restarted edge's map can end before it), so the
+	// publications that match may not be routed here, and the ones that
+	// pass here for others say nothing of them.
+	unanswered map[message.Source]bool
 	// For a resume here (resume.go): from the switch, the deliveries and
 	// Gaps not acknowledged, per source after floor[s]; away: its session
 	// closed at tick awaySince, the subscription kept installed.
@@ -538,6 +545,28 @@ func (n *Node) answerRecovered() {
 	}
 }
 
+// answerLearned answers, as a publisher's edge, the durable subscriptions
+// among subs that a resync taught this joined broker, toward their
+// subscribers: their floods never came here (the subscriber's edge had
+// restarted beyond δ without this side in its map), and flooding them on
+// reaches only the edges behind us. Unanswered, what this edge logged for
+// them after their position was lost without a Gap.
+func (n *Node) answerLearned(subs []message.SubID) {
+	if !n.dur.on || len(n.dur.order) == 0 {
+		return
+	}
+	for _, sub := range subs {
+		r := n.dsub.routes[sub]
+		e, ok := n.table.Get(sub)
+		if r == nil || r.df == nil || !ok || e.Local {
+			continue
+		}
+		if h := n.hop(e.From); h.ok {
+			n.answerDurable(h.to, e.Sub, e.Filter, r.df)
+		}
+	}
+}
+
 // durableToken checks a durable Subscribe's name and token: the token to
 // resume from (one with an empty Name when refused) and whether it is a
 // new subscription.
@@ -717,6 +746,7 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 		if m.From <= d.tok.Get(s).From() {
 			n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
 		}
+		delete(d.unanswered, s)
 		return
 	}
 	if r := [2]uint64{m.First, m.Last}; !slices.Contains(d.ans[s], r) {
@@ -966,6 +996,14 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 		n.unknownStreams(sub, d)
 		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
 	}
+	for _, e := range d.tok.Entries {
+		if _, ok := d.last[e.Source]; !ok {
+			if d.unanswered == nil {
+				d.unanswered = map[message.Source]bool{}
+			}
+			d.unanswered[e.Source] = true
+		}
+	}
 	d.buf, d.last, d.ans, d.from, d.bytes, d.missed = nil, nil, nil, nil, 0, nil
 	d.touched0 = maps.Clone(n.dsub.touched)
 	n.startHolding(d) // resume.go
@@ -1020,12 +1058,15 @@ func (n *Node) durableSilenceTick() {
 			continue
 		}
 		mine := srcs
+		if len(d.unanswered) > 0 {
+			mine = slices.DeleteFunc(slices.Clone(mine), func(s message.Source) bool { return d.unanswered[s] })
+		}
 		if d.touched0 != nil {
 			// Live since the last pass: a source whose newest arrived
 			// before the switch may have passed here before the entry was
 			// installed, not delivered, and a late answer (a restarted PHB's)
 			// may still bring it.
-			mine = slices.DeleteFunc(slices.Clone(srcs), func(s message.Source) bool {
+			mine = slices.DeleteFunc(slices.Clone(mine), func(s message.Source) bool {
 				q, ok := d.touched0[s]
 				return ok && q == to[s]
 			})

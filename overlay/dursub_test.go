@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/deltapub/deltapub/checkpoint"
+	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
 )
 
@@ -172,5 +173,80 @@ func TestDurableRefusesBadTokens(t *testing.T) {
 			t.Fatalf("SubAck error %q, want %q", err, c.want)
 		}
 		h.got[30] = nil
+	}
+}
+
+// A joined publisher's edge that learns a durable subscription from a
+// resync answers it itself, toward the subscriber, from the position the
+// subscription carried. Its flood never came here (the subscriber's edge
+// restarted beyond δ without this side in its map); flooded on, only the
+// edges behind got to answer, and what this edge logged after the
+// position was lost to the subscriber without a Gap.
+func TestResyncTeachesAPublisherEdgeToAnswer(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Addr, cfg.Delta, cfg.Durable, cfg.MemoryLog, cfg.RetainTicks = "A", "addr-A", 1, true, true, 10_000
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Bootstrap()
+	n.topo.Put(message.MapNode{ID: "B", Addr: "addr-B", Epoch: 1, Parent: "A"})
+	n.topo.Put(message.MapNode{ID: "F", Addr: "addr-F", Epoch: 2, Parent: "B"})
+	linked(n, "B")
+	n.ClientOpen(1)
+	n.Client(1, &message.ClientHello{Publisher: "pub", Epoch: 7})
+	for q := uint64(1); q <= 5; q++ {
+		n.Client(1, &message.Publish{Seq: q, Attrs: []matching.Attr{{Name: "class", Value: matching.Str(pubClass(q))}}})
+	}
+	n.Ready()
+	src := message.Source{Publisher: "pub", Epoch: 7}
+	sub := message.SubID{Edge: "F", Epoch: 2, N: 1}
+	pos := &message.DurableFlood{Name: "D1", From: []message.SourceSeq{{Source: src, Seq: 1}}}
+	n.Step("B", &message.StateReply{
+		Map:  n.topo.Within("A", 2),
+		Subs: []message.SubState{{Sub: sub, Filter: classFilter("x"), From: "F", Durable: pos}},
+	})
+	var got []uint64
+	answered := false
+	for _, e := range n.Ready().Messages {
+		if c, ok := e.Msg.(*message.Catchup); ok && c.Sub == sub && e.To == "B" {
+			answered = true
+			for _, p := range c.Pubs {
+				got = append(got, p.ID.Seq)
+			}
+		}
+	}
+	if !answered {
+		t.Fatal("the publisher's edge did not answer the durable subscription the resync taught it")
+	}
+	if want := matchingSeqs(2, 5); !slices.Equal(got, want) {
+		t.Errorf("answered with %v, want %v", got, want)
+	}
+}
+
+// A source its token names whose publisher's edge did not answer at the
+// switch is not silenced by what passes here for others: its matching
+// publications may not be routed here yet. An answer lifts that.
+func TestUnansweredSourceIsNotSilenced(t *testing.T) {
+	src := message.Source{Publisher: "P", Epoch: 1}
+	n := &Node{}
+	n.cfg.ID, n.cfg.Epoch, n.cfg.DACKTicks = "B", 1, 1
+	sub := message.SubID{Edge: "B", Epoch: 1, N: 1}
+	d := &dsub{name: "d", client: 7, tok: checkpoint.Token{Name: "d", Entries: []checkpoint.Entry{{Source: src, Seq: 10}}},
+		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, ans: map[message.Source][][2]uint64{}}
+	n.dsub.subs = map[message.SubID]*dsub{sub: d}
+	n.switchLive(sub, d)
+	n.dsub.touch(src, 30)
+	n.durableSilenceTick()
+	n.dsub.touch(src, 31)
+	n.durableSilenceTick()
+	if got := d.tok.Get(src).From(); got != 10 {
+		t.Fatalf("an unanswered source was silenced to %d", got)
+	}
+	n.onCatchup("A", &message.Catchup{Sub: sub, Source: src, From: 10, First: 1, Last: 31})
+	n.dsub.touch(src, 40)
+	n.durableSilenceTick()
+	if got := d.tok.Get(src).From(); got != 40 {
+		t.Errorf("after its answer the source is at %d, want 40", got)
 	}
 }

@@ -245,7 +245,8 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 			n.topo.Merge(m.Map)
 			n.topo.Put(self)
 		}
-		for _, sub := range n.installSubs(from, m.Subs) {
+		added := n.installSubs(from, m.Subs)
+		for _, sub := range added {
 			// New to us, so possibly to the brokers behind us too: flood
 			// it on (those that have it answer at once), paced.
 			if !n.gaps.onwardSet[sub] {
@@ -254,6 +255,7 @@ func (n *Node) onStateReply(from message.BrokerID, m *message.StateReply) {
 			}
 		}
 		n.routesChanged()
+		n.answerLearned(added)
 		n.replayUnplaced() // floods from brokers the map may place now
 		return
 	}
