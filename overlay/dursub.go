@@ -739,6 +739,9 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 		// edge offers again is still on its way, and silenced it would
 		// be dropped as consumed (testbed/examples/
 		// durable-sub-misses-a-republished-pub.toml, on real processes).
+		if d.unanswered[s] {
+			n.durPassedUnanswered(m.Sub, d, s, m.From)
+		}
 		n.durGap(m.Sub, d, s, m.From, m.First)
 		for i := range m.Pubs {
 			n.durDeliver(m.Sub, d, &m.Pubs[i])
@@ -911,6 +914,24 @@ func (n *Node) durGapRange(sub message.SubID, d *dsub, s message.Source, a, b ui
 		return
 	}
 	n.durNotify(sub, d, g)
+}
+
+// durPassedUnanswered handles the first answer of s to arrive after the
+// switch when s was unanswered then (beyond δ: the flood reached its edge
+// late) and publications of s that reached here anyway were delivered:
+// the token consumed past from, and the matching ones of (from, token]
+// that were not routed here in time can no longer be delivered in order.
+// The subscriber gets a Gap for that range (it may name publications it
+// got; it covers every one it may lack).
+func (n *Node) durPassedUnanswered(sub message.SubID, d *dsub, s message.Source, from uint64) {
+	seq := d.tok.Get(s).Seq
+	if seq <= from {
+		return
+	}
+	n.counters.Gaps++
+	n.counters.DurableGaps++
+	n.durNotify(sub, d, &message.Gap{Sub: sub, Source: s, From: from + 1, To: seq,
+		Reason: "the publisher's edge answered after later publications were delivered: some in this range may be missing"})
 }
 
 // durNotify sends d a Gap of a live stream (held for a resume here).

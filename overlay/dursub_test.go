@@ -250,3 +250,39 @@ func TestUnansweredSourceIsNotSilenced(t *testing.T) {
 		t.Errorf("after its answer the source is at %d, want 40", got)
 	}
 }
+
+// When a source unanswered at the switch answers only after publications
+// of it that reached here anyway were delivered, the subscriber gets a Gap
+// for the range they passed: the matching ones not routed here in time
+// can no longer be delivered in order, and dropped as consumed they were
+// lost without a Gap.
+func TestLateAnswerAfterDeliveriesGivesAGap(t *testing.T) {
+	src := message.Source{Publisher: "P", Epoch: 1}
+	n := &Node{}
+	n.cfg.ID, n.cfg.Epoch = "B", 1
+	sub := message.SubID{Edge: "B", Epoch: 1, N: 1}
+	d := &dsub{name: "d", client: 7, tok: checkpoint.Token{Name: "d", Entries: []checkpoint.Entry{{Source: src, Seq: 36}}},
+		buf: map[message.Source][]message.Pub{}, last: map[message.Source]uint64{}, ans: map[message.Source][][2]uint64{}}
+	n.dsub.subs = map[message.SubID]*dsub{sub: d}
+	n.switchLive(sub, d)
+	n.durLive(sub, d, &message.Pub{ID: message.PubID{Publisher: "P", Epoch: 1, Seq: 151}})
+	n.out.ToClients = nil
+	n.onCatchup("A", &message.Catchup{Sub: sub, Source: src, From: 36, First: 1, Last: 160,
+		Pubs: []message.Pub{{ID: message.PubID{Publisher: "P", Epoch: 1, Seq: 134}}, {ID: message.PubID{Publisher: "P", Epoch: 1, Seq: 155}}}})
+	var gaps []message.Gap
+	var got []uint64
+	for _, e := range n.out.ToClients {
+		switch m := e.Msg.(type) {
+		case *message.Gap:
+			gaps = append(gaps, *m)
+		case *message.Deliver:
+			got = append(got, m.Pub.Seq)
+		}
+	}
+	if len(gaps) != 1 || gaps[0].From != 37 || gaps[0].To != 151 {
+		t.Fatalf("gaps %+v, want one from 37 to 151", gaps)
+	}
+	if !slices.Equal(got, []uint64{155}) {
+		t.Errorf("delivered %v, want 155 (134 is behind the token, in the Gap)", got)
+	}
+}

@@ -80,9 +80,16 @@ func (n *Node) stopHolding(d *dsub) {
 	d.held, d.floor, d.heldBytes = nil, nil, 0
 }
 
-// heldSeq is the last seq a held record covers.
+// heldSeq is the seq a held record is released at: the last seq it
+// covers, or for an open Gap (To 0: a hole beyond δ, everything from From
+// may be missing) its From. Nothing from From on had arrived here when the
+// hole was found, so a token that consumed past From was given the Gap
+// first. (At 0 it was dropped by the first acknowledgement.)
 func heldSeq(m message.Message) uint64 {
 	if g, ok := m.(*message.Gap); ok {
+		if g.To == 0 {
+			return g.From
+		}
 		return g.To
 	}
 	return m.(*message.Deliver).Pub.Seq
@@ -257,7 +264,7 @@ func (n *Node) sendHeld(sub message.SubID, d *dsub, c message.ClientID, t checkp
 					n.toClient(c, x)
 				}
 			case *message.Gap:
-				if x.To > p {
+				if x.To > p || x.To == 0 { // an open Gap: nothing after it says it was got
 					g := *x
 					g.From = max(g.From, p+1)
 					n.counters.Gaps++

@@ -151,3 +151,41 @@ func TestResumeElsewhereEndsTheAwayCopy(t *testing.T) {
 		t.Fatalf("S1 still keeps %d durable subscriptions after the resume at S2", st.Subs)
 	}
 }
+
+// An open Gap (a hole beyond δ: everything from From may be missing) that
+// an edge holds for a subscriber away is handed to it at its resume there,
+// and an acknowledgement from before the hole does not release it. (Its
+// To of 0 read as the last seq it covers: the first acknowledgement
+// dropped it, and the resume skipped it; the subscriber lost what the hole
+// swallowed without a Gap.)
+func TestHeldOpenGapIsHandedOnAtTheResume(t *testing.T) {
+	src := message.Source{Publisher: "P", Epoch: 1}
+	n := &Node{}
+	n.cfg.ID, n.cfg.Epoch, n.cfg.KeepAwayTicks = "B", 1, 100
+	sub := message.SubID{Edge: "B", Epoch: 1, N: 1}
+	d := &dsub{name: "d", live: true, client: 7, away: true,
+		tok:  checkpoint.Token{Name: "d", Entries: []checkpoint.Entry{{Source: src, Seq: 44}}},
+		held: map[message.Source][]message.Message{}, floor: map[message.Source]uint64{}}
+	n.dsub.subs = map[message.SubID]*dsub{sub: d}
+	n.durNotify(sub, d, &message.Gap{Sub: sub, Source: src, From: 45, Reason: "hole"})
+	acked := checkpoint.Token{Name: "d", Entries: []checkpoint.Entry{{Source: src, Seq: 40}}}
+	n.releaseHeld(d, acked)
+	if len(d.held[src]) != 1 {
+		t.Fatalf("an acknowledgement from before the hole released the open Gap (held %v)", d.held[src])
+	}
+	n.sendHeld(sub, d, 8, acked)
+	var gap *message.Gap
+	for _, e := range n.out.ToClients {
+		if g, ok := e.Msg.(*message.Gap); ok && e.To == 8 {
+			gap = g
+		}
+	}
+	if gap == nil || gap.From != 45 || gap.To != 0 {
+		t.Fatalf("the resumed session got %+v, want the open Gap from 45", gap)
+	}
+	d.tok = checkpoint.Token{Name: "d", Entries: []checkpoint.Entry{{Source: src, Seq: 44, Horizon: 50}}} // delivered on since
+	n.releaseHeld(d, d.tok)
+	if len(d.held[src]) != 0 {
+		t.Errorf("a token past the Gap's start did not release it (held %v)", d.held[src])
+	}
+}
