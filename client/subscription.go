@@ -239,10 +239,10 @@ func (s *Subscription) accept(id *message.SubID, err error) {
 // withdrawn or the client closed.
 //
 // A delivery not handed on ends the hand-offs, and a durable
-// subscription's token forgets it: handed on, a later delivery's token
-// would count it consumed, and a resume from that token would never get it
-// (when the client closes while deliveries flow, the select below picks
-// at random between a free C and done).
+// subscription's token never counts it: handed on, a later delivery's
+// token would count it consumed, and a resume from that token would never
+// get it (when the client closes while deliveries flow, the select below
+// picks at random between a free C and done).
 func (s *Subscription) deliver(d Delivery, g *gate) {
 	s.mu.Lock()
 	ended := s.ended || s.dropped
