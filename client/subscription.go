@@ -257,27 +257,18 @@ func (s *Subscription) deliver(d Delivery, g *gate) {
 		next = s.dur.after(&d)
 		d.Token = next.Encode()
 	}
-	handed := false
-	g.mu.Lock()
-	if s.fn != nil {
-		select {
-		case <-s.stop:
-		case <-g.done:
-		default:
-			handed = true
+	var handed bool
+	if s.dur != nil {
+		// Inside the gate: Close waits for it, and the token it leaves
+		// counts exactly what was handed on.
+		g.mu.Lock()
+		if handed = s.handOff(&d, g.done); handed {
+			s.dur.commit(next)
 		}
+		g.mu.Unlock()
 	} else {
-		select {
-		case s.ch <- d:
-			handed = true
-		case <-s.stop:
-		case <-g.done:
-		}
+		handed = s.handOff(&d, g.done)
 	}
-	if handed && s.dur != nil {
-		s.dur.commit(next)
-	}
-	g.mu.Unlock()
 	if !handed {
 		s.mu.Lock()
 		s.dropped = true
@@ -289,10 +280,33 @@ func (s *Subscription) deliver(d Delivery, g *gate) {
 	}
 }
 
+// handOff hands d on (to C, or for a handler reports that it may be
+// called) unless the subscription was withdrawn or the client closed.
+func (s *Subscription) handOff(d *Delivery, done <-chan struct{}) bool {
+	if s.fn != nil {
+		select {
+		case <-s.stop:
+		case <-done:
+		default:
+			return true
+		}
+		return false
+	}
+	select {
+	case s.ch <- *d:
+		return true
+	case <-s.stop:
+	case <-done:
+	}
+	return false
+}
+
 // gate is a client's hand-off of deliveries to the application. Once done
 // is closed nothing more is handed on, and shut returns only after a
-// hand-off in progress ended, so that when Client.Close returns a durable
-// subscription's Token counts exactly what the application got.
+// durable subscription's hand-off in progress ended, so that when
+// Client.Close returns its Token counts exactly what the application got.
+// (A plain subscription's hand-off does not take the gate: it costs a
+// lock per delivery, and its outcome changes no token.)
 type gate struct {
 	mu   sync.Mutex
 	done <-chan struct{}
