@@ -731,14 +731,6 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 	if d.live {
 		// A late answer (a flood rerouted around a failure): what it
 		// holds after the token's position is still missing, in order.
-		// Its Last silences the source only when the answer covers
-		// everything after the token (From at or below it). An answer
-		// from a later From (a publisher's edge restarted with its log
-		// answers a fresh subscription's flood from its last seq) says
-		// nothing of what lies between: a publication there that the
-		// edge offers again is still on its way, and silenced it would
-		// be dropped as consumed (testbed/examples/
-		// durable-sub-misses-a-republished-pub.toml, on real processes).
 		if d.unanswered[s] {
 			n.durPassedUnanswered(m.Sub, d, s, m.From)
 		}
@@ -746,6 +738,14 @@ func (n *Node) onCatchup(from message.BrokerID, m *message.Catchup) {
 		for i := range m.Pubs {
 			n.durDeliver(m.Sub, d, &m.Pubs[i])
 		}
+		// Its Last silences the source only when the answer covers
+		// everything after the token (From at or below it). An answer
+		// from a later From (a publisher's edge restarted with its log
+		// answers a fresh subscription's flood from its last seq) says
+		// nothing of what lies between: a publication there that the
+		// edge offers again is still on its way, and silenced it would
+		// be dropped as consumed (testbed/examples/
+		// durable-sub-gets-a-republished-pub.toml, on real processes).
 		if m.From <= d.tok.Get(s).From() {
 			n.durSilence(m.Sub, d, []message.Source{s}, map[message.Source]uint64{s: m.Last})
 		}
@@ -1012,11 +1012,6 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 	if n.dsub.subs[sub] != d {
 		return
 	}
-	ack := &message.SubAck{Req: d.req, Sub: sub, Confirmed: true}
-	if d.recov {
-		n.unknownStreams(sub, d)
-		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
-	}
 	for _, e := range d.tok.Entries {
 		if _, ok := d.last[e.Source]; !ok {
 			if d.unanswered == nil {
@@ -1024,6 +1019,11 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 			}
 			d.unanswered[e.Source] = true
 		}
+	}
+	ack := &message.SubAck{Req: d.req, Sub: sub, Confirmed: true}
+	if d.recov {
+		n.unknownStreams(sub, d)
+		ack.Recovery, ack.Recovered, ack.Missed = true, len(d.missed) == 0, d.missed
 	}
 	d.buf, d.last, d.ans, d.from, d.bytes, d.missed = nil, nil, nil, nil, 0, nil
 	d.touched0 = maps.Clone(n.dsub.touched)
@@ -1040,7 +1040,7 @@ func (n *Node) switchLive(sub message.SubID, d *dsub) {
 // end (To 0) and recovered is false.
 func (n *Node) unknownStreams(sub message.SubID, d *dsub) {
 	for _, e := range d.tok.Entries {
-		if _, ok := d.last[e.Source]; !ok {
+		if d.unanswered[e.Source] {
 			d.missed = append(d.missed, message.Gap{Sub: sub, Source: e.Source, From: e.From() + 1,
 				Reason: "no publisher's edge answered for this stream: what was published after the position is unknown"})
 		}

@@ -131,6 +131,9 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, ho
 		}
 		out = append(out, target{id: id, dist: n.geo.dist[id]})
 	}
+	// linked: linked and not suspected though unusable (recovering, or a
+	// leaver that drains): it gets floods anyway.
+	linked := func(p *peer) bool { return p != nil && p.up && !p.suspected }
 	for _, nb := range n.topo.Neighbours(n.cfg.ID) {
 		if nb == except {
 			continue
@@ -139,7 +142,7 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, ho
 			add(nb)
 			continue
 		}
-		if p := n.peers[nb]; p != nil && p.up && !p.suspected {
+		if linked(n.peers[nb]) {
 			add(nb)
 		}
 		front, skipped, cut := n.topo.FrontierSkipped(nb, n.unusable)
@@ -148,8 +151,7 @@ func (n *Node) floodTargets(except message.BrokerID, all bool) (out []target, ho
 		}
 		hole = hole || (all && cut)
 		for _, s := range skipped {
-			p := n.peers[s]
-			if all && (p == nil || !p.gone) || p != nil && p.up && !p.suspected && !p.gone {
+			if p := n.peers[s]; (p == nil || !p.gone) && (all || linked(p)) {
 				add(s)
 			}
 		}

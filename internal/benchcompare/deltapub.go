@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/deltapub/deltapub/internal/admin"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deltapub/deltapub/client"
+	"github.com/deltapub/deltapub/internal/admin"
 	"github.com/deltapub/deltapub/internal/wire"
 	"github.com/deltapub/deltapub/matching"
 	"github.com/deltapub/deltapub/message"
